@@ -1,0 +1,45 @@
+# Every target sets up what it needs: Debian packages, the virtualenv, the project.
+SHELL := /bin/bash
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+DEB_PACKAGES := bubblewrap debootstrap postgresql iproute2
+PYTHON ?= python3
+
+.PHONY: run test setup deb lint typecheck bench clean
+
+run: setup
+	$(BIN)/b3os demo
+
+test: setup
+	$(BIN)/ruff check .
+	$(BIN)/mypy .
+	$(BIN)/pytest
+
+setup: deb $(STAMP)
+
+deb:
+	@missing=""; for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
+	fi
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: setup
+	$(BIN)/mypy .
+
+bench: setup
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

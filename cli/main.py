@@ -1,0 +1,77 @@
+"""The `b3os` command: a thin dispatcher over one module per command.
+
+Each command module defines `add_arguments(parser)` and `run(args) -> int`. Heavy imports stay
+inside `run` so that `b3os --help` is fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import sys
+
+# (group, command) -> module; a group of None is a top-level command.
+COMMANDS: dict[tuple[str | None, str], str] = {
+    ("keys", "generate"): "cli.keys_generate",
+    ("tool", "build"): "cli.tool_build",
+    ("tool", "publish"): "cli.tool_publish",
+    ("tool", "earnings"): "cli.tool_earnings",
+    ("pack", "verify"): "cli.pack_verify",
+    ("admin", "init"): "cli.admin_init",
+    ("node", "run"): "cli.node_run",
+    ("node", "build-base"): "cli.node_build_base",
+    ("routine", "validate"): "cli.routine_validate",
+    ("routine", "schema"): "cli.routine_schema",
+    ("routine", "run"): "cli.routine_run",
+    (None, "call"): "cli.call",
+    (None, "dev"): "cli.dev",
+    (None, "demo"): "cli.demo",
+}
+
+GROUP_HELP = {
+    "keys": "manage signing keys in the key directory",
+    "tool": "build, publish and read earnings of hosted tools",
+    "pack": "inspect and verify packs",
+    "admin": "administer a b3os installation",
+    "node": "run a node worker and build its base template",
+    "routine": "validate, describe and run routines",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="b3os", description="Routines with tool steps.")
+    top = parser.add_subparsers(dest="command", metavar="COMMAND")
+    top.required = True
+    groups: dict[str, argparse._SubParsersAction] = {}
+    for (group, name), module_name in COMMANDS.items():
+        if importlib.util.find_spec(module_name) is None:
+            continue
+        module = importlib.import_module(module_name)
+        if group is None:
+            sub = top.add_parser(name, help=_first_line(module.__doc__), description=module.__doc__)
+        else:
+            if group not in groups:
+                gp = top.add_parser(group, help=GROUP_HELP.get(group))
+                groups[group] = gp.add_subparsers(dest="subcommand", metavar="SUBCOMMAND")
+                groups[group].required = True
+            sub = groups[group].add_parser(name, help=_first_line(module.__doc__), description=module.__doc__)
+        module.add_arguments(sub)
+        sub.set_defaults(_run=module.run)
+    return parser
+
+
+def _first_line(doc: str | None) -> str | None:
+    return doc.strip().splitlines()[0] if doc else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args._run(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
