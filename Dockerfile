@@ -1,0 +1,16 @@
+# One image for the api, the routine worker and the node (the node needs privileges for namespaces and cgroups).
+FROM python:3.11-slim-bookworm
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends bubblewrap debootstrap jq \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY packs ./packs
+COPY engine ./engine
+COPY activities ./activities
+COPY node ./node
+COPY api ./api
+COPY cli ./cli
+COPY examples ./examples
+RUN pip install --no-cache-dir .
+ENV B3OS_KEYS_DIR=/data/keys
