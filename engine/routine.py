@@ -4,14 +4,79 @@ A routine has `name`, `description`, `inputs` (JSON-Schema-typed, with defaults)
 `outputs`. A step has `id`, `uses`, `with`, and the controls `if`, `timeout`, `retry`,
 `continue-on-error` and `foreach`. Values may hold `${{ }}` CEL expressions (engine.expressions).
 
-The workflow receives only a validated `Routine` (parsing and validation happen at the edge).
+The workflow receives only a validated `Routine` (parsing and validation happen at the edge, in
+engine.validate). This module imports only the standard library and pydantic, so the workflow
+sandbox can load it. The reference is docs/routines.md.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from datetime import timedelta
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+DURATION_PATTERN = r"^[0-9]{1,9}(ms|s|m|h)$"
+"""A duration: a whole number and a unit, `500ms`, `30s`, `2m`, `1h`."""
+
+STEP_ID_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"
+"""A step id is a CEL identifier, so that `steps.<id>` reads it: letters, digits and `_`."""
+
+ROUTINE_NAME_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
+
+USES_PATTERN = (
+    r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+"
+    r"/[a-z0-9]([a-z0-9-]*[a-z0-9])?/[a-z0-9]([a-z0-9-]*[a-z0-9])?"
+    r"@(0|[1-9][0-9]*)(\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*))?$"
+)
+"""`ns/pack/action@1` (newest 1.x.y) or `ns/pack/action@1.0.0` (exact); packs.refs has the full rules."""
+
+_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
+_DURATION_RE = re.compile(DURATION_PATTERN)
+
+Duration = Annotated[
+    str,
+    Field(
+        pattern=DURATION_PATTERN,
+        description="A duration: a whole number and a unit (ms, s, m, h), such as 500ms, 30s, 2m.",
+        examples=["500ms", "30s", "2m"],
+    ),
+]
+
+INPUT_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"
+"""An input name is a CEL identifier, so that `inputs.<name>` reads it."""
+
+InputName = Annotated[str, Field(pattern=INPUT_NAME_PATTERN)]
+
+InputType = Literal["string", "integer", "number", "boolean", "array", "object"]
+
+StepStatus = Literal["succeeded", "failed", "skipped"]
+"""What `steps.<id>.status` reads once a step has finished."""
+
+
+def duration_ms(text: str) -> int:
+    """The milliseconds of a duration such as `500ms`, `30s`, `2m` or `1h`.
+
+    Raises:
+        ValueError: the text is not a duration; the sentence names it.
+    """
+    match = _DURATION_RE.match(text) if isinstance(text, str) else None
+    if match is None:
+        raise ValueError(
+            f"{text!r} is not a duration: use a whole number and a unit, such as 500ms, 30s, 2m or 1h"
+        )
+    unit = match.group(1)
+    return int(text[: -len(unit)]) * _UNITS_MS[unit]
+
+
+def parse_duration(text: str) -> timedelta:
+    """A duration such as `30s` as a timedelta.
+
+    Raises:
+        ValueError: the text is not a duration.
+    """
+    return timedelta(milliseconds=duration_ms(text))
 
 
 class _Model(BaseModel):
@@ -21,37 +86,133 @@ class _Model(BaseModel):
 class RetryPolicy(_Model):
     """How a step is retried after a retryable failure. Retry-After always wins over backoff."""
 
-    max_attempts: int = Field(default=3, alias="max-attempts", ge=1, le=100)
-    backoff: str = Field(default="1s", description="first delay, a duration such as 500ms, 1s, 2m")
-    backoff_coefficient: float = Field(default=2.0, alias="backoff-coefficient", ge=1.0, le=10.0)
-    max_backoff: str = Field(default="60s", alias="max-backoff")
+    max_attempts: int = Field(
+        default=3,
+        alias="max-attempts",
+        ge=1,
+        le=100,
+        description="Attempts in all, the first included; 1 means no retry.",
+    )
+    backoff: Duration = Field(
+        default="1s", description="The delay before the second attempt, such as 500ms, 1s, 2m."
+    )
+    backoff_coefficient: float = Field(
+        default=2.0,
+        alias="backoff-coefficient",
+        ge=1.0,
+        le=10.0,
+        description="Each further delay is the previous one times this.",
+    )
+    max_backoff: Duration = Field(
+        default="60s", alias="max-backoff", description="No delay between attempts is longer than this."
+    )
+
+    @property
+    def backoff_timedelta(self) -> timedelta:
+        """`backoff` as a timedelta."""
+        return parse_duration(self.backoff)
+
+    @property
+    def max_backoff_timedelta(self) -> timedelta:
+        """`max-backoff` as a timedelta."""
+        return parse_duration(self.max_backoff)
 
 
 class InputSpec(_Model):
-    """One routine input: a JSON Schema fragment with an optional default."""
+    """One routine input: a JSON Schema (draft 2020-12) fragment with an optional default.
+
+    An input without `default` is required. Other JSON Schema keywords (`enum`, `minimum`,
+    `items`, `pattern`, ...) are allowed and checked when a run starts.
+    """
 
     model_config = ConfigDict(extra="allow", populate_by_name=True, frozen=True)
 
-    type: str | None = None
-    description: str | None = None
-    default: Any = None
+    type: InputType | None = Field(default=None, description="The JSON type of the value.")
+    description: str | None = Field(default=None, description="What the input is for.")
+    default: Any = Field(default=None, description="The value when the run does not give one.")
+
+    @property
+    def required(self) -> bool:
+        """Whether a run must give this input (it has no `default`)."""
+        return "default" not in self.model_fields_set
+
+    def json_schema(self) -> dict[str, Any]:
+        """This input as a plain JSON Schema (without `default`)."""
+        schema = self.model_dump(exclude_none=True, exclude={"default"})
+        return schema
 
 
 class Step(_Model):
-    id: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
-    uses: str
-    with_: dict[str, Any] = Field(default_factory=dict, alias="with")
-    if_: str | None = Field(default=None, alias="if")
-    timeout: str | None = None
-    retry: RetryPolicy | None = None
-    continue_on_error: bool = Field(default=False, alias="continue-on-error")
-    foreach: str | list[Any] | None = None
-    name: str | None = None
+    """One step: a call of a pack action, with its controls."""
+
+    id: str = Field(
+        pattern=STEP_ID_PATTERN,
+        description="Unique in the routine; expressions read the step as steps.<id>. Letters, digits and _.",
+    )
+    uses: str = Field(
+        pattern=USES_PATTERN,
+        description="The action: ns/pack/action@1 (newest 1.x.y) or ns/pack/action@1.0.0 (exact).",
+        examples=["com.example.tools/echo/echo@1"],
+    )
+    with_: dict[str, Any] = Field(
+        default_factory=dict,
+        alias="with",
+        description="The action's input. Values may hold ${{ }} expressions; "
+        "a whole-value one keeps its type.",
+    )
+    if_: str | bool | None = Field(
+        default=None,
+        alias="if",
+        description="Run the step only when this CEL expression (bare or in ${{ }}) is true; "
+        "otherwise it is skipped.",
+    )
+    timeout: Duration | None = Field(
+        default=None,
+        description="The longest one attempt may take, such as 30s; the action's own limit by default.",
+    )
+    retry: RetryPolicy | None = Field(default=None, description="How failed attempts are retried.")
+    continue_on_error: bool = Field(
+        default=False,
+        alias="continue-on-error",
+        description="When the step fails, record status failed and go on instead of failing the routine.",
+    )
+    foreach: str | list[Any] | None = Field(
+        default=None,
+        description="Run the action once per item of this list (an expression or a literal list); "
+        "with: reads item and index.",
+    )
+    name: str | None = Field(default=None, description="A human title, shown in run views.")
+
+    @property
+    def timeout_timedelta(self) -> timedelta | None:
+        """`timeout` as a timedelta, or None."""
+        return parse_duration(self.timeout) if self.timeout else None
 
 
 class Routine(_Model):
-    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")
-    description: str = ""
-    inputs: dict[str, InputSpec] = Field(default_factory=dict)
-    steps: list[Step] = Field(min_length=1)
-    outputs: dict[str, Any] = Field(default_factory=dict)
+    """A routine: inputs, steps run in order, and outputs."""
+
+    name: str = Field(
+        pattern=ROUTINE_NAME_PATTERN,
+        description="Lowercase letters, digits and hyphens, up to 63 characters.",
+    )
+    description: str = Field(default="", description="What the routine does.")
+    inputs: dict[InputName, InputSpec] = Field(
+        default_factory=dict, description="The values a run takes, by name; read as inputs.<name>."
+    )
+    steps: list[Step] = Field(min_length=1, description="The steps, run in this order.")
+    outputs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The run's result, by name; values may hold ${{ }} expressions over inputs and steps.",
+    )
+
+    def step(self, step_id: str) -> Step:
+        """The step with this id.
+
+        Raises:
+            KeyError: no step has this id.
+        """
+        for step in self.steps:
+            if step.id == step_id:
+                return step
+        raise KeyError(step_id)

@@ -1,0 +1,313 @@
+"""Load and validate a routine YAML file, reporting every problem at once with its line and column.
+
+`load_routine(text, filename)` gives a `Routine` or raises `RoutineError`, whose `problems` each read
+`file:line:column: message`. Checked: YAML syntax, unknown, missing and mistyped fields (from the
+pydantic models), duplicate step ids, `uses:` refs, durations, `${{ }}` syntax and scope (a step
+reads only earlier steps, declared inputs, and `item`/`index` inside its foreach), inputs' JSON
+Schemas and defaults, and, given an `ActionResolver`, that each `uses:` resolves and that literal
+`with:` values fit the action's inputSchema.
+
+Errors::
+
+    RoutineError         a routine file has problems (`problems`: list of Problem)
+    RoutineInputError    a run's inputs do not fit the routine's inputs (`problems`: list of str)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, NamedTuple, Protocol
+
+import jsonschema
+import yaml
+from pydantic import ValidationError
+
+from engine import expressions as ex
+from engine.routine import RetryPolicy, Routine, Step
+from engine.routine_checks import check_expressions, check_with
+from engine.yaml_positions import Located, compose
+
+
+class Problem(NamedTuple):
+    """One problem of a routine file, at a 1-based line and column."""
+
+    line: int
+    column: int
+    message: str
+
+
+class RoutineError(Exception):
+    """A routine file has problems; `str()` lists each as `file:line:column: message`."""
+
+    def __init__(self, filename: str, problems: list[Problem]) -> None:
+        self.filename = filename
+        self.problems = sorted(set(problems))
+        super().__init__("\n".join(self.lines()))
+
+    def lines(self) -> list[str]:
+        """Each problem as `file:line:column: message`."""
+        return [f"{self.filename}:{p.line}:{p.column}: {p.message}" for p in self.problems]
+
+
+class RoutineInputError(Exception):
+    """A run's inputs do not fit the routine; `problems` name each input at fault."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(problems))
+
+
+class ActionResolver(Protocol):
+    """Finds an action's inputSchema from its ref (the registry, or a local pack directory)."""
+
+    def input_schema(self, ref: str) -> dict[str, Any] | None:
+        """The action's inputSchema, or None when it is not known.
+
+        Raises:
+            Exception: the ref cannot be resolved; the message says why.
+        """
+        ...
+
+
+_FIELDS: dict[str, list[str]] = {
+    "routine": [f.alias or n for n, f in Routine.model_fields.items()],
+    "step": [f.alias or n for n, f in Step.model_fields.items()],
+    "retry": [f.alias or n for n, f in RetryPolicy.model_fields.items()],
+}
+
+
+def load_routine_file(path: str | Path, resolver: ActionResolver | None = None) -> Routine:
+    """Read and validate a routine file.
+
+    Raises:
+        RoutineError: the file cannot be read or has problems.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RoutineError(str(path), [Problem(1, 1, f"cannot read the file: {exc}")]) from None
+    return load_routine(text, str(path), resolver)
+
+
+def load_routine(text: str, filename: str = "<routine>", resolver: ActionResolver | None = None) -> Routine:
+    """Parse and validate a routine.
+
+    Args:
+        text: the YAML text.
+        filename: the name problems are reported under.
+        resolver: when given, each `uses:` is resolved and literal `with:` values are checked
+            against the action's inputSchema.
+
+    Returns:
+        The validated routine.
+
+    Raises:
+        RoutineError: with every problem found, each with its line and column.
+    """
+    try:
+        doc = compose(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line, column = (mark.line + 1, mark.column + 1) if mark else (1, 1)
+        what = " ".join(part for part in (exc.context, exc.problem) if part)
+        raise RoutineError(filename, [Problem(line, column, f"YAML syntax error: {what}")]) from None
+    except yaml.YAMLError as exc:
+        raise RoutineError(filename, [Problem(1, 1, f"YAML error: {exc}")]) from None
+    problems: list[Problem] = [Problem(line, col, msg) for line, col, msg in doc.problems]
+    data = doc.value
+    if not isinstance(data, dict):
+        got = "an empty file" if data is None else f"a {type(data).__name__}"
+        problems.append(Problem(*doc.position(()), f"a routine is a mapping with name and steps, got {got}"))
+        raise RoutineError(filename, problems)
+    routine: Routine | None = None
+    try:
+        routine = Routine.model_validate(data)
+    except ValidationError as exc:
+        problems.extend(_pydantic_problems(exc, doc))
+    problems.extend(Problem(*p) for p in _structure_problems(data, doc))
+    problems.extend(Problem(*p) for p in check_expressions(data, doc))
+    problems.extend(Problem(*p) for p in _input_problems(data, doc))
+    if resolver is not None:
+        problems.extend(Problem(*p) for p in check_with(data, doc, resolver))
+    if problems or routine is None:
+        raise RoutineError(filename, problems)
+    return routine
+
+
+def _pydantic_problems(exc: ValidationError, doc: Located) -> list[Problem]:
+    problems: list[Problem] = []
+    seen: set[tuple[Any, ...]] = set()
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        kind = err["type"]
+        if kind == "extra_forbidden":
+            parent, key = loc[:-1], str(loc[-1])
+            owner = _owner(parent)
+            allowed = ", ".join(_FIELDS.get(owner, []))
+            problems.append(
+                Problem(
+                    *doc.key_position(loc),
+                    f"{_where(parent, doc)}unknown field '{key}'"
+                    + (f"; the fields of a {owner} are {allowed}" if allowed else ""),
+                )
+            )
+            continue
+        if kind == "missing":
+            parent = loc[:-1]
+            problems.append(Problem(*doc.position(parent), f"{_where(parent, doc)}missing field '{loc[-1]}'"))
+            continue
+        path = doc.known_prefix(loc)
+        if path in seen:
+            continue  # a union reports one error per member type: one problem is enough
+        seen.add(path)
+        if path[-1:] == ("uses",):
+            continue  # reported with the ref's own sentence by _structure_problems
+        problems.append(Problem(*doc.position(path), _message(path, err, doc, loc)))
+    return problems
+
+
+def _message(path: tuple[Any, ...], err: Any, doc: Located, loc: tuple[Any, ...]) -> str:
+    field = str(path[-1]) if path else ""
+    value = err.get("input")
+    where = _where(path, doc)
+    if loc[-1:] == ("[key]",):
+        return (
+            f"input name {field!r} is not accepted: use letters, digits and _ "
+            "(inputs.<name> must read it), such as my_input"
+        )
+    if field == "id" and err["type"] == "string_pattern_mismatch":
+        return (
+            f"{where}step id {value!r} is not accepted: use letters, digits and _, starting with a "
+            "letter or _ (steps.<id> must read it), such as fetch_page"
+        )
+    if field == "name" and len(path) == 1 and err["type"] == "string_pattern_mismatch":
+        return (
+            f"routine name {value!r} is not accepted: "
+            "use lowercase letters, digits and hyphens, such as hello-world"
+        )
+    if field in ("timeout", "backoff", "max-backoff") and err["type"] == "string_pattern_mismatch":
+        return (
+            f"{where}{value!r} is not a duration: use a whole number and a unit, such as 500ms, 30s, 2m or 1h"
+        )
+    if field == "foreach":
+        return f"{where}must be an expression such as ${{{{ inputs.names }}}} or a list, got {value!r}"
+    if field == "if":
+        return f"{where}must be an expression such as steps.a.status == 'succeeded', got {value!r}"
+    return f"{where}{err['msg'][0].lower()}{err['msg'][1:]}, got {_short(value)}"
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _owner(path: tuple[Any, ...]) -> str:
+    if path == ():
+        return "routine"
+    if len(path) == 2 and path[0] == "steps":
+        return "step"
+    if len(path) == 3 and path[0] == "steps" and path[2] == "retry":
+        return "retry"
+    return ""
+
+
+def _where(path: tuple[Any, ...], doc: Located) -> str:
+    """A readable place: `step 'fetch': retry.max-attempts: ` or `inputs.name: `."""
+    if not path:
+        return ""
+    if path[0] == "steps" and len(path) >= 2 and isinstance(path[1], int):
+        step = doc.get(path[:2])
+        sid = step.get("id") if isinstance(step, dict) else None
+        head = f"step '{sid}'" if isinstance(sid, str) else f"step {path[1] + 1}"
+        rest = ".".join(str(p) for p in path[2:])
+        return f"{head}: {rest}: " if rest else f"{head}: "
+    return ".".join(str(p) for p in path) + ": "
+
+
+def _structure_problems(data: dict[str, Any], doc: Located) -> list[tuple[int, int, str]]:
+    from packs.errors import RefError
+    from packs.refs import ActionRef
+
+    problems: list[tuple[int, int, str]] = []
+    steps = data.get("steps")
+    if not isinstance(steps, list):
+        return problems
+    first: dict[str, int] = {}
+    for i, step in enumerate(steps):
+        if not isinstance(step, dict):
+            problems.append(
+                (*doc.position(("steps", i)), f"step {i + 1}: a step is a mapping with id and uses")
+            )
+            continue
+        sid = step.get("id")
+        if isinstance(sid, str):
+            if sid in first:
+                line = doc.position(("steps", first[sid], "id"))[0]
+                problems.append(
+                    (*doc.position(("steps", i, "id")), f"duplicate step id '{sid}' (first at line {line})")
+                )
+            else:
+                first[sid] = i
+        uses = step.get("uses")
+        if isinstance(uses, str):
+            try:
+                ActionRef.parse(uses)
+            except RefError as exc:
+                problems.append(
+                    (*doc.position(("steps", i, "uses")), f"{_where(('steps', i), doc)}uses: {exc}")
+                )
+    return problems
+
+
+def _input_problems(data: dict[str, Any], doc: Located) -> list[tuple[int, int, str]]:
+    problems: list[tuple[int, int, str]] = []
+    inputs = data.get("inputs")
+    if not isinstance(inputs, dict):
+        return problems
+    for name, spec in inputs.items():
+        if not isinstance(spec, dict):
+            continue
+        schema = {k: v for k, v in spec.items() if k != "default"}
+        try:
+            jsonschema.Draft202012Validator.check_schema(schema)
+        except jsonschema.SchemaError as exc:
+            path = ("inputs", name, *exc.absolute_path)
+            problems.append(
+                (*doc.position(doc.known_prefix(path)), f"inputs.{name}: not a JSON Schema: {exc.message}")
+            )
+            continue
+        if "default" in spec and not ex.has_expressions(spec["default"]):
+            for error in jsonschema.Draft202012Validator(schema).iter_errors(spec["default"]):
+                path = doc.known_prefix(("inputs", name, "default", *error.absolute_path))
+                problems.append((*doc.position(path), f"inputs.{name}.default: {error.message}"))
+    return problems
+
+
+def resolve_inputs(routine: Routine, given: Mapping[str, Any]) -> dict[str, Any]:
+    """A run's inputs: the given values checked against each input's schema, defaults filled in.
+
+    Raises:
+        RoutineInputError: an unknown input, a missing required one, or a value that does not fit.
+    """
+    problems: list[str] = []
+    for name in given:
+        if name not in routine.inputs:
+            known = ", ".join(routine.inputs) or "none"
+            problems.append(f"routine '{routine.name}' has no input '{name}' (inputs: {known})")
+    result: dict[str, Any] = {}
+    for name, spec in routine.inputs.items():
+        if name in given:
+            value = given[name]
+        elif spec.required:
+            problems.append(f"input '{name}' is required")
+            continue
+        else:
+            value = spec.default
+        for error in jsonschema.Draft202012Validator(spec.json_schema()).iter_errors(value):
+            at = "".join(f"[{p!r}]" for p in error.absolute_path)
+            problems.append(f"input '{name}'{at}: {error.message}")
+        result[name] = value
+    if problems:
+        raise RoutineInputError(problems)
+    return result

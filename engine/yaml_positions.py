@@ -1,0 +1,137 @@
+"""YAML with positions: the data of a document plus the line and column of every key and value.
+
+The loader reads YAML the way editors (YAML 1.2) do where it matters for routines: only
+`true`/`false` are booleans (`yes`, `no`, `on`, `off` stay strings) and dates stay strings.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+Path = tuple[Any, ...]
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader with YAML 1.2 booleans and no timestamps."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
+_Loader.add_constructor("tag:yaml.org,2002:timestamp", yaml.SafeLoader.construct_yaml_str)  # type: ignore[type-var]
+
+
+@dataclass
+class Located:
+    """A YAML document's data with the node of each value and key, by path (keys and list indexes)."""
+
+    text: str
+    value: Any
+    values: dict[Path, yaml.Node] = field(default_factory=dict)
+    keys: dict[Path, yaml.Node] = field(default_factory=dict)
+    problems: list[tuple[int, int, str]] = field(default_factory=list)
+
+    def get(self, path: Path) -> Any:
+        """The data at a path, or None."""
+        value = self.value
+        for part in path:
+            try:
+                value = value[part]
+            except (KeyError, IndexError, TypeError):
+                return None
+        return value
+
+    def known_prefix(self, path: Path) -> Path:
+        """The longest prefix of `path` that names a node of the document."""
+        path = tuple(path)
+        while path and path not in self.values:
+            path = path[:-1]
+        return path
+
+    def position(self, path: Path) -> tuple[int, int]:
+        """1-based line and column of the value at `path` (or of its nearest known parent)."""
+        node = self.values.get(self.known_prefix(path))
+        if node is None:
+            return (1, 1)
+        return (node.start_mark.line + 1, node.start_mark.column + 1)
+
+    def key_position(self, path: Path) -> tuple[int, int]:
+        """1-based line and column of the key of the mapping entry at `path`."""
+        node = self.keys.get(tuple(path))
+        if node is None:
+            return self.position(path)
+        return (node.start_mark.line + 1, node.start_mark.column + 1)
+
+    def offset_position(self, path: Path, occurrence: int, needle: str, extra: int) -> tuple[int, int]:
+        """Where the `occurrence`-th `needle` of a scalar's source text is, plus `extra` characters.
+
+        Used to point inside a string value at a `${{ }}` or at a spot inside one. Falls back to the
+        value's own position when the source text does not hold it verbatim (escapes, folding).
+        """
+        node = self.values.get(tuple(path))
+        if node is None:
+            return self.position(path)
+        start, end = node.start_mark.index, node.end_mark.index
+        raw = self.text[start:end]
+        index = -1
+        for _ in range(occurrence + 1):
+            index = raw.find(needle, index + 1)
+            if index < 0:
+                return self.position(path)
+        target = min(start + index + extra, max(end - 1, start))
+        line = self.text.count("\n", 0, target)
+        column = target - (self.text.rfind("\n", 0, target) + 1)
+        return (line + 1, column + 1)
+
+
+def compose(text: str) -> Located:
+    """Parse one YAML document, keeping every node's position.
+
+    Raises:
+        yaml.YAMLError: the text is not YAML (`MarkedYAMLError` carries the position).
+    """
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return Located(text=text, value=None)
+        value = loader.construct_document(node)
+    finally:
+        loader.dispose()
+    doc = Located(text=text, value=value)
+    _index(doc, node, ())
+    return doc
+
+
+def _index(doc: Located, node: yaml.Node, path: Path) -> None:
+    doc.values[path] = node
+    if isinstance(node, yaml.MappingNode):
+        first: dict[Any, yaml.Node] = {}
+        for key_node, value_node in node.value:
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+            if key is None:
+                continue
+            if key in first:
+                mark = first[key].start_mark
+                doc.problems.append(
+                    (
+                        key_node.start_mark.line + 1,
+                        key_node.start_mark.column + 1,
+                        f"duplicate key '{key}' (first at line {mark.line + 1})",
+                    )
+                )
+                continue
+            first[key] = key_node
+            doc.keys[(*path, key)] = key_node
+            _index(doc, value_node, (*path, key))
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _index(doc, item, (*path, i))

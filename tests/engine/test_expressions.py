@@ -1,0 +1,191 @@
+"""`${{ }}` expressions: typing, interpolation, scopes, errors, references."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from engine import expressions as ex
+
+CONTEXT: dict[str, Any] = {
+    "inputs": {"name": "Ann", "names": ["ada", "bob"], "count": 3, "ratio": 0.5, "flag": True, "none": None},
+    "steps": {
+        "greet": {
+            "status": "succeeded",
+            "output": {"text": "hello Ann", "file": {"$bytes": "aGk=", "name": "a.txt"}},
+        },
+        "broken": {"status": "failed", "output": None},
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("${{ inputs.names }}", ["ada", "bob"]),
+        ("${{ inputs.count }}", 3),
+        ("${{ inputs.count * 2 }}", 6),
+        ("${{ inputs.ratio }}", 0.5),
+        ("${{ inputs.flag }}", True),
+        ("${{ inputs.none }}", None),
+        ("  ${{ inputs.count }}  ", 3),
+        ("${{ steps.greet.output.file }}", {"$bytes": "aGk=", "name": "a.txt"}),
+        ('${{ {"a": {"b": [1, 2]}} }}', {"a": {"b": [1, 2]}}),
+        ("${{ inputs.names.map(n, n + '!') }}", ["ada!", "bob!"]),
+        ("${{ size(inputs.names) }}", 2),
+    ],
+)
+def test_whole_value_expression_keeps_its_type(value: str, expected: Any) -> None:
+    result = ex.evaluate(value, CONTEXT)
+    assert result == expected
+    assert type(result) is type(expected)
+
+
+def test_results_are_plain_python_types_all_the_way_down() -> None:
+    result = ex.evaluate('${{ {"n": inputs.count, "l": [inputs.flag, inputs.ratio, "x"]} }}', CONTEXT)
+    assert type(result) is dict
+    assert [type(k) for k in result] == [str, str]
+    assert type(result["n"]) is int
+    assert [type(v) for v in result["l"]] == [bool, float, str]
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("hello ${{ inputs.name }}!", "hello Ann!"),
+        ("n=${{ inputs.count }}", "n=3"),
+        ("${{ inputs.count }} items", "3 items"),
+        ("list ${{ inputs.names }}", 'list ["ada","bob"]'),
+        ("${{ inputs.flag }}/${{ inputs.none }}", "true/null"),
+        ("${{ inputs.ratio }}x", "0.5x"),
+        ("no expressions", "no expressions"),
+        ('${{ "}}" }} closes', "}} closes"),
+    ],
+)
+def test_interpolated_expression_becomes_text(value: str, expected: str) -> None:
+    assert ex.evaluate(value, CONTEXT) == expected
+
+
+def test_evaluate_walks_dicts_and_lists_and_leaves_other_values_alone() -> None:
+    value = {"a": ["${{ inputs.count }}", 7, None, {"b": "x ${{ inputs.name }}"}], "c": False}
+    assert ex.evaluate(value, CONTEXT) == {"a": [3, 7, None, {"b": "x Ann"}], "c": False}
+
+
+def test_foreach_scope_reads_item_and_index() -> None:
+    items = ex.evaluate_foreach("${{ inputs.names }}", CONTEXT)
+    results = [
+        ex.evaluate(
+            {"text": "${{ index }}: ${{ item }}", "n": "${{ index }}"}, {**CONTEXT, "item": it, "index": i}
+        )
+        for i, it in enumerate(items)
+    ]
+    assert results == [{"text": "0: ada", "n": 0}, {"text": "1: bob", "n": 1}]
+
+
+def test_foreach_takes_a_literal_list_with_expressions_inside() -> None:
+    assert ex.evaluate_foreach(["a", "${{ inputs.name }}"], CONTEXT) == ["a", "Ann"]
+
+
+def test_foreach_of_something_else_than_a_list_is_an_error() -> None:
+    with pytest.raises(ex.ExpressionError, match=r"foreach: must give a list, got 3"):
+        ex.evaluate_foreach("inputs.count", CONTEXT)
+
+
+@pytest.mark.parametrize(
+    ("condition", "expected"),
+    [
+        (None, True),
+        (True, True),
+        (False, False),
+        ('steps.greet.status == "succeeded"', True),
+        ("${{ steps.broken.status == 'succeeded' }}", False),
+        ("inputs.count > 2 && inputs.flag", True),
+    ],
+)
+def test_condition_accepts_bare_and_wrapped_expressions(condition: str | bool | None, expected: bool) -> None:
+    assert ex.evaluate_condition(condition, CONTEXT) is expected
+
+
+def test_condition_that_is_not_boolean_is_an_error() -> None:
+    with pytest.raises(ex.ExpressionError, match=r"if: must give true or false, got Ann"):
+        ex.evaluate_condition("inputs.name", CONTEXT)
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("${{ inputs.missing }}", "${{ inputs.missing }}: no such key: 'missing'"),
+        ("${{ nope + 1 }}", "${{ nope + 1 }}: undeclared reference to 'nope'"),
+        ('x ${{ inputs.count + "a" }}', "no operator or function fits these operand types (int, string)"),
+        ("${{ inputs.names[5] }}", "${{ inputs.names[5] }}: list index out of range"),
+        ("${{ 1 / 0 }}", "${{ 1 / 0 }}: modulus or divide by zero"),
+        ('${{ b"abc" }}', "the result is bytes"),
+        ("${{ steps.broken.output.text }}", "${{ steps.broken.output.text }}"),
+    ],
+)
+def test_evaluation_error_names_the_expression_and_the_problem(value: str, problem: str) -> None:
+    with pytest.raises(ex.ExpressionError) as info:
+        ex.evaluate({"field": value}, CONTEXT)
+    assert problem in str(info.value)
+    assert "Traceback" not in str(info.value) and "Activation" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("expr", "line", "column", "problem"),
+    [
+        ("inputs.a +", 1, 11, "the expression ends too early"),
+        ("inputs.a 1", 1, 10, "unexpected '1'"),
+        ("(inputs.a", 1, 10, "the expression ends too early"),
+        ("x = 1", 1, 3, "unexpected '='"),
+        ("a &&\n  || b", 2, 3, "unexpected '||'"),
+    ],
+)
+def test_syntax_error_has_line_and_column(expr: str, line: int, column: int, problem: str) -> None:
+    with pytest.raises(ex.ExpressionSyntaxError) as info:
+        ex.check(expr)
+    assert (info.value.line, info.value.column) == (line, column)
+    assert problem in info.value.problem
+
+
+def test_unclosed_template_is_a_syntax_error() -> None:
+    with pytest.raises(ex.ExpressionSyntaxError, match=r"'\$\{\{' is not closed by '\}\}'"):
+        ex.evaluate("hello ${{ inputs.name", CONTEXT)
+
+
+def test_empty_expression_is_a_syntax_error() -> None:
+    with pytest.raises(ex.ExpressionSyntaxError, match="the expression is empty"):
+        ex.check_template("a ${{  }} b")
+
+
+@pytest.mark.parametrize(
+    ("expr", "steps"),
+    [
+        ("steps.a.output.text", {"a"}),
+        ('steps["b-c"].status == "failed"', {"b-c"}),
+        ("has(steps.a.output.x) ? steps.b.output.x : steps.c.output.y.startsWith('z')", {"a", "b", "c"}),
+        ("inputs.names.map(steps, steps)", set()),
+        ("inputs.names.exists(s, s == steps.d.output.text)", {"d"}),
+        ("inputs.count + 1", set()),
+    ],
+)
+def test_referenced_steps_finds_every_step_read(expr: str, steps: set[str]) -> None:
+    assert ex.referenced_steps(expr) == steps
+
+
+def test_references_leave_out_macro_variables() -> None:
+    refs = ex.references("inputs.names.filter(n, n != item).map(m, m + string(index))")
+    assert {r.root for r in refs} == {"inputs", "item", "index"}
+
+
+def test_compiled_programs_are_cached_by_text() -> None:
+    ex.check("inputs.count + 41")
+    first = ex._programs["inputs.count + 41"]
+    ex.evaluate("${{ inputs.count + 41 }}", CONTEXT)
+    assert ex._programs["inputs.count + 41"] is first
+
+
+def test_evaluation_is_deterministic_for_maps() -> None:
+    expr = '${{ {"z": 1, "a": 2, "m": inputs.names} }}'
+    runs = {repr(ex.evaluate(expr, CONTEXT)) for _ in range(5)}
+    assert runs == {"{'z': 1, 'a': 2, 'm': ['ada', 'bob']}"}
