@@ -63,7 +63,7 @@ def build_archive(root: Path, fmt: str = "tar") -> tuple[bytes, ArchiveStats]:
             leaves it, or a name that is not UTF-8 text.
     """
     if fmt not in FORMATS:
-        raise BuildError(f"archive format {fmt!r} is not accepted: use \"tar\" or \"tar.gz\"")
+        raise BuildError(f'archive format {fmt!r} is not accepted: use "tar" or "tar.gz"')
     if not root.is_dir() or root.is_symlink():
         raise BuildError(f"{root} is not a directory: a tool pack keeps its files under tool/")
     entries: list[tuple[tuple[str, ...], os.stat_result]] = []
@@ -115,16 +115,20 @@ def _walk(root: Path, parts: tuple[str, ...], out: list[tuple[tuple[str, ...], o
         if stat.S_ISLNK(mode):
             target = os.readlink(child.path)
             if not symlink_stays_inside(len(parts), target):
-                raise BuildError(f"{rel} is a symlink to {target!r}, which leaves tool/: use a relative link "
-                                 "of leading '..' and names that stays inside tool/, or copy the file")
+                raise BuildError(
+                    f"{rel} is a symlink to {target!r}, which leaves tool/: use a relative link "
+                    "of leading '..' and names that stays inside tool/, or copy the file"
+                )
             out.append(((*parts, name), st))
         elif stat.S_ISDIR(mode):
             out.append(((*parts, name), st))
             _walk(root, (*parts, name), out)
         elif stat.S_ISREG(mode):
             if st.st_nlink > 1:
-                raise BuildError(f"{rel} is a hard link ({st.st_nlink} names for one file): "
-                                 "the archive takes no hard links, copy the file instead")
+                raise BuildError(
+                    f"{rel} is a hard link ({st.st_nlink} names for one file): "
+                    "the archive takes no hard links, copy the file instead"
+                )
             out.append(((*parts, name), st))
         else:
             kind = "a special file"
@@ -134,8 +138,10 @@ def _walk(root: Path, parts: tuple[str, ...], out: list[tuple[tuple[str, ...], o
                 kind = "a fifo"
             elif stat.S_ISSOCK(mode):
                 kind = "a socket"
-            raise BuildError(f"{rel} is {kind}: the archive takes only regular files, directories "
-                             "and symlinks that stay inside tool/")
+            raise BuildError(
+                f"{rel} is {kind}: the archive takes only regular files, directories "
+                "and symlinks that stay inside tool/"
+            )
 
 
 # Unpack -----------------------------------------------------------------------------------------------
@@ -161,7 +167,7 @@ def unpack_archive(
             or bytes than declared.
     """
     if fmt not in FORMATS:
-        raise ArchiveError(f"archive format {fmt!r} is not accepted: use \"tar\" or \"tar.gz\"")
+        raise ArchiveError(f'archive format {fmt!r} is not accepted: use "tar" or "tar.gz"')
     try:
         tar = tarfile.open(fileobj=io.BytesIO(data), mode="r:gz" if fmt == "tar.gz" else "r:")
     except (tarfile.TarError, OSError, EOFError) as exc:
@@ -208,8 +214,9 @@ def _check_members(
             for i in range(1, len(parts)):
                 kind = kinds.setdefault(parts[:i], "dir")
                 if kind != "dir":
-                    raise ArchiveError(f"archive entry {name!r} lies under {'/'.join(parts[:i])!r}, "
-                                       f"which is a {kind}")
+                    raise ArchiveError(
+                        f"archive entry {name!r} lies under {'/'.join(parts[:i])!r}, which is a {kind}"
+                    )
             prior = kinds.get(parts)
             if prior is not None and not (prior == "dir" and m.isdir()):
                 raise ArchiveError(f"archive entry {name!r} appears twice")
@@ -217,14 +224,16 @@ def _check_members(
                 kinds[parts] = "file"
                 total += m.size
                 if total > max_unpacked_bytes:
-                    raise ArchiveError(f"the archive unpacks to more than {max_unpacked_bytes} bytes, "
-                                       "the size declared")
+                    raise ArchiveError(
+                        f"the archive unpacks to more than {max_unpacked_bytes} bytes, the size declared"
+                    )
             elif m.isdir():
                 kinds[parts] = "dir"
             elif m.issym():
                 if not symlink_stays_inside(len(parts) - 1, m.linkname):
-                    raise ArchiveError(f"archive entry {name!r} is a symlink to {m.linkname!r}, which leaves "
-                                       "the archive")
+                    raise ArchiveError(
+                        f"archive entry {name!r} is a symlink to {m.linkname!r}, which leaves the archive"
+                    )
                 kinds[parts] = "symlink"
             elif m.islnk():
                 raise ArchiveError(f"archive entry {name!r} is a hard link: hard links are refused")
@@ -233,8 +242,10 @@ def _check_members(
             elif m.isfifo():
                 raise ArchiveError(f"archive entry {name!r} is a fifo: fifos are refused")
             else:
-                raise ArchiveError(f"archive entry {name!r} has type {m.type!r}: only regular files, "
-                                   "directories and symlinks are accepted")
+                raise ArchiveError(
+                    f"archive entry {name!r} has type {m.type!r}: only regular files, "
+                    "directories and symlinks are accepted"
+                )
             members.append((m, parts))
     except tarfile.TarError as exc:
         raise ArchiveError(f"the archive is not a valid tar file: {exc}") from exc

@@ -52,8 +52,10 @@ class BundleFile:
         try:
             return cls(path=str(value["path"]), sha256=str(value["sha256"]), bytes=int(value["bytes"]))
         except (KeyError, TypeError, ValueError) as exc:
-            raise ManifestError(f"bundle file {dict(value)!r} is not accepted: use "
-                                f'{{"path": ..., "sha256": ..., "bytes": ...}}') from exc
+            raise ManifestError(
+                f"bundle file {dict(value)!r} is not accepted: use "
+                f'{{"path": ..., "sha256": ..., "bytes": ...}}'
+            ) from exc
 
     def to_dict(self) -> dict[str, Any]:
         """{"path", "sha256", "bytes"}."""

@@ -58,8 +58,8 @@ def split_kid(kid: str) -> tuple[str, str]:
     namespace, sep, name = kid.partition("#") if isinstance(kid, str) else ("", "", "")
     if not sep or not is_namespace(namespace) or KID_NAME_RE.match(name) is None:
         raise ValueError(
-            f"key id {kid!r} is not accepted: use \"<namespace>#<name>\" "
-            "such as \"com.example.tools#dev-2026-10\", "
+            f'key id {kid!r} is not accepted: use "<namespace>#<name>" '
+            'such as "com.example.tools#dev-2026-10", '
             f"the namespace being {NAMESPACE_HINT} and the name of letters, digits, '.', '_' and '-'"
         )
     return namespace, name

@@ -58,8 +58,10 @@ class ActionRef:
             raise RefError(f"action ref {text!r} is not accepted: use {_FORM}")
         body, at, version = text.partition("@")
         if not at:
-            raise RefError(f"action ref {text!r} has no version: add @<major> or @<major>.<minor>.<patch>, "
-                           f"such as \"{text}@1\"")
+            raise RefError(
+                f"action ref {text!r} has no version: add @<major> or @<major>.<minor>.<patch>, "
+                f'such as "{text}@1"'
+            )
         parts = body.split("/")
         if len(parts) != 3:
             raise RefError(f"action ref {text!r} is not accepted: use {_FORM}")
@@ -75,7 +77,7 @@ class ActionRef:
         if MAJOR_RE.match(version) is None and SEMVER_RE.match(version) is None:
             raise RefError(
                 f"action ref {text!r}: version {version!r} is not accepted: use a major version "
-                "such as \"1\" or an exact version such as \"1.0.0\""
+                'such as "1" or an exact version such as "1.0.0"'
             )
         return cls(namespace=namespace, name=name, action=action, version=version)
 
@@ -89,7 +91,7 @@ def split_pack_id(pack: str) -> tuple[str, str]:
     namespace, sep, name = pack.partition("/") if isinstance(pack, str) else ("", "", "")
     if not sep or not is_namespace(namespace) or not is_name(name):
         raise RefError(
-            f"pack {pack!r} is not accepted: use \"<namespace>/<name>\" such as \"com.example.tools/echo\", "
+            f'pack {pack!r} is not accepted: use "<namespace>/<name>" such as "com.example.tools/echo", '
             f"the namespace being {NAMESPACE_HINT} and the name {NAME_HINT}"
         )
     return namespace, name

@@ -97,9 +97,9 @@ def verify_manifest(manifest: Mapping[str, Any], files: Sequence[BundleFile], pu
     kid, alg, hash_, value = sig.get("kid"), sig.get("alg"), sig.get("hash"), sig.get("value")
     _check_kid(kid, manifest.get("pack"))
     if alg != ALG:
-        raise SignatureError(f"signature.alg {alg!r} is not accepted: use \"ed25519\"")
+        raise SignatureError(f'signature.alg {alg!r} is not accepted: use "ed25519"')
     if not isinstance(hash_, str) or _HASH_RE.match(hash_) is None:
-        raise SignatureError(f"signature.hash {hash_!r} is not accepted: use \"sha256:<64 lowercase hex>\"")
+        raise SignatureError(f'signature.hash {hash_!r} is not accepted: use "sha256:<64 lowercase hex>"')
     try:
         raw_sig = base64.b64decode(str(value), validate=True)
     except (binascii.Error, ValueError) as exc:
@@ -198,8 +198,9 @@ def generate_key(kid: str, directory: Path | None = None) -> str:
         raise KeyStoreError(f"key {kid} already exists in {directory}: choose another key id")
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     key = Ed25519PrivateKey.generate()
-    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                            serialization.NoEncryption())
+    pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
     fd = os.open(private_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as fh:
         fh.write(pem)

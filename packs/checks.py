@@ -1,0 +1,371 @@
+"""The publish checks: one numbered list, every violation reported at once.
+
+`run_checks` reads the raw manifest dict, so that it can name fields this version refuses
+("sessions", "setup", ...). Each violation's message reads "check N: <field> <value> is not
+accepted...: <what is accepted>". Checks 13 to 20 are the tool-pack value refusals of the
+hosted-tools contract. docs/packs.md lists every check; `CHECKS` is the same list in code.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from packs.checks_tool import TOOL_CHECKS
+from packs.checks_util import Report, actions_of, is_tool_pack, missing_or, path_of, render
+from packs.names import NAME_HINT, NAMESPACE_HINT, is_name, is_namespace, is_semver
+from packs.semver import ENGINE_VERSION, CaretRange
+
+CHECKS: dict[int, str] = {
+    1: 'pack is "<namespace>/<name>"',
+    2: "version is MAJOR.MINOR.PATCH",
+    3: "title (1 to 100 characters, one line), description (1 to 2000) and license (1 to 100, one line) "
+    "are text",
+    4: 'publisher is {"id": <the pack\'s namespace>, "name": <1 to 100 characters>}',
+    5: f'engine is a caret range ("^1.1") that admits this engine, {ENGINE_VERSION}',
+    6: "the manifest has only known top-level fields",
+    7: 'egress is a list of {"host"}; connections and triggers are lists of objects with a unique key',
+    8: "actions is a non-empty list of objects whose keys are names and unique",
+    9: "each action has a title, a description, effects.class read, write or pure, impl.kind http or vm, "
+    "and only known fields",
+    10: 'inputSchema and outputSchema are valid JSON Schemas (2020-12) of type "object"',
+    11: "an http action's impl.request has a method and an https url whose host is in egress",
+    12: 'signature, when present, is {"kid", "alg": "ed25519", "hash", "value"} with a kid of the '
+    "pack's namespace",
+    13: 'tool.kind is "cli" and tool.base is {"name": "base"}',
+    14: 'tool.size is absent or {"vcpu": 1, "memoryMb": 512}',
+    15: 'tool.runtime is absent or {"mode": "call"}; tool.network is absent or {"mode": "none"}',
+    16: "a tool pack declares no sessions, setup, image, formats, connections, triggers or egress, and only "
+    "known tool fields",
+    17: 'every action of a tool pack is {"kind": "vm", "protocol": "json-stdio", "cmd": [...]} with '
+    "cmd[0] under /tool/, and effects.class pure",
+    18: "execution.timeoutMs is absent (30000) or an integer from 100 to 60000",
+    19: 'x-b3os-file sits on a top-level property of type "object", is {"accept": [...]} in the input and '
+    '{"produces": [...]} in the output schema, at most 4 each way',
+    20: 'pricing is {"model": "free"} or {"model": "per_call", "usd": "<at most 1, at most 6 decimals>"}; '
+    "a tool in io.b3os has no price",
+    21: "a tool pack's engine range does not admit 1.0.0",
+    22: "tool.bundle.archive has sha256 (64 hex), bytes (1 to 64 MiB), format tar or tar.gz, unpackedBytes "
+    "(up to 512 MiB) and entries (1 to 20,000)",
+    23: 'tool.upstream is a list of {"name", "license"} and tool.notices a bundle file name',
+}
+
+TOP_LEVEL_FIELDS = (
+    "pack",
+    "version",
+    "title",
+    "description",
+    "publisher",
+    "license",
+    "engine",
+    "egress",
+    "connections",
+    "actions",
+    "triggers",
+    "pricing",
+    "tool",
+    "signature",
+)
+ACTION_FIELDS = (
+    "key",
+    "title",
+    "description",
+    "inputSchema",
+    "outputSchema",
+    "effects",
+    "impl",
+    "execution",
+    "pricing",
+    "connections",
+)
+REFUSED_FEATURES = ("sessions", "setup", "image", "formats")
+_HOST_RE = re.compile(
+    r"^(\*\.)?[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*$"
+)
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One refused value: `check` number, `field` path (such as "tool.size") and the full sentence."""
+
+    check: int
+    field: str
+    message: str
+
+
+def run_checks(manifest: Any) -> list[Violation]:
+    """Run every publish check on a raw manifest.
+
+    Returns:
+        Every violation, by check number; empty when the manifest may be published.
+    """
+    report = Report()
+    if not isinstance(manifest, Mapping):
+        report.add(1, "manifest", manifest, "a manifest is a JSON object")
+        return report.violations(Violation)
+    for check in (*GENERAL_CHECKS, *TOOL_CHECKS):
+        check(manifest, report)
+    return report.violations(Violation)
+
+
+def _text(
+    report: Report, n: int, m: Mapping[str, Any], field: str, prefix: str, limit: int, line: bool
+) -> None:
+    value = m.get(field)
+    ok = isinstance(value, str) and value.strip() != "" and len(value) <= limit
+    if ok and line and isinstance(value, str) and ("\n" in value or "\r" in value):
+        ok = False
+    if not ok:
+        what = f"use a text of 1 to {limit} characters" + (" on one line" if line else "")
+        report.add(n, prefix + field, value, missing_or(field in m, what))
+
+
+def check_pack(m: Mapping[str, Any], r: Report) -> None:
+    pack = m.get("pack")
+    ns, sep, name = pack.partition("/") if isinstance(pack, str) else ("", "", "")
+    if not sep or not is_namespace(ns) or not is_name(name):
+        r.add(
+            1,
+            "pack",
+            pack,
+            missing_or(
+                "pack" in m,
+                f'use "<namespace>/<name>" such as '
+                f'"com.example.tools/echo": a namespace of {NAMESPACE_HINT}, '
+                f"a name of {NAME_HINT}",
+            ),
+        )
+
+
+def check_version(m: Mapping[str, Any], r: Report) -> None:
+    if not is_semver(m.get("version")):
+        r.add(
+            2,
+            "version",
+            m.get("version"),
+            missing_or("version" in m, 'use MAJOR.MINOR.PATCH without leading zeros, such as "1.0.0"'),
+        )
+
+
+def check_texts(m: Mapping[str, Any], r: Report) -> None:
+    _text(r, 3, m, "title", "", 100, True)
+    _text(r, 3, m, "description", "", 2000, False)
+    _text(r, 3, m, "license", "", 100, True)
+
+
+def check_publisher(m: Mapping[str, Any], r: Report) -> None:
+    pub = m.get("publisher")
+    ns = str(m.get("pack", "")).partition("/")[0]
+    shown = f'"{ns}"' if is_namespace(ns) else "<the pack's namespace>"
+    if not isinstance(pub, Mapping):
+        r.add(4, "publisher", pub, missing_or("publisher" in m, f'use {{"id": {shown}, "name": ...}}'))
+        return
+    if pub.get("id") != ns or not is_namespace(ns):
+        r.add(4, "publisher.id", pub.get("id"), missing_or("id" in pub, f"use the pack's namespace {shown}"))
+    _text(r, 4, pub, "name", "publisher.", 100, True)
+    for key in pub:
+        if key not in ("id", "name"):
+            r.add(4, f"publisher.{key}", pub[key], "a publisher has only id and name")
+
+
+def check_engine(m: Mapping[str, Any], r: Report) -> None:
+    engine = m.get("engine")
+    try:
+        rng = CaretRange.parse(engine)  # type: ignore[arg-type]
+    except ValueError:
+        r.add(5, "engine", engine, missing_or("engine" in m, 'use a caret range such as "^1.1"'))
+        return
+    if not rng.admits(ENGINE_VERSION):
+        r.add(
+            5,
+            "engine",
+            engine,
+            f'this engine is {ENGINE_VERSION}: use a range that admits it, such as "^1.1"',
+        )
+
+
+def check_top_level_fields(m: Mapping[str, Any], r: Report) -> None:
+    for key in m:
+        if key not in TOP_LEVEL_FIELDS and key not in REFUSED_FEATURES:
+            r.add(
+                6,
+                str(key),
+                m[key],
+                "a manifest has only the fields " + ", ".join(TOP_LEVEL_FIELDS),
+                name_only=True,
+            )
+
+
+def check_declarations(m: Mapping[str, Any], r: Report) -> None:
+    egress = m.get("egress", [])
+    if not isinstance(egress, list):
+        r.add(7, "egress", egress, 'use a list of {"host": "api.example.com"}')
+    else:
+        for i, item in enumerate(egress):
+            host = item.get("host") if isinstance(item, Mapping) else None
+            if not isinstance(host, str) or _HOST_RE.match(host) is None or set(item) != {"host"}:
+                r.add(7, f"egress[{i}]", item, 'use {"host": "api.example.com"}, a lowercase host name')
+    for field in ("connections", "triggers"):
+        value = m.get(field, [])
+        if not isinstance(value, list):
+            r.add(7, field, value, "use a list of objects, each with a key")
+            continue
+        seen: set[str] = set()
+        for i, item in enumerate(value):
+            key = item.get("key") if isinstance(item, Mapping) else None
+            if not is_name(key) or key in seen:
+                r.add(7, f"{field}[{i}].key", key, f"use a unique key of {NAME_HINT}")
+            seen.add(str(key))
+
+
+def check_actions(m: Mapping[str, Any], r: Report) -> None:
+    actions = m.get("actions")
+    if not isinstance(actions, list) or not actions:
+        r.add(8, "actions", actions, missing_or("actions" in m, "use a non-empty list of actions"))
+        return
+    seen: set[str] = set()
+    for i, a in enumerate(actions):
+        if not isinstance(a, Mapping):
+            r.add(8, f"actions[{i}]", a, "an action is a JSON object")
+            continue
+        key = a.get("key")
+        if not is_name(key):
+            r.add(8, f"actions[{i}].key", key, missing_or("key" in a, f"use {NAME_HINT}"))
+        elif key in seen:
+            r.add(8, f"actions[{i}].key", key, "action keys are unique: use another key")
+        seen.add(str(key))
+
+
+def check_action_fields(m: Mapping[str, Any], r: Report) -> None:
+    for p, a in actions_of(m):
+        _text(r, 9, a, "title", p + ".", 100, True)
+        _text(r, 9, a, "description", p + ".", 2000, False)
+        effects = a.get("effects")
+        cls = effects.get("class") if isinstance(effects, Mapping) else None
+        if cls not in ("read", "write", "pure"):
+            r.add(
+                9,
+                f"{p}.effects",
+                effects,
+                missing_or("effects" in a, 'use {"class": "read"}, "write" or "pure"'),
+            )
+        impl = a.get("impl")
+        kind = impl.get("kind") if isinstance(impl, Mapping) else None
+        if kind not in ("http", "vm"):
+            r.add(
+                9,
+                f"{p}.impl.kind" if isinstance(impl, Mapping) else f"{p}.impl",
+                kind if impl else impl,
+                missing_or("impl" in a, 'use "http" or "vm"'),
+            )
+        for key in a:
+            if key not in ACTION_FIELDS:
+                r.add(
+                    9,
+                    f"{p}.{key}",
+                    a[key],
+                    "an action has only the fields " + ", ".join(ACTION_FIELDS),
+                    name_only=True,
+                )
+
+
+def check_schemas(m: Mapping[str, Any], r: Report) -> None:
+    from jsonschema import Draft202012Validator, SchemaError
+
+    for p, a in actions_of(m):
+        for field in ("inputSchema", "outputSchema"):
+            schema = a.get(field)
+            if not isinstance(schema, Mapping):
+                r.add(
+                    10, f"{p}.{field}", schema, missing_or(field in a, 'use a JSON Schema of type "object"')
+                )
+                continue
+            try:
+                Draft202012Validator.check_schema(schema)
+            except SchemaError as exc:
+                where = path_of(exc.path)
+                r.add(
+                    10,
+                    f"{p}.{field}{where}",
+                    exc.instance,
+                    f"it is not valid JSON Schema (2020-12): {exc.message}",
+                )
+                continue
+            if schema.get("type") != "object":
+                r.add(10, f"{p}.{field}.type", schema.get("type"), 'use "object" at the top of the schema')
+
+
+def check_http(m: Mapping[str, Any], r: Report) -> None:
+    from urllib.parse import urlsplit
+
+    hosts = (
+        {e.get("host") for e in m.get("egress", []) or [] if isinstance(e, Mapping)}
+        if isinstance(m.get("egress"), list)
+        else set()
+    )
+    for p, a in actions_of(m):
+        impl = a.get("impl")
+        if not isinstance(impl, Mapping) or impl.get("kind") != "http":
+            continue
+        req = impl.get("request")
+        if not isinstance(req, Mapping):
+            r.add(11, f"{p}.impl.request", req, 'use {"method": "GET", "url": "https://..."}')
+            continue
+        if req.get("method") not in ("GET", "POST", "PUT", "PATCH", "DELETE"):
+            r.add(11, f"{p}.impl.request.method", req.get("method"), "use GET, POST, PUT, PATCH or DELETE")
+        url = req.get("url")
+        host = urlsplit(url).hostname if isinstance(url, str) and url.startswith("https://") else None
+        if host is None:
+            r.add(11, f"{p}.impl.request.url", url, "use an https:// URL")
+        elif "${{" not in host and not any(
+            h == host or (str(h).startswith("*.") and host.endswith(str(h)[1:])) for h in hosts
+        ):
+            r.add(
+                11,
+                f"{p}.impl.request.url",
+                url,
+                f'its host {host} is not in egress: add {{"host": "{host}"}}',
+            )
+
+
+def check_signature(m: Mapping[str, Any], r: Report) -> None:
+    if "signature" not in m:
+        return
+    sig = m["signature"]
+    ns = str(m.get("pack", "")).partition("/")[0]
+    shape = {"kid", "alg", "hash", "value"}
+    if not isinstance(sig, Mapping) or set(sig) != shape:
+        r.add(12, "signature", sig, 'use {"kid", "alg", "hash", "value"} as the build writes it')
+        return
+    if (
+        not isinstance(sig["kid"], str)
+        or sig["kid"].partition("#")[0] != ns
+        or not sig["kid"].partition("#")[2]
+    ):
+        r.add(12, "signature.kid", sig["kid"], f'use a key id of the pack\'s namespace, "{ns}#<name>"')
+    if sig["alg"] != "ed25519":
+        r.add(12, "signature.alg", sig["alg"], 'use "ed25519"')
+    if not isinstance(sig["hash"], str) or re.match(r"^sha256:[0-9a-f]{64}$", sig["hash"]) is None:
+        r.add(12, "signature.hash", sig["hash"], 'use "sha256:<64 lowercase hex>"')
+    if not isinstance(sig["value"], str) or re.match(r"^[A-Za-z0-9+/]{86}==$", sig["value"]) is None:
+        r.add(12, "signature.value", sig["value"], "use the base64 of a 64-byte Ed25519 signature")
+
+
+GENERAL_CHECKS: tuple[Callable[[Mapping[str, Any], Report], None], ...] = (
+    check_pack,
+    check_version,
+    check_texts,
+    check_publisher,
+    check_engine,
+    check_top_level_fields,
+    check_declarations,
+    check_actions,
+    check_action_fields,
+    check_schemas,
+    check_http,
+    check_signature,
+)
+
+__all__ = ["CHECKS", "Violation", "run_checks", "is_tool_pack", "render"]
