@@ -198,7 +198,9 @@ class Routine(_Model):
     )
     description: str = Field(default="", description="What the routine does.")
     inputs: dict[InputName, InputSpec] = Field(
-        default_factory=dict, description="The values a run takes, by name; read as inputs.<name>."
+        default_factory=dict,
+        description="The values a run takes, by name; read as inputs.<name>.",
+        json_schema_extra={"propertyNames": {"pattern": INPUT_NAME_PATTERN}},
     )
     steps: list[Step] = Field(min_length=1, description="The steps, run in this order.")
     outputs: dict[str, Any] = Field(
