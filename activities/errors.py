@@ -1,0 +1,135 @@
+"""How an answer of `POST /v1/actions/call` becomes a Temporal activity outcome.
+
+Every failure is an `ApplicationError` whose `type` is the error code and whose first detail is
+`{"code", "reason", "message", "status", "attempt", ...}` (the api's own detail fields kept), so the
+workflow can put the code, reason and sentence in the run's result.
+
+    429, 503 (with Retry-After)        retryable, next_retry_delay = Retry-After seconds exactly
+    tool_failed with retryable: true   retryable with the step's backoff
+    tool_timed_out, other 5xx          retryable with the step's backoff
+    network errors to the api          retryable with the step's backoff
+    400, 422, other 4xx,
+    tool_failed not retryable,
+    output_invalid                     non_retryable=True
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from temporalio.exceptions import ApplicationError
+
+# Fields of the api's error body copied into the error details (never headers, never the request).
+_DETAIL_FIELDS = (
+    "exit_code",
+    "signal",
+    "tool_code",
+    "tool_message",
+    "retryable",
+    "errors",
+    "pack_error",
+    "field",
+)
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Seconds from a `Retry-After` header given in seconds, or None when absent or not a number.
+
+    Args:
+        value: The header's value.
+
+    Returns:
+        The delay in seconds (never negative), or None.
+    """
+    if value is None:
+        return None
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        return None
+    return max(seconds, 0.0)
+
+
+def problem_fields(status: int, body: Any) -> dict[str, Any]:
+    """The code, reason, message and detail fields of an api error body.
+
+    Accepts the error object at the top level or under `"error"`; the sentence may be `message`
+    or `detail`.
+
+    Args:
+        status: The HTTP status of the answer.
+        body: The decoded JSON body (anything).
+
+    Returns:
+        A dict with `code`, `reason`, `message`, `status` and any known detail fields.
+    """
+    err: dict[str, Any] = {}
+    if isinstance(body, dict):
+        inner = body.get("error")
+        err = inner if isinstance(inner, dict) else body
+    code = err.get("code") if isinstance(err.get("code"), str) else f"http_{status}"
+    reason = err.get("reason") if isinstance(err.get("reason"), str) else None
+    message = err.get("message") or err.get("detail") or err.get("title")
+    if not isinstance(message, str) or not message:
+        message = f"the api answered HTTP {status}"
+    fields: dict[str, Any] = {"code": code, "reason": reason, "message": message, "status": status}
+    for name in _DETAIL_FIELDS:
+        if name in err:
+            fields[name] = err[name]
+    return fields
+
+
+def error_for_answer(status: int, body: Any, retry_after: str | None, *, attempt: int) -> ApplicationError:
+    """The activity error for a non-2xx answer of the api.
+
+    Args:
+        status: The HTTP status.
+        body: The decoded JSON body (or None when it was not JSON).
+        retry_after: The `Retry-After` header, when present.
+        attempt: The activity attempt that got this answer (kept in the details).
+
+    Returns:
+        The `ApplicationError` to raise: retryable or not, with `next_retry_delay` from Retry-After.
+    """
+    fields = problem_fields(status, body)
+    fields["attempt"] = attempt
+    code = fields["code"]
+    delay = parse_retry_after(retry_after)
+    text = _sentence(fields)
+    if status in (429, 503):
+        if delay is not None:
+            fields["retry_after"] = delay
+        return ApplicationError(
+            text,
+            fields,
+            type=code,
+            next_retry_delay=timedelta(seconds=delay) if delay is not None else None,
+        )
+    if code == "tool_failed":
+        return ApplicationError(text, fields, type=code, non_retryable=fields.get("retryable") is not True)
+    if code == "output_invalid" or 400 <= status < 500:
+        return ApplicationError(text, fields, type=code, non_retryable=True)
+    return ApplicationError(text, fields, type=code)
+
+
+def network_error(exc: Exception, api_url: str, *, attempt: int) -> ApplicationError:
+    """A retryable error for a call that did not reach the api or got no answer.
+
+    Args:
+        exc: The transport error.
+        api_url: The api's base URL (it holds no secret).
+        attempt: The activity attempt.
+
+    Returns:
+        A retryable `ApplicationError` with code `api_unreachable`.
+    """
+    detail = f": {exc}" if str(exc) else f" ({type(exc).__name__})"
+    message = f"the api at {api_url} did not answer{detail}"
+    fields = {"code": "api_unreachable", "reason": type(exc).__name__, "message": message, "attempt": attempt}
+    return ApplicationError(message, fields, type="api_unreachable")
+
+
+def _sentence(fields: dict[str, Any]) -> str:
+    # The code is the error's type, which Temporal shows before this sentence.
+    return f"{fields['reason']}: {fields['message']}" if fields.get("reason") else fields["message"]

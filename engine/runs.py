@@ -1,0 +1,91 @@
+"""What a routine run takes and gives: the models shared by the workflow, the runs service and the CLI.
+
+A run's result has one shape whether it is read mid-run (the `progress` query) or at the end:
+
+    {"status": "running" | "succeeded" | "failed" | "cancelled",
+     "outputs": {...},
+     "steps": {"<step id>": {
+         "status": "pending" | "running" | "succeeded" | "failed" | "skipped" | "cancelled",
+         "attempts": 1,
+         "output": {...} | [...] | None,
+         "error": {"code", "reason", "message"} | None}}}
+
+This module is imported by the workflow sandbox: standard library and pydantic only.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from engine.routine import Routine
+
+ROUTINES_TASK_QUEUE = "b3os-routines"
+"""The task queue the routine workers poll and the runs service starts workflows on."""
+
+WORKFLOW_TYPE = "routine"
+"""The registered name of the one workflow type that runs every routine."""
+
+SEARCH_ATTRIBUTE_ROUTINE = "B3osRoutine"
+"""Keyword search attribute: the routine's name."""
+
+SEARCH_ATTRIBUTE_ORG = "B3osOrg"
+"""Keyword search attribute: the organization that started the run."""
+
+RunStatus = Literal["running", "succeeded", "failed", "cancelled"]
+StepStatus = Literal["pending", "running", "succeeded", "failed", "skipped", "cancelled"]
+
+
+def routine_workflow_id(routine_name: str, run_id: str) -> str:
+    """The workflow id of one run: `routine-<name>-<run id>`.
+
+    Args:
+        routine_name: The routine's name.
+        run_id: The run's id (unique per run).
+
+    Returns:
+        The workflow id the runs service starts the run with.
+    """
+    return f"routine-{routine_name}-{run_id}"
+
+
+class StepError(BaseModel):
+    """Why a step failed: the action error's code, reason and sentence."""
+
+    model_config = ConfigDict(extra="allow")
+
+    code: str
+    reason: str | None = None
+    message: str
+
+
+class StepResult(BaseModel):
+    """One step of a run as the API and CLI show it."""
+
+    status: StepStatus = "pending"
+    attempts: int = 0
+    output: Any = None
+    error: StepError | None = None
+
+
+class RunRoutineInput(BaseModel):
+    """The workflow's input: a validated routine and the inputs with defaults applied.
+
+    `key_id` is the id of the API key that started the run (never a secret): each step's call is
+    made on its behalf.
+    """
+
+    routine: Routine
+    inputs: dict[str, Any] = Field(default_factory=dict)
+    org_id: str
+    key_id: str
+    run_id: str
+
+
+class RunRoutineResult(BaseModel):
+    """The workflow's result, and the answer of its `progress` query mid-run."""
+
+    status: RunStatus = "running"
+    outputs: dict[str, Any] = Field(default_factory=dict)
+    steps: dict[str, StepResult] = Field(default_factory=dict)
