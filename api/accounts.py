@@ -1,0 +1,101 @@
+"""Organizations and API keys: creation, lookup by secret, revocation.
+
+A key's secret (`b3_` + 40 base62 characters) is shown once and stored only as its sha256 (the
+secret has ~238 bits of entropy, so a fast hash is enough); its first 11 characters are kept as
+the lookup prefix. CRUD functions take keyword-only arguments and do not commit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import string
+from collections.abc import Sequence
+
+from sqlmodel import Session, select
+
+from api.models import ApiKey, Organization, utcnow
+
+_ALPHABET = string.ascii_letters + string.digits
+_ID_ALPHABET = string.ascii_lowercase + string.digits
+KEY_PREFIX = "b3_"
+PREFIX_LEN = len(KEY_PREFIX) + 8
+
+
+def new_id(kind: str) -> str:
+    """A random id such as `org_01k3...` (kind + 20 lowercase alphanumerics)."""
+    return f"{kind}_" + "".join(secrets.choice(_ID_ALPHABET) for _ in range(20))
+
+
+def new_secret() -> str:
+    """A fresh API key secret."""
+    return KEY_PREFIX + "".join(secrets.choice(_ALPHABET) for _ in range(40))
+
+
+def hash_secret(secret: str) -> str:
+    """The stored form of a secret: sha256, lowercase hex."""
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def create_organization(session: Session, *, name: str, is_operator: bool = False) -> Organization:
+    """Add an organization (the caller commits)."""
+    org = Organization(id=new_id("org"), name=name, is_operator=is_operator)
+    session.add(org)
+    session.flush()
+    return org
+
+
+def create_api_key(
+    session: Session,
+    *,
+    org_id: str,
+    scopes: Sequence[str],
+    name: str = "",
+    monthly_spend_cap_microusd: int | None = None,
+) -> tuple[ApiKey, str]:
+    """Add a key to an organization; returns the row and the secret (shown once, never stored)."""
+    secret = new_secret()
+    key = ApiKey(
+        id=new_id("key"),
+        org_id=org_id,
+        name=name,
+        scopes=list(dict.fromkeys(scopes)),
+        monthly_spend_cap_microusd=monthly_spend_cap_microusd,
+        prefix=secret[:PREFIX_LEN],
+        key_hash=hash_secret(secret),
+    )
+    session.add(key)
+    session.flush()
+    return key, secret
+
+
+def find_key(session: Session, *, secret: str) -> ApiKey | None:
+    """The key whose secret this is (revoked keys included), or None."""
+    if not secret.startswith(KEY_PREFIX) or len(secret) < PREFIX_LEN + 1:
+        return None
+    key = session.exec(select(ApiKey).where(ApiKey.prefix == secret[:PREFIX_LEN])).first()
+    if key is None or not hmac.compare_digest(key.key_hash, hash_secret(secret)):
+        return None
+    return key
+
+
+def list_api_keys(session: Session, *, org_id: str) -> list[ApiKey]:
+    """An organization's keys, oldest first."""
+    stmt = select(ApiKey).where(ApiKey.org_id == org_id).order_by(ApiKey.created_at, ApiKey.id)  # type: ignore[arg-type]
+    return list(session.exec(stmt).all())
+
+
+def get_api_key(session: Session, *, org_id: str, key_id: str) -> ApiKey | None:
+    """One of an organization's keys (None for another organization's)."""
+    key = session.get(ApiKey, key_id)
+    return key if key is not None and key.org_id == org_id else None
+
+
+def revoke_api_key(session: Session, *, key: ApiKey) -> ApiKey:
+    """Mark a key revoked (idempotent: the first revocation time stays)."""
+    if key.revoked_at is None:
+        key.revoked_at = utcnow()
+        session.add(key)
+        session.flush()
+    return key

@@ -1,0 +1,65 @@
+"""Database engines and sessions. Nothing is built at import time.
+
+SQLite (the default) runs in WAL mode with a busy timeout, foreign keys on, and every transaction
+begun with `BEGIN IMMEDIATE`, so concurrent writers queue instead of failing with "database is
+locked" when a read turns into a write. The price: on SQLite an open transaction holds the write
+lock, so end transactions (commit or close the session) before any slow wait. PostgreSQL goes
+through psycopg 3 (`postgresql+psycopg://`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from fastapi import Request
+from sqlalchemy import Engine, create_engine, event, make_url
+from sqlmodel import Session
+
+from api.config import Settings
+
+
+def make_engine(url: str) -> Engine:
+    """Build an engine for a SQLAlchemy URL (SQLite file, or PostgreSQL via psycopg 3)."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "postgresql" and parsed.drivername == "postgresql":
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    if parsed.get_backend_name() != "sqlite":
+        return create_engine(parsed, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    if parsed.database and parsed.database != ":memory:":
+        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(parsed, connect_args={"check_same_thread": False, "timeout": 30})
+    event.listen(engine, "connect", _sqlite_connect)
+    event.listen(engine, "begin", _sqlite_begin)
+    return engine
+
+
+def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
+    # Take transaction control away from the driver so `begin` below decides how a transaction starts.
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+def _sqlite_begin(connection: Any) -> None:
+    connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def engine_from_settings(settings: Settings) -> Engine:
+    """The engine of the database the settings name."""
+    return make_engine(settings.resolved_database_url())
+
+
+def is_postgres(engine: Engine) -> bool:
+    """Whether the engine talks to PostgreSQL."""
+    return engine.dialect.name == "postgresql"
+
+
+def get_session(request: Request) -> Iterator[Session]:
+    """A session on the app's engine for one request (a dependency)."""
+    with Session(request.app.state.engine, expire_on_commit=False) as session:
+        yield session

@@ -1,0 +1,130 @@
+"""Request dependencies: settings, session, and who is calling.
+
+An API key arrives as `Authorization: Bearer b3_...` and becomes a `Principal` (key id, org,
+scopes). `require(scope, ...)` checks scopes with `api.scopes.grants`. Nodes present the node
+token (`B3OS_NODE_TOKEN`) instead and become a `NodeCaller`.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Request
+from sqlmodel import Session
+
+from api.accounts import find_key
+from api.config import Settings, get_settings
+from api.db import get_session
+from api.errors import Forbidden, Unauthorized
+from api.models import Organization
+from api.scopes import BY_NAME_ONLY, grants
+
+SessionDep = Annotated[Session, Depends(get_session)]
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+
+
+@dataclass(frozen=True)
+class Principal:
+    """The API key behind a request."""
+
+    key_id: str
+    org_id: str
+    scopes: tuple[str, ...]
+    is_operator: bool
+
+    def has(self, scope: str) -> bool:
+        """Whether this key holds `scope` (wildcards do not grant by-name-only scopes)."""
+        return grants(self.scopes, scope)
+
+    def check(self, *scopes: str) -> None:
+        """Raise Forbidden naming the first scope this key lacks."""
+        for scope in scopes:
+            if not self.has(scope):
+                raise Forbidden(_missing_scope(scope), missing_scope=scope)
+
+
+@dataclass(frozen=True)
+class NodeCaller:
+    """A node, authenticated by the node token."""
+
+
+def _missing_scope(scope: str) -> str:
+    if scope in BY_NAME_ONLY:
+        return (
+            f"This key lacks the scope {scope}, which must be held by name (* and actions:* do not grant it)."
+        )
+    return f"This key lacks the scope {scope}."
+
+
+def bearer_token(request: Request) -> str:
+    """The bearer token of a request, or Unauthorized."""
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Unauthorized("Send an API key as the header Authorization: Bearer <key>.")
+    return token.strip()
+
+
+def _principal_for(request: Request, token: str) -> Principal:
+    # A session of its own, closed at once: the request's session must not hold a transaction
+    # (on SQLite, a write lock) for the whole request just because the key was looked up.
+    with Session(request.app.state.engine) as session:
+        key = find_key(session, secret=token)
+        if key is None:
+            raise Unauthorized("The API key is not valid.")
+        if key.revoked_at is not None:
+            raise Unauthorized("This API key was revoked.")
+        org = session.get(Organization, key.org_id)
+        return Principal(
+            key_id=key.id,
+            org_id=key.org_id,
+            scopes=tuple(key.scopes),
+            is_operator=bool(org and org.is_operator),
+        )
+
+
+def current_principal(request: Request) -> Principal:
+    """The API key calling (any scope)."""
+    return _principal_for(request, bearer_token(request))
+
+
+PrincipalDep = Annotated[Principal, Depends(current_principal)]
+
+
+def require(*scopes: str) -> Callable[..., Principal]:
+    """A dependency: the calling key, which must hold every one of `scopes`."""
+
+    def dependency(principal: PrincipalDep) -> Principal:
+        principal.check(*scopes)
+        return principal
+
+    return dependency
+
+
+def is_node_token(settings: Settings, token: str) -> bool:
+    """Whether `token` is this installation's node token."""
+    return bool(settings.node_token) and hmac.compare_digest(
+        token.encode(), str(settings.node_token).encode()
+    )
+
+
+def node_caller(request: Request, settings: SettingsDep) -> NodeCaller:
+    """A node (the node token), or Unauthorized."""
+    if not settings.node_token:
+        raise Unauthorized(
+            "This installation has no node token: set B3OS_NODE_TOKEN on the api and the node."
+        )
+    if not is_node_token(settings, bearer_token(request)):
+        raise Unauthorized("The node token is not valid.")
+    return NodeCaller()
+
+
+def principal_or_node(request: Request, settings: SettingsDep) -> Principal | NodeCaller:
+    """A node (by the node token) or an API key."""
+    token = bearer_token(request)
+    if is_node_token(settings, token):
+        return NodeCaller()
+    return _principal_for(request, token)

@@ -1,0 +1,58 @@
+"""API keys of the caller's organization: create (secret shown once), list, revoke."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends
+from pydantic import BaseModel
+
+from api import accounts
+from api.deps import Principal, SessionDep, require
+from api.errors import Forbidden, NotFound
+from api.models import ApiKeyCreate, ApiKeyCreated, ApiKeyPublic
+from api.scopes import KEYS_ADMIN, covers
+
+router = APIRouter(prefix="/v1/keys", tags=["keys"])
+Admin = Annotated[Principal, Depends(require(KEYS_ADMIN))]
+
+
+class ApiKeyList(BaseModel):
+    keys: list[ApiKeyPublic]
+
+
+@router.post("", status_code=201, response_model=ApiKeyCreated)
+def create_key(body: ApiKeyCreate, principal: Admin, session: SessionDep) -> ApiKeyCreated:
+    """Create a key in the caller's organization; the secret is in this answer only."""
+    for scope in body.scopes:
+        if not covers(principal.scopes, scope):
+            raise Forbidden(
+                f"A key cannot hand out the scope {scope}, which it does not hold itself.", field="scopes"
+            )
+    key, secret = accounts.create_api_key(
+        session,
+        org_id=principal.org_id,
+        name=body.name,
+        scopes=body.scopes,
+        monthly_spend_cap_microusd=body.monthly_spend_cap_microusd,
+    )
+    session.commit()
+    return ApiKeyCreated.model_validate({**key.model_dump(), "key": secret})
+
+
+@router.get("", response_model=ApiKeyList)
+def list_keys(principal: Admin, session: SessionDep) -> ApiKeyList:
+    """The caller's organization's keys (never their secrets)."""
+    keys = accounts.list_api_keys(session, org_id=principal.org_id)
+    return ApiKeyList(keys=[ApiKeyPublic.model_validate(k.model_dump()) for k in keys])
+
+
+@router.delete("/{key_id}", response_model=ApiKeyPublic)
+def revoke_key(key_id: str, principal: Admin, session: SessionDep) -> ApiKeyPublic:
+    """Revoke one of the caller's organization's keys; it stops working at once."""
+    key = accounts.get_api_key(session, org_id=principal.org_id, key_id=key_id)
+    if key is None:
+        raise NotFound(f"Your organization has no key {key_id[:100]}.", field="key_id")
+    accounts.revoke_api_key(session, key=key)
+    session.commit()
+    return ApiKeyPublic.model_validate(key.model_dump())

@@ -1,0 +1,92 @@
+"""The publisher list (operator only) and each namespace's signing keys (its organization only)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends
+from pydantic import BaseModel
+from sqlmodel import select
+
+from api import publishers
+from api.deps import Principal, PrincipalDep, SessionDep, require
+from api.errors import Forbidden
+from api.models import Publisher, PublisherCreate, PublisherPublic, SigningKeyCreate, SigningKeyPublic
+from api.scopes import PUBLISHERS_ADMIN, TOOLS_PUBLISH
+
+router = APIRouter(tags=["publishers"])
+PublishersAdmin = Annotated[Principal, Depends(require(PUBLISHERS_ADMIN))]
+Publishing = Annotated[Principal, Depends(require(TOOLS_PUBLISH))]
+
+
+class PublisherList(BaseModel):
+    publishers: list[PublisherPublic]
+
+
+class SigningKeyList(BaseModel):
+    keys: list[SigningKeyPublic]
+
+
+def _operator(principal: Principal) -> None:
+    if not principal.is_operator:
+        raise Forbidden(
+            "Only a key of the operator organization (made by b3os admin init) edits the publisher list."
+        )
+
+
+@router.put("/v1/admin/publishers/{namespace}", response_model=PublisherPublic)
+def put_publisher(
+    namespace: str, body: PublisherCreate, principal: PublishersAdmin, session: SessionDep
+) -> Publisher:
+    """Give a namespace to an organization (operator only)."""
+    _operator(principal)
+    publisher = publishers.set_publisher(session, namespace=namespace, org_id=body.org_id)
+    session.commit()
+    return publisher
+
+
+@router.get("/v1/admin/publishers", response_model=PublisherList)
+def list_all_publishers(principal: PublishersAdmin, session: SessionDep) -> PublisherList:
+    """The whole publisher list (operator only)."""
+    _operator(principal)
+    rows = session.exec(select(Publisher).order_by(Publisher.namespace)).all()
+    return PublisherList(publishers=[PublisherPublic.model_validate(p.model_dump()) for p in rows])
+
+
+@router.get("/v1/actions/publishers", response_model=PublisherList)
+def list_own_publishers(principal: PrincipalDep, session: SessionDep) -> PublisherList:
+    """The namespaces the caller's organization publishes into."""
+    rows = session.exec(
+        select(Publisher).where(Publisher.org_id == principal.org_id).order_by(Publisher.namespace)
+    ).all()
+    return PublisherList(publishers=[PublisherPublic.model_validate(p.model_dump()) for p in rows])
+
+
+@router.post("/v1/actions/publishers/{namespace}/keys", status_code=201, response_model=SigningKeyPublic)
+def register_key(
+    namespace: str, body: SigningKeyCreate, principal: Publishing, session: SessionDep
+) -> SigningKeyPublic:
+    """Register an Ed25519 public key of the namespace under its kid."""
+    publishers.own_publisher(session, namespace=namespace, org_id=principal.org_id)
+    key = publishers.register_signing_key(
+        session, namespace=namespace, kid=body.kid, public_key=body.public_key
+    )
+    session.commit()
+    return SigningKeyPublic.model_validate(key.model_dump())
+
+
+@router.get("/v1/actions/publishers/{namespace}/keys", response_model=SigningKeyList)
+def list_keys(namespace: str, principal: PrincipalDep, session: SessionDep) -> SigningKeyList:
+    """The namespace's signing keys, revoked ones included."""
+    publishers.own_publisher(session, namespace=namespace, org_id=principal.org_id)
+    keys = publishers.list_signing_keys(session, namespace=namespace)
+    return SigningKeyList(keys=[SigningKeyPublic.model_validate(k.model_dump()) for k in keys])
+
+
+@router.delete("/v1/actions/publishers/{namespace}/keys/{kid}", response_model=SigningKeyPublic)
+def revoke_key(namespace: str, kid: str, principal: Publishing, session: SessionDep) -> SigningKeyPublic:
+    """Revoke a kid: no new version may be published with it."""
+    publishers.own_publisher(session, namespace=namespace, org_id=principal.org_id)
+    key = publishers.revoke_signing_key(session, namespace=namespace, kid=kid)
+    session.commit()
+    return SigningKeyPublic.model_validate(key.model_dump())

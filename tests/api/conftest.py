@@ -1,0 +1,73 @@
+"""Fixtures of the api tests: an app on a fresh database (SQLite and PostgreSQL), orgs and keys."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+import pytest
+from apitest import Org
+from db.postgres import database_url, postgres_cluster  # noqa: F401
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from sqlmodel import Session
+
+from api import accounts, publishers
+from api.config import Settings
+from api.main import create_app
+from api.scopes import OWNER_SCOPES
+
+NODE_TOKEN = "node-token-for-tests"
+
+
+@pytest.fixture
+def settings(database_url: str, tmp_path: Path) -> Settings:  # noqa: F811
+    return Settings(data_dir=tmp_path / "state", database_url=database_url, node_token=NODE_TOKEN)
+
+
+@pytest.fixture
+def app(settings: Settings) -> Iterator[FastAPI]:
+    app = create_app(settings)
+    yield app
+    app.state.engine.dispose()
+
+
+@pytest.fixture
+def client(app: FastAPI) -> Iterator[TestClient]:
+    with TestClient(app) as client:
+        yield client
+
+
+@pytest.fixture
+def make_org(app: FastAPI) -> Callable[..., Org]:
+    """Make an organization with one key: `make_org(scopes=[...], namespaces=[...], operator=False)`."""
+
+    def make(
+        *,
+        scopes: Sequence[str] = OWNER_SCOPES,
+        namespaces: Sequence[str] = (),
+        operator: bool = False,
+        name: str = "test org",
+    ) -> Org:
+        with Session(app.state.engine) as session:
+            org = accounts.create_organization(session, name=name, is_operator=operator)
+            key, secret = accounts.create_api_key(session, org_id=org.id, scopes=scopes, name="test")
+            for namespace in namespaces:
+                publishers.set_publisher(session, namespace=namespace, org_id=org.id)
+            session.commit()
+            return Org(org_id=org.id, key_id=key.id, key=secret)
+
+    return make
+
+
+@pytest.fixture
+def add_key(app: FastAPI) -> Callable[..., Org]:
+    """Add a key with the given scopes to an existing organization: `add_key(org, scopes)`."""
+
+    def add(org: Org, scopes: Sequence[str]) -> Org:
+        with Session(app.state.engine) as session:
+            key, secret = accounts.create_api_key(session, org_id=org.org_id, scopes=scopes)
+            session.commit()
+            return Org(org_id=org.org_id, key_id=key.id, key=secret)
+
+    return add

@@ -1,0 +1,103 @@
+"""Registry blobs: stored only under their sha256, at most the limit, idempotent, per organization."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterator
+
+from apitest import Org
+from conftest import NODE_TOKEN
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+PUBLISH = ["*", "actions:tools:publish"]
+
+
+def _name(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def test_a_blob_is_stored_once_under_its_sha256_and_read_back(
+    client: TestClient, app: FastAPI, make_org: Callable[..., Org]
+) -> None:
+    org = make_org(scopes=PUBLISH)
+    data = b"archive bytes\n" * 1000
+    url = f"/v1/actions/registry/blobs/{_name(data)}"
+    assert client.head(url, headers=org.headers).status_code == 404
+    r = client.put(url, headers=org.headers, content=data)
+    assert r.status_code == 201 and r.json() == {"digest": _name(data), "bytes": len(data)}
+    again = client.put(url, headers=org.headers, content=data)
+    assert again.status_code == 200 and again.json()["bytes"] == len(data)
+    head = client.head(url, headers=org.headers)
+    assert head.status_code == 200 and head.headers["content-length"] == str(len(data))
+    assert client.get(url, headers=org.headers).content == data
+    assert client.get(url, headers={"Authorization": f"Bearer {NODE_TOKEN}"}).content == data
+    stored = list((app.state.settings.resolved_blob_dir() / "sha256").rglob("*"))
+    assert [p.name for p in stored if p.is_file()] == [hashlib.sha256(data).hexdigest()]
+
+
+def test_bytes_that_do_not_hash_to_the_name_are_refused_and_not_kept(
+    client: TestClient, app: FastAPI, make_org: Callable[..., Org]
+) -> None:
+    org = make_org(scopes=PUBLISH)
+    name = _name(b"expected")
+    r = client.put(f"/v1/actions/registry/blobs/{name}", headers=org.headers, content=b"something else")
+    assert r.status_code == 400
+    err = r.json()["error"]
+    assert err["code"] == "invalid_request" and err["reason"] == "digest_mismatch"
+    assert err["message"] == (
+        f"The uploaded bytes hash to {_name(b'something else')}, not to the blob's name {name}."
+    )
+    assert client.head(f"/v1/actions/registry/blobs/{name}", headers=org.headers).status_code == 404
+    assert not any(p.is_file() for p in app.state.settings.resolved_blob_dir().rglob("*"))
+
+
+def test_a_blob_over_the_limit_is_refused_without_buffering_it(
+    client: TestClient, app: FastAPI, make_org: Callable[..., Org]
+) -> None:
+    org = make_org(scopes=PUBLISH)
+    app.state.settings.max_blob_bytes = 1000
+    data = b"x" * 1001
+    url = f"/v1/actions/registry/blobs/{_name(data)}"
+    r = client.put(url, headers=org.headers, content=data)
+    assert r.status_code == 413
+    assert r.json()["error"] == {
+        "code": "payload_too_large",
+        "message": "The blob is larger than the limit of 1000 bytes.",
+        "limit_bytes": 1000,
+    }
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: the stream is cut off while it is read
+        for _ in range(11):
+            yield b"x" * 100
+
+    r = client.put(url, headers=org.headers, content=chunks())
+    assert r.status_code == 413 and r.json()["error"]["code"] == "payload_too_large"
+    assert not any(p.is_file() for p in app.state.settings.resolved_blob_dir().rglob("*"))
+
+
+def test_a_bad_blob_name_is_refused_with_a_sentence(client: TestClient, make_org: Callable[..., Org]) -> None:
+    org = make_org(scopes=PUBLISH)
+    r = client.put("/v1/actions/registry/blobs/md5:abc", headers=org.headers, content=b"x")
+    assert r.status_code == 400
+    assert r.json()["error"]["message"] == "The blob name 'md5:abc' is not sha256:<64 lowercase hex digits>."
+
+
+def test_uploading_needs_the_publish_scope_by_name(client: TestClient, make_org: Callable[..., Org]) -> None:
+    org = make_org(scopes=["*"])
+    r = client.put(f"/v1/actions/registry/blobs/{_name(b'x')}", headers=org.headers, content=b"x")
+    assert r.status_code == 403 and r.json()["error"]["missing_scope"] == "actions:tools:publish"
+
+
+def test_another_org_cannot_see_or_read_a_blob_it_did_not_upload(
+    client: TestClient, make_org: Callable[..., Org]
+) -> None:
+    a, b = make_org(scopes=PUBLISH), make_org(scopes=PUBLISH)
+    data = b"private until published"
+    url = f"/v1/actions/registry/blobs/{_name(data)}"
+    assert client.put(url, headers=a.headers, content=data).status_code == 201
+    assert client.head(url, headers=b.headers).status_code == 404
+    r = client.get(url, headers=b.headers)
+    assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+    assert client.put(url, headers=b.headers, content=data).status_code == 201
+    assert client.get(url, headers=b.headers).content == data

@@ -1,0 +1,107 @@
+"""API keys: shown once, stored as a hash, scoped, revocable, never visible across organizations."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from apitest import Org
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from sqlmodel import Session, select
+
+from api.models import ApiKey
+
+
+def test_a_created_key_is_shown_once_and_stored_only_as_a_hash(
+    client: TestClient, app: FastAPI, make_org: Callable[..., Org]
+) -> None:
+    owner = make_org()
+    r = client.post(
+        "/v1/keys",
+        headers=owner.headers,
+        json={"name": "ci", "scopes": ["actions:call"], "monthly_spend_cap_microusd": 5_000_000},
+    )
+    assert r.status_code == 201, r.text
+    body = r.json()
+    assert body["key"].startswith("b3_") and len(body["key"]) == 43
+    assert body["scopes"] == ["actions:call"] and body["monthly_spend_cap_microusd"] == 5_000_000
+    listed = client.get("/v1/keys", headers=owner.headers).json()["keys"]
+    assert {k["id"] for k in listed} == {owner.key_id, body["id"]}
+    assert all("key" not in k and "key_hash" not in k for k in listed)
+    with Session(app.state.engine) as session:
+        row = session.exec(select(ApiKey).where(ApiKey.id == body["id"])).one()
+        assert body["key"] not in (row.key_hash, row.prefix) and len(row.key_hash) == 64
+    assert client.get("/v1/keys", headers={"Authorization": f"Bearer {body['key']}"}).status_code == 403
+
+
+def test_a_revoked_key_stops_working_at_once(client: TestClient, make_org: Callable[..., Org]) -> None:
+    owner = make_org()
+    made = client.post("/v1/keys", headers=owner.headers, json={"scopes": ["keys:admin"]}).json()
+    headers = {"Authorization": f"Bearer {made['key']}"}
+    assert client.get("/v1/keys", headers=headers).status_code == 200
+    r = client.delete(f"/v1/keys/{made['id']}", headers=owner.headers)
+    assert r.status_code == 200 and r.json()["revoked_at"] is not None
+    r = client.get("/v1/keys", headers=headers)
+    assert r.status_code == 401
+    assert r.json() == {"error": {"code": "unauthorized", "message": "This API key was revoked."}}
+
+
+def test_requests_without_a_valid_key_are_unauthorized(client: TestClient) -> None:
+    r = client.get("/v1/keys")
+    assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized"
+    assert "Authorization: Bearer" in r.json()["error"]["message"]
+    r = client.get(
+        "/v1/keys", headers={"Authorization": "Bearer b3_notakeyatallnotakeyatallnotakeyatall1234"}
+    )
+    assert r.status_code == 401 and r.json()["error"]["message"] == "The API key is not valid."
+
+
+def test_an_org_never_sees_or_revokes_another_orgs_keys(
+    client: TestClient, make_org: Callable[..., Org]
+) -> None:
+    a, b = make_org(name="a"), make_org(name="b")
+    assert [k["id"] for k in client.get("/v1/keys", headers=b.headers).json()["keys"]] == [b.key_id]
+    r = client.delete(f"/v1/keys/{a.key_id}", headers=b.headers)
+    assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+    assert client.get("/v1/keys", headers=a.headers).status_code == 200
+
+
+def test_a_key_cannot_hand_out_scopes_it_does_not_hold(
+    client: TestClient, make_org: Callable[..., Org], add_key: Callable[..., Org]
+) -> None:
+    owner = make_org(scopes=["*"])
+    r = client.post("/v1/keys", headers=owner.headers, json={"scopes": ["actions:tools:publish"]})
+    assert r.status_code == 403
+    assert r.json()["error"]["message"] == (
+        "A key cannot hand out the scope actions:tools:publish, which it does not hold itself."
+    )
+    admin = add_key(owner, ["keys:admin", "actions:call"])
+    assert (
+        client.post("/v1/keys", headers=admin.headers, json={"scopes": ["actions:call"]}).status_code == 201
+    )
+    r = client.post("/v1/keys", headers=admin.headers, json={"scopes": ["actions:*"]})
+    assert r.status_code == 403 and "actions:*" in r.json()["error"]["message"]
+
+
+def test_bad_key_requests_name_the_field(client: TestClient, make_org: Callable[..., Org]) -> None:
+    owner = make_org()
+    r = client.post("/v1/keys", headers=owner.headers, json={"scopes": ["actions:call"], "colour": "red"})
+    assert r.status_code == 400
+    assert r.json()["error"] == {
+        "code": "invalid_request",
+        "message": "The field colour is not accepted here.",
+        "field": "colour",
+    }
+    r = client.post("/v1/keys", headers=owner.headers, json={"scopes": ["not a scope"]})
+    assert r.status_code == 400 and r.json()["error"]["field"] == "scopes"
+    assert "'not a scope' is not a scope name" in r.json()["error"]["message"]
+    r = client.post(
+        "/v1/keys", headers=owner.headers, json={"scopes": ["actions:call"], "monthly_spend_cap_microusd": -1}
+    )
+    assert r.status_code == 400 and r.json()["error"]["field"] == "monthly_spend_cap_microusd"
+    r = client.post(
+        "/v1/keys", headers={**owner.headers, "Content-Type": "application/json"}, content=b"{nope"
+    )
+    assert r.status_code == 400 and r.json()["error"]["message"].startswith(
+        "The request body is not valid JSON"
+    )
