@@ -1,0 +1,109 @@
+"""The node's install cache: `<cache>/<namespace>/<name>/<version>/` holds a verified, unpacked `tool/` tree.
+
+A version counts as installed only once its directory has the `installed.json` marker, written last: an
+install unpacks into a temporary directory beside its final place and renames it there, so a call never sees
+a half-unpacked tool. The cache never holds a version that failed verification.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from packs.archive import unpack_archive
+from packs.names import PACK_ID_RE, SEMVER_RE
+
+MARKER = "installed.json"
+
+
+class CacheError(Exception):
+    """An install into the cache failed; the message says why."""
+
+
+class InstallCache:
+    """Installed tool versions under one directory."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def version_dir(self, pack: str, version: str) -> Path:
+        """The directory of `pack` (`ns/name`) at `version`.
+
+        Raises:
+            CacheError: the pack or version is not a valid name (never a path outside the cache).
+        """
+        if PACK_ID_RE.match(pack) is None or SEMVER_RE.match(version) is None:
+            raise CacheError(f"{pack}@{version} is not a pack id and exact version")
+        namespace, name = pack.split("/")
+        return self.root / namespace / name / version
+
+    def tool_dir(self, pack: str, version: str) -> Path | None:
+        """The unpacked `tool/` tree of an installed version, or None when it is not installed."""
+        try:
+            vdir = self.version_dir(pack, version)
+        except CacheError:
+            return None
+        return vdir / "tool" if (vdir / MARKER).is_file() else None
+
+    def manifest(self, pack: str, version: str) -> dict[str, Any] | None:
+        """The manifest stored with an installed version, if any."""
+        if self.tool_dir(pack, version) is None:
+            return None
+        path = self.version_dir(pack, version) / "manifest.json"
+        return json.loads(path.read_text()) if path.is_file() else None
+
+    def installed(self) -> list[str]:
+        """Every installed version as `ns/name@version`, sorted."""
+        found = []
+        for marker in self.root.glob(f"*/*/*/{MARKER}"):
+            vdir = marker.parent
+            found.append(f"{vdir.parent.parent.name}/{vdir.parent.name}@{vdir.name}")
+        return sorted(found)
+
+    def install_archive(
+        self,
+        pack: str,
+        version: str,
+        data: bytes,
+        *,
+        fmt: str,
+        max_unpacked_bytes: int,
+        max_entries: int,
+        manifest: dict[str, Any] | None = None,
+    ) -> Path:
+        """Unpack a verified archive as `pack@version` and mark it installed; return its `tool/` dir.
+
+        Raises:
+            CacheError: the archive did not unpack within the declared limits (nothing is installed).
+        """
+        from packs.errors import ArchiveError
+
+        final = self.version_dir(pack, version)
+        if (final / MARKER).is_file():
+            return final / "tool"
+        final.parent.mkdir(parents=True, exist_ok=True)
+        for path in (self.root, *final.parents[: len(final.parts) - len(self.root.parts) - 1]):
+            os.chmod(path, 0o755)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{version}-", dir=final.parent))
+        try:
+            os.chmod(tmp, 0o755)
+            unpack_archive(
+                data, tmp / "tool", fmt=fmt, max_unpacked_bytes=max_unpacked_bytes, max_entries=max_entries
+            )
+            os.chmod(tmp / "tool", 0o755)
+            if manifest is not None:
+                (tmp / "manifest.json").write_text(json.dumps(manifest))
+            (tmp / MARKER).write_text(json.dumps({"pack": pack, "version": version}))
+            if final.exists():
+                shutil.rmtree(final)
+            os.rename(tmp, final)
+        except ArchiveError as exc:
+            raise CacheError(f"{pack}@{version} did not unpack: {exc}") from exc
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+        return final / "tool"

@@ -1,0 +1,49 @@
+"""Node settings: one pydantic-settings model read from `B3OS_*` environment variables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+B3OS_HOME = Path.home() / ".b3os"
+
+
+class Settings(BaseSettings):
+    """The node worker's configuration (env prefix `B3OS_`)."""
+
+    model_config = SettingsConfigDict(env_prefix="B3OS_", extra="ignore")
+
+    node_token: SecretStr = Field(default=SecretStr(""), description="Bearer token shared with the api.")
+    node_id: str = Field(default="", description="Stable id of this node; empty: derived from host and port.")
+    node_url: str = Field(
+        default="", description="URL the api reaches this node at; empty: http://127.0.0.1:<port>."
+    )
+    api_url: str = Field(
+        default="", description="The api's base URL for heartbeat and registry sync; empty: none."
+    )
+    base_dir: Path = Field(
+        default=B3OS_HOME / "base", description="Where the base template rootfs is cached."
+    )
+    cache_dir: Path = Field(default=B3OS_HOME / "node" / "cache", description="The install cache of tools.")
+    run_dir: Path = Field(default=B3OS_HOME / "node" / "vms", description="Per-VM scratch directories.")
+    slots: int = Field(default=8, ge=1, le=64, description="Calls at once on this node.")
+    pool_size: int = Field(default=2, ge=0, le=16, description="VMs prepared ahead of calls.")
+    vm_uid: int = Field(default=65534, ge=1, description="Host uid the sandbox runs as (never root).")
+    vm_gid: int = Field(default=65534, ge=1, description="Host gid the sandbox runs as.")
+    memory_mb: int = Field(default=512, ge=16, description="Memory of one VM, swap included.")
+    vcpu: int = Field(default=1, ge=1, le=8, description="vCPUs of one VM (CFS quota).")
+    pids_max: int = Field(default=64, ge=8, description="Processes and threads in one VM.")
+    work_mb: int = Field(default=64, ge=1, description="Size of /work (tmpfs).")
+    out_kb: int = Field(
+        default=1024, ge=256, description="Size of /out (tmpfs); files over 256 KiB in all are refused."
+    )
+    heartbeat_s: float = Field(
+        default=3.0, gt=0, description="Seconds between heartbeats and registry syncs."
+    )
+
+
+def get_settings() -> Settings:
+    """Read the settings from the environment (a function so tests can build their own)."""
+    return Settings()

@@ -1,0 +1,77 @@
+"""The wire models of `POST /v1/node/calls` (docs/internals.md, "Node <-> api")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field, field_validator
+
+from packs.names import FILE_NAME_RE, PACK_ID_RE, SEMVER_RE
+
+MAX_TIMEOUT_MS = 60_000
+MAX_OUTPUT_FILE_BYTES = 256 * 1024
+
+
+class NodeCall(BaseModel):
+    """One tool call the api places on this node."""
+
+    call_id: str = Field(pattern=r"^[A-Za-z0-9_-]{1,100}$")
+    pack: str
+    version: str
+    action: str = Field(min_length=1, max_length=64)
+    cmd: list[str] = Field(min_length=1, max_length=64)
+    timeout_ms: int = Field(ge=1, le=MAX_TIMEOUT_MS)
+    max_output_bytes: int = Field(default=MAX_OUTPUT_FILE_BYTES, ge=0, le=MAX_OUTPUT_FILE_BYTES)
+    input: dict[str, Any] = Field(default_factory=dict)
+    file_fields: list[str] = Field(default_factory=list)
+
+    @field_validator("pack")
+    @classmethod
+    def _pack(cls, value: str) -> str:
+        if PACK_ID_RE.match(value) is None:
+            raise ValueError(f"pack {value!r} is not <namespace>/<name>")
+        return value
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, value: str) -> str:
+        if SEMVER_RE.match(value) is None:
+            raise ValueError(f"version {value!r} is not an exact MAJOR.MINOR.PATCH version")
+        return value
+
+    @field_validator("cmd")
+    @classmethod
+    def _cmd(cls, value: list[str]) -> list[str]:
+        first = value[0]
+        if not first.startswith("/tool/") or ".." in first.split("/") or "\0" in "".join(value):
+            raise ValueError(f"cmd[0] {first!r} is not a path under /tool/")
+        return value
+
+    @field_validator("file_fields")
+    @classmethod
+    def _file_fields(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if FILE_NAME_RE.match(name) is None:
+                raise ValueError(f"file field {name!r} is not a name matching {FILE_NAME_RE.pattern}")
+        return value
+
+
+class NodeCallError(BaseModel):
+    """Why a call failed: the seed's code, reason and detail fields."""
+
+    model_config = {"extra": "allow"}
+
+    code: str
+    reason: str | None = None
+    message: str
+
+
+class NodeCallResult(BaseModel):
+    """The node's answer to one call, for every outcome of the call itself."""
+
+    ok: bool
+    ran: bool
+    output: dict[str, Any] | None = None
+    error: NodeCallError | None = None
+    timings: dict[str, float] = Field(default_factory=dict)
+    usage: dict[str, int] = Field(default_factory=lambda: {"vcpu_ms": 0, "gib_ms": 0})

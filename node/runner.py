@@ -1,0 +1,264 @@
+"""The json-stdio runner: one tool call in one fresh VM, exactly as the hosted-tools seed says.
+
+The tool gets one JSON object on stdin (`action`, `input` with each file as `{path, name, bytes,
+contentType}`, `limits` `{timeoutMs, maxOutputBytes}`, `call.id`); the last line of its stdout must be
+`{"output": {...}}` (a file as `{"path": "/out/<name>"}`) or `{"error": {"code", "message", "retryable"}}`.
+stdout is read up to 1 MiB; stderr is discarded. Output files (top-level output values that are exactly
+`{"path": ...}`) are read from /out and returned as `{"$bytes", "name", "bytes", "contentType"}`.
+
+Outcomes map to the seed's errors: `tool_failed` (`unpack`, `exit`, `signal`, `protocol`, `tool_error`,
+`output_file`, `output_too_large`), `tool_timed_out`, `tool_unavailable` (`no_slot`, `copy`, `exec`) and
+`pack_unavailable` when the version is not installed here. `ran` says whether the command started.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import mimetypes
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from node.cache import InstallCache
+from node.models import NodeCall, NodeCallError, NodeCallResult
+from node.vm.base import InputFile, OutputFileError, PhaseClock, RunResult, Vm, VmDriver, VmError
+from packs.names import FILE_NAME_RE
+
+MAX_STDOUT_BYTES = 1024 * 1024
+DEFAULT_CONTENT_TYPE = "application/octet-stream"
+
+
+class InvalidCall(ValueError):
+    """The call's input cannot be given to a tool; the message names the field."""
+
+
+def content_type_of(name: str) -> str:
+    """The content type of a file from its name (application/octet-stream when unknown)."""
+    return mimetypes.guess_type(name, strict=False)[0] or DEFAULT_CONTENT_TYPE
+
+
+def split_input(call: NodeCall) -> tuple[dict[str, Any], list[InputFile]]:
+    """The tool's `input` (file values replaced by `{path, name, bytes, contentType}`) and the files.
+
+    Raises:
+        InvalidCall: a file field's value is not `{"$bytes": <base64>, "name": <file name>}`.
+    """
+    tool_input = dict(call.input)
+    files: list[InputFile] = []
+    for field in call.file_fields:
+        value = tool_input.get(field)
+        if value is None:
+            continue
+        if not isinstance(value, dict) or not isinstance(value.get("$bytes"), str):
+            raise InvalidCall(f'input.{field} is not a file value {{"$bytes": <base64>, "name": <name>}}')
+        name = value.get("name")
+        if not isinstance(name, str) or FILE_NAME_RE.match(name) is None:
+            raise InvalidCall(f"input.{field}.name {name!r} is not a name matching {FILE_NAME_RE.pattern}")
+        try:
+            data = base64.b64decode(value["$bytes"], validate=True)
+        except (binascii.Error, ValueError):
+            raise InvalidCall(f"input.{field}.$bytes is not base64") from None
+        ctype = value.get("contentType")
+        ctype = ctype if isinstance(ctype, str) and ctype else content_type_of(name)
+        f = InputFile(field=field, name=name, data=data, content_type=ctype)
+        files.append(f)
+        tool_input[field] = {"path": f.vm_path, "name": name, "bytes": len(data), "contentType": ctype}
+    return tool_input, files
+
+
+def _fail(code: str, reason: str | None, message: str, **details: Any) -> NodeCallError:
+    return NodeCallError(code=code, reason=reason, message=message, **details)
+
+
+def _signal_name(num: int) -> str:
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return f"signal {num}"
+
+
+class Runner:
+    """Runs calls on VMs from a driver, at most `slots` at once."""
+
+    def __init__(
+        self, driver: VmDriver, cache: InstallCache, *, slots: int = 8, memory_mb: int = 512
+    ) -> None:
+        self.driver = driver
+        self.cache = cache
+        self.slots = slots
+        self.memory_mb = memory_mb
+        self._sem = threading.BoundedSemaphore(slots)
+
+    def call(self, call: NodeCall, *, received: float | None = None) -> NodeCallResult:
+        """Run one call and answer for every outcome (never raises for the tool's behaviour).
+
+        Raises:
+            InvalidCall: the call's input cannot be given to the tool.
+        """
+        received = time.monotonic() if received is None else received
+        deadline = received + call.timeout_ms / 1000
+        tool_input, files = split_input(call)
+        tool_dir = self.cache.tool_dir(call.pack, call.version)
+        if tool_dir is None:
+            return NodeCallResult(
+                ok=False,
+                ran=False,
+                error=_fail(
+                    "pack_unavailable", None, f"{call.pack}@{call.version} is not installed on this node"
+                ),
+            )
+        clock = PhaseClock()
+        if not self._sem.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            return NodeCallResult(
+                ok=False, ran=False, error=_fail("tool_unavailable", "no_slot", "no VM was free in time")
+            )
+        vm: Vm | None = None
+        try:
+            with clock.phase("start"):
+                vm = self.driver.claim(deadline)
+            with clock.phase("copy"):
+                vm.copy(tool_dir, files)
+            with clock.phase("unpack"):
+                vm.unpack()
+            exec_error = self._check_exec(tool_dir, call.cmd[0])
+            if exec_error:
+                raise VmError("exec", exec_error)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise VmError("no_slot", "the call's time ran out before its command could start")
+            request = {
+                "action": call.action,
+                "input": tool_input,
+                "limits": {"timeoutMs": call.timeout_ms, "maxOutputBytes": call.max_output_bytes},
+                "call": {"id": call.call_id},
+            }
+            with clock.phase("run"):
+                run = vm.run(
+                    call.cmd,
+                    json.dumps(request).encode(),
+                    timeout_s=remaining,
+                    max_stdout=MAX_STDOUT_BYTES,
+                )
+            with clock.phase("collect"):
+                result = self._answer(call, vm, run)
+        except VmError as exc:
+            code = "tool_failed" if exc.reason == "unpack" else "tool_unavailable"
+            result = NodeCallResult(ok=False, ran=False, error=_fail(code, exc.reason, exc.message))
+        finally:
+            if vm is not None:
+                with clock.phase("delete"):
+                    vm.delete()
+            self._sem.release()
+        result.timings = clock.as_dict()
+        return result
+
+    @staticmethod
+    def _check_exec(tool_dir: Path, first: str) -> str:
+        rel = first.removeprefix("/tool/")
+        target = tool_dir / rel
+        if not target.is_file():
+            return f"cmd[0] {first} is not a file of the tool"
+        if not target.stat().st_mode & 0o001:
+            return f"cmd[0] {first} is not executable by the VM's user"
+        return ""
+
+    def _answer(self, call: NodeCall, vm: Vm, run: RunResult) -> NodeCallResult:
+        if not run.started:
+            raise VmError("exec", run.exec_error or "the command could not be started")
+        usage = {"vcpu_ms": run.usage.vcpu_ms, "gib_ms": run.usage.gib_ms}
+        error = self._run_error(call, run)
+        if error is None:
+            answer, error = self._parse(run.stdout)
+            if error is None and "error" in answer:
+                tool = answer["error"]
+                error = _fail(
+                    "tool_failed",
+                    "tool_error",
+                    f"the tool answered with its error {tool['code']}: {tool['message']}",
+                    tool_code=tool["code"],
+                    tool_message=tool["message"],
+                    retryable=tool["retryable"],
+                )
+            if error is None:
+                try:
+                    return NodeCallResult(
+                        ok=True, ran=True, output=self._files(call, vm, answer), usage=usage
+                    )
+                except OutputFileError as exc:
+                    error = _fail("tool_failed", "output_file", str(exc))
+        return NodeCallResult(ok=False, ran=True, error=error, usage=usage)
+
+    def _run_error(self, call: NodeCall, run: RunResult) -> NodeCallError | None:
+        if run.timed_out:
+            return _fail("tool_timed_out", None, f"the tool's command did not finish in {call.timeout_ms} ms")
+        if run.stdout_too_large:
+            return _fail(
+                "tool_failed",
+                "output_too_large",
+                f"the tool wrote more than {MAX_STDOUT_BYTES} bytes to stdout",
+            )
+        if run.lost:
+            return _fail("tool_failed", "exit", "the VM stopped answering while the command ran")
+        if run.signal is not None:
+            why = f" after it used all of the VM's {self.memory_mb} MiB of memory" if run.oom_killed else ""
+            return _fail(
+                "tool_failed",
+                "signal",
+                f"the tool was killed by signal {run.signal} ({_signal_name(run.signal)}){why}",
+                signal=run.signal,
+            )
+        if run.exit_code:
+            return _fail(
+                "tool_failed", "exit", f"the tool exited with status {run.exit_code}", exit_code=run.exit_code
+            )
+        return None
+
+    @staticmethod
+    def _parse(stdout: bytes) -> tuple[dict[str, Any], NodeCallError | None]:
+        last = stdout.rstrip(b"\r\n").rsplit(b"\n", 1)[-1]
+        bad = _fail(
+            "tool_failed",
+            "protocol",
+            'the last line of the tool\'s stdout is not one JSON answer ({"output": ...} or {"error": ...})',
+        )
+        try:
+            answer = json.loads(last)
+        except (ValueError, UnicodeDecodeError):
+            return {}, bad
+        if not isinstance(answer, dict) or len(answer) != 1:
+            return {}, bad
+        if isinstance(answer.get("output"), dict):
+            return answer, None
+        err = answer.get("error")
+        if (
+            isinstance(err, dict)
+            and isinstance(err.get("code"), str)
+            and isinstance(err.get("message"), str)
+            and isinstance(err.get("retryable", False), bool)
+        ):
+            return {"error": {**err, "retryable": err.get("retryable", False)}}, None
+        return {}, bad
+
+    @staticmethod
+    def _files(call: NodeCall, vm: Vm, answer: dict[str, Any]) -> dict[str, Any]:
+        output: dict[str, Any] = dict(answer["output"])
+        wanted: dict[str, str] = {}
+        for key, value in output.items():
+            if isinstance(value, dict) and set(value) == {"path"}:
+                path = value["path"]
+                if not isinstance(path, str) or not path.startswith("/out/"):
+                    raise OutputFileError(f"output.{key}.path {path!r} is not a file directly under /out")
+                wanted[key] = path.removeprefix("/out/")
+        data = vm.collect(list(dict.fromkeys(wanted.values())), max_total=call.max_output_bytes)
+        for key, name in wanted.items():
+            output[key] = {
+                "$bytes": base64.b64encode(data[name]).decode(),
+                "name": name,
+                "bytes": len(data[name]),
+                "contentType": content_type_of(name),
+            }
+        return output

@@ -1,0 +1,164 @@
+"""The VM driver interface, in the seed's phases: start (claim), copy, unpack, run, collect, delete.
+
+A driver hands out VMs; a VM serves exactly one call and is then deleted, never reused. The runner times each
+phase (`PhaseClock`) and returns the timings with the answer.
+
+Errors:
+
+    VmError                 a phase failed before the tool's command ran; `reason` is the seed's
+      ├ reason "no_slot"    no free VM, or the call's time ran out before its command could start
+      ├ reason "copy"       the tool or an input file could not be put in the VM
+      ├ reason "unpack"     the tool's files could not be made ready in the VM
+      └ reason "exec"       the command could not be started
+    OutputFileError         an output file the tool named is not a regular file directly under /out
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PHASES = ("start", "copy", "unpack", "run", "collect", "delete")
+
+
+class VmError(Exception):
+    """A VM phase failed before the command ran."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+class OutputFileError(Exception):
+    """An output file the tool named cannot be returned; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class InputFile:
+    """One input file of a call, put at /in/<field>/<name>."""
+
+    field: str
+    name: str
+    data: bytes
+    content_type: str
+
+    @property
+    def vm_path(self) -> str:
+        """Where the tool sees the file."""
+        return f"/in/{self.field}/{self.name}"
+
+
+@dataclass
+class Usage:
+    """What the VM used: CPU in vCPU-ms and memory in GiB-ms, both rounded up."""
+
+    vcpu_ms: int = 0
+    gib_ms: int = 0
+
+
+@dataclass
+class RunResult:
+    """How the command ended.
+
+    `started` is False when the command never started (then `exec_error` says why). `exit_code` is the
+    command's exit status and `signal` the signal that killed it (one of them is set when it ended by itself).
+    """
+
+    started: bool
+    exit_code: int | None = None
+    signal: int | None = None
+    timed_out: bool = False
+    stdout: bytes = b""
+    stdout_too_large: bool = False
+    oom_killed: bool = False
+    lost: bool = False
+    exec_error: str = ""
+    usage: Usage = field(default_factory=Usage)
+
+
+class Vm(ABC):
+    """One VM for one call."""
+
+    id: str
+
+    @abstractmethod
+    def copy(self, tool_dir: Path, files: Sequence[InputFile]) -> None:
+        """Put the tool's files (read-only at /tool) and the input files (read-only under /in) in the VM.
+
+        Raises:
+            VmError: reason "copy".
+        """
+
+    @abstractmethod
+    def unpack(self) -> None:
+        """Make the tool's files ready at /tool.
+
+        Raises:
+            VmError: reason "unpack".
+        """
+
+    @abstractmethod
+    def run(self, cmd: Sequence[str], stdin: bytes, *, timeout_s: float, max_stdout: int) -> RunResult:
+        """Run `cmd` without a shell in /work as the VM's user, `stdin` on its stdin, stderr discarded.
+
+        Reading stops past `max_stdout` bytes of stdout (then the VM is stopped). Raises nothing about the
+        command itself: how it ended is in the result.
+        """
+
+    @abstractmethod
+    def collect(self, names: Sequence[str], *, max_total: int) -> dict[str, bytes]:
+        """Read the named output files from /out.
+
+        Raises:
+            OutputFileError: a name is not a regular file directly under /out, or the files pass `max_total`.
+        """
+
+    @abstractmethod
+    def delete(self) -> None:
+        """Stop every process of the VM and remove everything it had. Safe to call twice."""
+
+
+class VmDriver(ABC):
+    """Hands out fresh VMs."""
+
+    name: str
+
+    @abstractmethod
+    def claim(self, deadline: float) -> Vm:
+        """A fresh VM, ready for `copy`.
+
+        Args:
+            deadline: `time.monotonic()` value past which the call cannot use a VM any more.
+
+        Raises:
+            VmError: reason "no_slot".
+        """
+
+    @abstractmethod
+    def close(self) -> None:
+        """Delete the prepared VMs and everything the driver made."""
+
+
+class PhaseClock:
+    """Times the phases of one call in milliseconds."""
+
+    def __init__(self) -> None:
+        self.ms: dict[str, float] = {}
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Time the block as phase `name` (the time is kept even when the block raises)."""
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.ms[name] = round((time.perf_counter() - started) * 1000, 2)
+
+    def as_dict(self) -> dict[str, float]:
+        """The timings of the phases that ran, in the seed's order."""
+        return {name: self.ms[name] for name in PHASES if name in self.ms}

@@ -1,0 +1,286 @@
+"""Per-call cgroups nested under the node's own cgroup, on cgroup v1 or v2.
+
+`NodeCgroups.open(name)` finds where this process sits (`/proc/self/cgroup`) and where each hierarchy is
+mounted (`/proc/self/mountinfo`), and makes the node's group `<own>/<name>` (per controller on v1, one group
+on v2). `NodeCgroups.create_call(id, limits)` makes `<own>/<name>/<id>` with the VM's limits:
+
+- memory: v1 `memory.limit_in_bytes` and `memory.memsw.limit_in_bytes` (swap included) ; v2 `memory.max` and
+  `memory.swap.max = 0`;
+- CPU: a CFS quota of `vcpu * period` (v1 `cpu.cfs_quota_us`, v2 `cpu.max`);
+- processes: `pids.max`.
+
+CPU used is read from `cpuacct.usage` (v1, ns) or `cpu.stat` `usage_usec` (v2); memory from
+`memory.usage_in_bytes` / `memory.current` and the peak from `memory.max_usage_in_bytes` / `memory.peak`.
+
+v2 has the "no internal processes" rule: when the node's own group holds processes and its controllers are not
+yet delegated to children, those processes are moved into a `<own>/b3os-leaf` group first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+V1_CONTROLLERS = ("memory", "cpu", "cpuacct", "pids")
+V2_CONTROLLERS = ("memory", "cpu", "pids")
+CFS_PERIOD_US = 100_000
+
+
+class CgroupError(Exception):
+    """A cgroup could not be found, made, limited or removed; the message names the file."""
+
+
+@dataclass(frozen=True)
+class CgroupLimits:
+    """The limits of one VM."""
+
+    memory_bytes: int
+    vcpu: int
+    pids_max: int
+
+
+def _mounts() -> tuple[dict[str, tuple[str, str]], tuple[str, str] | None]:
+    """(v1 controller -> (mount point, mount root)), and the v2 (mount point, mount root) if mounted."""
+    v1: dict[str, tuple[str, str]] = {}
+    v2: tuple[str, str] | None = None
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        left, _, right = line.partition(" - ")
+        fields, rfields = left.split(), right.split()
+        if len(fields) < 5 or len(rfields) < 3:
+            continue
+        root, point, fstype = fields[3], fields[4], rfields[0]
+        if fstype == "cgroup2" and v2 is None:
+            v2 = (point, root)
+        elif fstype == "cgroup":
+            for opt in rfields[2].split(","):
+                if opt in V1_CONTROLLERS and opt not in v1:
+                    v1[opt] = (point, root)
+    return v1, v2
+
+
+def _own_paths() -> dict[str, str]:
+    """Controller (or "" for v2) -> this process's cgroup path, from /proc/self/cgroup."""
+    own: dict[str, str] = {}
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        for ctrl in parts[1].split(",") if parts[1] else [""]:
+            own[ctrl] = parts[2]
+    return own
+
+
+def _join(point: str, root: str, path: str) -> Path:
+    rel = path[len(root) :] if root != "/" and path.startswith(root) else path
+    return Path(point) / rel.lstrip("/")
+
+
+def _write(path: Path, value: str) -> None:
+    try:
+        with open(path, "w") as fh:
+            fh.write(value)
+    except OSError as exc:
+        raise CgroupError(f"cannot write {value!r} to {path}: {exc.strerror}") from exc
+
+
+def _read_int(path: Path) -> int:
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _rmdir(path: Path, tries: int = 50) -> None:
+    for _ in range(tries):
+        try:
+            os.rmdir(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            if exc.errno != errno.EBUSY:
+                raise CgroupError(f"cannot remove {path}: {exc.strerror}") from exc
+            time.sleep(0.002)
+    raise CgroupError(f"cannot remove {path}: still busy")
+
+
+class CallCgroup:
+    """The cgroup(s) of one VM: put processes in, read usage, kill all, remove."""
+
+    def __init__(self, version: int, dirs: dict[str, Path]) -> None:
+        self.version = version
+        self.dirs = dirs
+
+    @property
+    def paths(self) -> list[Path]:
+        """Every directory of this group (one per controller on v1)."""
+        return list(dict.fromkeys(self.dirs.values()))
+
+    def add(self, pid: int) -> None:
+        """Move `pid` into the group (children it forks later inherit it)."""
+        for path in self.paths:
+            _write(path / "cgroup.procs", str(pid))
+
+    def pids(self) -> list[int]:
+        """The processes now in the group."""
+        found: set[int] = set()
+        for path in self.paths:
+            with contextlib.suppress(OSError):
+                found.update(int(p) for p in (path / "cgroup.procs").read_text().split())
+        return sorted(found)
+
+    def cpu_ns(self) -> int:
+        """CPU time used by the group so far, in nanoseconds."""
+        if self.version == 1:
+            return _read_int(self.dirs["cpuacct"] / "cpuacct.usage")
+        with contextlib.suppress(OSError):
+            for line in (self.dirs["cpu"] / "cpu.stat").read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "usage_usec":
+                    return int(value) * 1000
+        return 0
+
+    def memory_bytes(self) -> int:
+        """Memory the group uses now."""
+        name = "memory.usage_in_bytes" if self.version == 1 else "memory.current"
+        return _read_int(self.dirs["memory"] / name)
+
+    def memory_peak(self) -> int:
+        """The most memory the group used (0 when the kernel does not say)."""
+        name = "memory.max_usage_in_bytes" if self.version == 1 else "memory.peak"
+        return _read_int(self.dirs["memory"] / name)
+
+    def oom_kills(self) -> int:
+        """How many processes of the group the kernel killed for memory."""
+        name = "memory.oom_control" if self.version == 1 else "memory.events"
+        with contextlib.suppress(OSError):
+            for line in (self.dirs["memory"] / name).read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+        return 0
+
+    def kill(self, timeout_s: float = 2.0) -> bool:
+        """SIGKILL every process of the group until it is empty; True when it emptied in time."""
+        if self.version == 2 and (self.dirs["memory"] / "cgroup.kill").exists():
+            with contextlib.suppress(CgroupError):
+                _write(self.dirs["memory"] / "cgroup.kill", "1")
+        end = time.monotonic() + timeout_s
+        while True:
+            pids = self.pids()
+            if not pids:
+                return True
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            if time.monotonic() > end:
+                return False
+            time.sleep(0.001)
+
+    def remove(self) -> None:
+        """Kill what is left and remove the group's directories."""
+        self.kill()
+        for path in self.paths:
+            _rmdir(path)
+
+
+class NodeCgroups:
+    """The node's own group, under which every VM gets its own group."""
+
+    def __init__(self, version: int, dirs: dict[str, Path]) -> None:
+        self.version = version
+        self.dirs = dirs
+
+    @classmethod
+    def open(cls, name: str) -> NodeCgroups:
+        """Make (or reuse) `<own cgroup>/<name>`; v2 when the unified hierarchy has the controllers, else v1.
+
+        Raises:
+            CgroupError: neither hierarchy has the memory, cpu and pids controllers where this process sits.
+        """
+        v1, v2 = _mounts()
+        own = _own_paths()
+        if v2 is not None and "" in own:
+            unified = _join(v2[0], v2[1], own[""])
+            root_ctrls = Path(v2[0], "cgroup.controllers")
+            with contextlib.suppress(OSError):
+                if set(V2_CONTROLLERS) <= set(root_ctrls.read_text().split()):
+                    node = cls._open_v2(unified, name)
+                    return cls(2, dict.fromkeys(V2_CONTROLLERS, node))
+        missing = [c for c in V1_CONTROLLERS if c not in v1 or c not in own]
+        if missing:
+            raise CgroupError(
+                f"no cgroup v1 or v2 hierarchy with the {', '.join(missing)} controller(s) here"
+            )
+        dirs: dict[str, Path] = {}
+        for ctrl in V1_CONTROLLERS:
+            point, root = v1[ctrl]
+            dirs[ctrl] = _join(point, root, own[ctrl]) / name
+            dirs[ctrl].mkdir(exist_ok=True)
+        if _read_int(dirs["memory"] / "memory.use_hierarchy") == 0:
+            _write(dirs["memory"] / "memory.use_hierarchy", "1")
+        return cls(1, dirs)
+
+    @staticmethod
+    def _open_v2(own: Path, name: str) -> Path:
+        wanted = " ".join(f"+{c}" for c in V2_CONTROLLERS)
+        try:
+            _write(own / "cgroup.subtree_control", wanted)
+        except CgroupError:
+            # Processes sit in our own group: move them into a leaf, then delegate the controllers.
+            leaf = own / "b3os-leaf"
+            leaf.mkdir(exist_ok=True)
+            for pid in (own / "cgroup.procs").read_text().split():
+                with contextlib.suppress(CgroupError):
+                    _write(leaf / "cgroup.procs", pid)
+            _write(own / "cgroup.subtree_control", wanted)
+        node = own / name
+        node.mkdir(exist_ok=True)
+        _write(node / "cgroup.subtree_control", wanted)
+        return node
+
+    def create_call(self, call: str, limits: CgroupLimits) -> CallCgroup:
+        """Make the group of one VM with its limits set."""
+        dirs = {ctrl: path / call for ctrl, path in self.dirs.items()}
+        group = CallCgroup(self.version, dirs)
+        try:
+            for path in group.paths:
+                path.mkdir()
+            if self.version == 1:
+                _write(dirs["memory"] / "memory.limit_in_bytes", str(limits.memory_bytes))
+                if (dirs["memory"] / "memory.memsw.limit_in_bytes").exists():
+                    _write(dirs["memory"] / "memory.memsw.limit_in_bytes", str(limits.memory_bytes))
+                _write(dirs["cpu"] / "cpu.cfs_period_us", str(CFS_PERIOD_US))
+                _write(dirs["cpu"] / "cpu.cfs_quota_us", str(CFS_PERIOD_US * limits.vcpu))
+            else:
+                _write(dirs["memory"] / "memory.max", str(limits.memory_bytes))
+                with contextlib.suppress(CgroupError):
+                    _write(dirs["memory"] / "memory.swap.max", "0")
+                _write(dirs["cpu"] / "cpu.max", f"{CFS_PERIOD_US * limits.vcpu} {CFS_PERIOD_US}")
+            _write(dirs["pids"] / "pids.max", str(limits.pids_max))
+        except (OSError, CgroupError) as exc:
+            with contextlib.suppress(CgroupError):
+                group.remove()
+            raise CgroupError(f"cannot make the VM's cgroup {call}: {exc}") from exc
+        return group
+
+    def children(self) -> list[str]:
+        """Names of the call groups now under the node's group."""
+        names: set[str] = set()
+        for path in set(self.dirs.values()):
+            with contextlib.suppress(OSError):
+                names.update(p.name for p in path.iterdir() if p.is_dir())
+        return sorted(names)
+
+    def remove(self) -> None:
+        """Remove every call group left and the node's group itself."""
+        for name in self.children():
+            CallCgroup(self.version, {c: p / name for c, p in self.dirs.items()}).remove()
+        for path in set(self.dirs.values()):
+            with contextlib.suppress(CgroupError):
+                _rmdir(path)

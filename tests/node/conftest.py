@@ -1,0 +1,59 @@
+"""Node fixtures: the base template (built once if missing), a real bwrap driver, an install cache."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from nodetest import ECHO, ECHO_TOOL, HOSTILE, install_tree
+
+from node.cache import InstallCache
+from node.config import Settings
+from node.runner import Runner
+from node.template import build_base, rootfs_path
+from node.vm.bwrap import BwrapDriver
+
+
+@pytest.fixture(scope="session")
+def base_rootfs() -> Path:
+    """The base template, built by debootstrap (~1 minute) when this machine has none yet."""
+    base_dir = Settings().base_dir
+    build_base(base_dir)
+    return rootfs_path(base_dir)
+
+
+@pytest.fixture(scope="session")
+def run_dir() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="b3os-vms-", dir="/tmp"))
+    os.chmod(path, 0o711)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def driver(base_rootfs: Path, run_dir: Path) -> Iterator[BwrapDriver]:
+    drv = BwrapDriver(base_rootfs=base_rootfs, run_dir=run_dir, pool_size=2)
+    yield drv
+    drv.close()
+
+
+@pytest.fixture(scope="session")
+def cache() -> Iterator[InstallCache]:
+    root = Path(tempfile.mkdtemp(prefix="b3os-cache-", dir="/tmp"))
+    os.chmod(root, 0o755)
+    c = InstallCache(root)
+    install_tree(c, ECHO, ECHO_TOOL)
+    for tool in sorted(HOSTILE.iterdir()):
+        if (tool / "tool").is_dir():
+            install_tree(c, f"com.example.hostile/{tool.name}", tool / "tool")
+    yield c
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def runner(driver: BwrapDriver, cache: InstallCache) -> Runner:
+    return Runner(driver, cache, slots=8)

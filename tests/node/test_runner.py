@@ -1,0 +1,37 @@
+"""The json-stdio runner with the echo tool in real bubblewrap VMs."""
+
+from __future__ import annotations
+
+import base64
+
+from nodetest import echo_call
+
+from node.runner import Runner
+
+
+def test_noop_answers_an_empty_object_with_timings_and_usage(runner: Runner) -> None:
+    result = runner.call(echo_call("noop", {}))
+    assert result.ok and result.ran, result.error
+    assert result.output == {}
+    assert list(result.timings) == ["start", "copy", "unpack", "run", "collect", "delete"]
+    assert result.usage["vcpu_ms"] >= 1 and result.usage["gib_ms"] >= 1
+
+
+def test_echo_returns_its_text_and_its_file(runner: Runner) -> None:
+    file = {"$bytes": base64.b64encode(b"hello\n").decode(), "name": "hello.txt", "contentType": "text/plain"}
+    result = runner.call(echo_call("echo", {"text": "hi", "file": file}))
+    assert result.ok, result.error
+    assert result.output == {
+        "text": "hi",
+        "file": {"$bytes": "aGVsbG8K", "name": "hello.txt", "bytes": 6, "contentType": "text/plain"},
+    }
+
+
+def test_fail_with_a_tool_error_reports_the_tools_code_and_message(runner: Runner) -> None:
+    result = runner.call(
+        echo_call("fail", {"mode": "tool_error", "code": "bad_thing", "message": "it broke"})
+    )
+    assert not result.ok and result.ran and result.error is not None
+    err = result.error.model_dump()
+    assert err["code"] == "tool_failed" and err["reason"] == "tool_error"
+    assert (err["tool_code"], err["tool_message"], err["retryable"]) == ("bad_thing", "it broke", False)
