@@ -95,6 +95,8 @@ def build_worker(client: Client, task_queue: str, activities: ActionActivities) 
         max_concurrent_activities=64,
         # Send each heartbeat within a second, so a cancelled run reaches its running call quickly.
         max_heartbeat_throttle_interval=timedelta(seconds=1),
+        # A run whose worker died moves to another worker after this (default 10 s).
+        sticky_queue_schedule_to_start_timeout=timedelta(seconds=3),
     )
 
 
