@@ -17,14 +17,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, get_args
 
 import jsonschema
 import yaml
 from pydantic import ValidationError
 
 from engine import expressions as ex
-from engine.routine import RetryPolicy, Routine, Step
+from engine.routine import InputType, RetryPolicy, Routine, Step
 from engine.routine_checks import check_expressions, check_with
 from engine.yaml_positions import Located, compose
 
@@ -122,7 +122,8 @@ def load_routine(text: str, filename: str = "<routine>", resolver: ActionResolve
         raise RoutineError(filename, problems)
     routine: Routine | None = None
     try:
-        routine = Routine.model_validate(data)
+        # YAML spells fields as in the file (`with`, `max-attempts`), never by Python name (`with_`)
+        routine = Routine.model_validate(data, by_alias=True, by_name=False)
     except ValidationError as exc:
         problems.extend(_pydantic_problems(exc, doc))
     problems.extend(Problem(*p) for p in _structure_problems(data, doc))
@@ -163,7 +164,8 @@ def _pydantic_problems(exc: ValidationError, doc: Located) -> list[Problem]:
         seen.add(path)
         if path[-1:] == ("uses",):
             continue  # reported with the ref's own sentence by _structure_problems
-        problems.append(Problem(*doc.position(path), _message(path, err, doc, loc)))
+        at = doc.key_position(loc[:-1]) if loc[-1:] == ("[key]",) else doc.position(path)
+        problems.append(Problem(*at, _message(path, err, doc, loc)))
     return problems
 
 
@@ -173,7 +175,7 @@ def _message(path: tuple[Any, ...], err: Any, doc: Located, loc: tuple[Any, ...]
     where = _where(path, doc)
     if loc[-1:] == ("[key]",):
         return (
-            f"input name {field!r} is not accepted: use letters, digits and _ "
+            f"{where}input name {field!r} is not accepted: use letters, digits and _ "
             "(inputs.<name> must read it), such as my_input"
         )
     if field == "id" and err["type"] == "string_pattern_mismatch":
@@ -269,6 +271,8 @@ def _input_problems(data: dict[str, Any], doc: Located) -> list[tuple[int, int, 
         if not isinstance(spec, dict):
             continue
         schema = {k: v for k, v in spec.items() if k != "default"}
+        if "type" in schema and schema["type"] not in get_args(InputType):
+            continue  # the models report the type, with the types allowed
         try:
             jsonschema.Draft202012Validator.check_schema(schema)
         except jsonschema.SchemaError as exc:
