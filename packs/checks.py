@@ -162,7 +162,7 @@ def check_publisher(m: Mapping[str, Any], r: Report) -> None:
     if not isinstance(pub, Mapping):
         r.add(4, "publisher", pub, missing_or("publisher" in m, f'use {{"id": {shown}, "name": ...}}'))
         return
-    if pub.get("id") != ns or not is_namespace(ns):
+    if pub.get("id") != ns and is_namespace(ns):
         r.add(4, "publisher.id", pub.get("id"), missing_or("id" in pub, f"use the pack's namespace {shown}"))
     _text(r, 4, pub, "name", "publisher.", 100, True)
     for key in pub:

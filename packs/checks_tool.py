@@ -84,7 +84,7 @@ def check_features(m: Mapping[str, Any], r: Report) -> None:
     if is_tool_pack(m):
         for key, why in (
             ("connections", "a tool uses no credential"),
-            ("triggers", "a tool has no triggers"),
+            ("triggers", "a tool answers calls only"),
             ("egress", "a tool's VM has no network"),
         ):
             if m.get(key) not in (None, []):
