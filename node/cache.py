@@ -29,6 +29,15 @@ class InstallCache:
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        self._failed: dict[str, str] = {}
+
+    def mark_failed(self, pack: str, version: str, reason: str) -> None:
+        """Remember why a version was not installed (calls to it answer pack_unavailable with this)."""
+        self._failed[f"{pack}@{version}"] = reason
+
+    def failure(self, pack: str, version: str) -> str | None:
+        """Why a version was refused, if it was."""
+        return self._failed.get(f"{pack}@{version}")
 
     def version_dir(self, pack: str, version: str) -> Path:
         """The directory of `pack` (`ns/name`) at `version`.

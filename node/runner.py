@@ -104,13 +104,11 @@ class Runner:
         tool_input, files = split_input(call)
         tool_dir = self.cache.tool_dir(call.pack, call.version)
         if tool_dir is None:
-            return NodeCallResult(
-                ok=False,
-                ran=False,
-                error=_fail(
-                    "pack_unavailable", None, f"{call.pack}@{call.version} is not installed on this node"
-                ),
+            why = self.cache.failure(call.pack, call.version)
+            message = f"{call.pack}@{call.version} is not installed on this node" + (
+                f": {why}" if why else ""
             )
+            return NodeCallResult(ok=False, ran=False, error=_fail("pack_unavailable", None, message))
         clock = PhaseClock()
         if not self._sem.acquire(timeout=max(0.0, deadline - time.monotonic())):
             return NodeCallResult(

@@ -1,0 +1,59 @@
+"""Run a node worker: the VM pool, the json-stdio runner and POST /v1/node/calls on 127.0.0.1.
+
+Reads B3OS_* settings (B3OS_NODE_TOKEN is required; B3OS_API_URL turns on heartbeat and registry sync).
+Needs root (namespaces, cgroups, mounts) and the base template (`b3os node build-base`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8710, help="port to listen on (default 8710)")
+    parser.add_argument("--log-level", default="warning", help="uvicorn log level (default warning)")
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+    from pydantic import ValidationError
+
+    from node.app import create_app, make_driver
+    from node.config import Settings
+    from node.template import is_built
+    from node.vm.base import VmError
+
+    try:
+        settings = Settings()
+    except ValidationError as exc:
+        print(
+            f"b3os node run: bad setting: {exc.errors()[0]['loc'][0]}: {exc.errors()[0]['msg']}",
+            file=sys.stderr,
+        )
+        return 2
+    if not settings.node_token.get_secret_value():
+        print("b3os node run: B3OS_NODE_TOKEN is not set: the api and the node share it", file=sys.stderr)
+        return 2
+    if not is_built(settings.base_dir):
+        print(
+            f"b3os node run: no base template in {settings.base_dir}: run `b3os node build-base`",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        driver = make_driver(settings)
+    except VmError as exc:
+        print(f"b3os node run: {exc.message}", file=sys.stderr)
+        return 1
+    try:
+        app = create_app(settings, port=args.port, driver=driver)
+    except BaseException:
+        driver.close()
+        raise
+    try:
+        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    finally:
+        driver.close()  # again, for when the app never started (a port in use); closing twice is harmless
+    return 0

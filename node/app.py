@@ -1,0 +1,177 @@
+"""The node's HTTP service: `POST /v1/node/calls` (docs/internals.md) and a small status endpoint.
+
+Every request needs `Authorization: Bearer <B3OS_NODE_TOKEN>` (401 otherwise; a node without a token refuses
+all). The node runs `slots` calls at once (8); one more is answered at once with 503 `node_busy` and
+`Retry-After: 1`. A call runs in a worker thread; the answer is a `NodeCallResult` with status 200 for every
+outcome of the call itself. A request the node cannot use is 400 `invalid_request` naming the field.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio.to_thread
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+
+from node.cache import InstallCache
+from node.config import Settings
+from node.models import NodeCall, NodeCallError, NodeCallResult
+from node.runner import InvalidCall, Runner
+from node.sync import RegistrySync
+from node.template import rootfs_path
+from node.vm.base import VmDriver
+from node.vm.bwrap import BwrapDriver, VmLimits
+
+log = logging.getLogger("b3os.node")
+RETRY_AFTER_S = 1
+
+
+def make_driver(settings: Settings) -> VmDriver:
+    """The bwrap driver sized by the settings."""
+    limits = VmLimits(
+        memory_mb=settings.memory_mb,
+        vcpu=settings.vcpu,
+        pids_max=settings.pids_max,
+        work_mb=settings.work_mb,
+        out_kb=settings.out_kb,
+    )
+    return BwrapDriver(
+        base_rootfs=rootfs_path(settings.base_dir),
+        run_dir=settings.run_dir,
+        limits=limits,
+        pool_size=settings.pool_size,
+        vm_uid=settings.vm_uid,
+        vm_gid=settings.vm_gid,
+    )
+
+
+class NodeState:
+    """What the running node holds: its runner, the calls in flight, the sync client."""
+
+    def __init__(self, settings: Settings, runner: Runner, sync: RegistrySync | None) -> None:
+        self.settings = settings
+        self.runner = runner
+        self.sync = sync
+        self.in_flight = 0
+
+    def slots_free(self) -> int:
+        """Slots not taken by a call now."""
+        return max(0, self.settings.slots - self.in_flight)
+
+
+def _error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status, headers=headers)
+
+
+def _field_errors(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:3]:
+        where = ".".join(str(p) for p in err["loc"]) or "body"
+        parts.append(f"{where}: {err['msg']}")
+    return "; ".join(parts)
+
+
+def create_app(
+    settings: Settings, *, port: int = 0, driver: VmDriver | None = None, close_driver: bool = True
+) -> FastAPI:
+    """The node app; the sync client (and a driver it makes) start with the app and stop with it.
+
+    A given `driver` is closed at shutdown too unless `close_driver` is False (uvicorn re-raises SIGTERM after
+    its shutdown, so the app's shutdown is the last place where cleanup surely runs).
+    """
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        drv = driver or make_driver(settings)
+        cache = InstallCache(settings.cache_dir)
+        state = NodeState(
+            settings, Runner(drv, cache, slots=settings.slots, memory_mb=settings.memory_mb), None
+        )
+        if settings.api_url:
+            node_id = settings.node_id or f"node-127.0.0.1-{port}"
+            state.sync = RegistrySync(
+                api_url=settings.api_url,
+                token=settings.node_token.get_secret_value(),
+                cache=cache,
+                node_id=node_id,
+                node_url=settings.node_url or f"http://127.0.0.1:{port}",
+                slots_total=settings.slots,
+                slots_free=state.slots_free,
+            )
+            state.sync.start(settings.heartbeat_s)
+        app.state.node = state
+        try:
+            yield
+        finally:
+            if state.sync is not None:
+                state.sync.stop()
+            if driver is None or close_driver:
+                drv.close()
+
+    app = FastAPI(title="b3os node", lifespan=lifespan)
+
+    def authorized(request: Request) -> JSONResponse | None:
+        token = settings.node_token.get_secret_value()
+        if not token:
+            return _error(401, "unauthorized", "This node has no node token: set B3OS_NODE_TOKEN.")
+        given = request.headers.get("authorization", "")
+        scheme, _, value = given.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(value.strip().encode(), token.encode()):
+            return _error(401, "unauthorized", "The node token is missing or not valid.")
+        return None
+
+    @app.post("/v1/node/calls", response_model=NodeCallResult)
+    async def node_call(request: Request) -> Any:
+        """Run one tool call in a fresh VM."""
+        received = time.monotonic()
+        denied = authorized(request)
+        if denied is not None:
+            return denied
+        state: NodeState = request.app.state.node
+        if state.in_flight >= settings.slots:
+            busy = NodeCallResult(
+                ok=False,
+                ran=False,
+                error=NodeCallError(
+                    code="tool_unavailable",
+                    reason="node_busy",
+                    message=f"the node already runs {settings.slots} calls",
+                ),
+            )
+            headers = {"Retry-After": str(RETRY_AFTER_S)}
+            return JSONResponse(busy.model_dump(), status_code=503, headers=headers)
+        state.in_flight += 1
+        try:
+            try:
+                call = NodeCall.model_validate_json(await request.body())
+            except ValidationError as exc:
+                return _error(400, "invalid_request", _field_errors(exc))
+            try:
+                result = await anyio.to_thread.run_sync(lambda: state.runner.call(call, received=received))
+            except InvalidCall as exc:
+                return _error(400, "invalid_request", str(exc))
+            return JSONResponse(result.model_dump())
+        finally:
+            state.in_flight -= 1
+
+    @app.get("/v1/node/status")
+    async def node_status(request: Request) -> Any:
+        """Free slots and installed versions."""
+        denied = authorized(request)
+        if denied is not None:
+            return denied
+        state: NodeState = request.app.state.node
+        return {
+            "slots_total": settings.slots,
+            "slots_free": state.slots_free(),
+            "installed": await anyio.to_thread.run_sync(state.runner.cache.installed),
+        }
+
+    return app
