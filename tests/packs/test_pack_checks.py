@@ -659,3 +659,11 @@ def test_garbage_in_every_field_never_raises() -> None:
     garbage["actions"] = [7, {"impl": 7, "inputSchema": 7, "execution": 7, "pricing": 7}]
     garbage["tool"] = {"bundle": {"archive": 7}, "size": None}
     assert len(run_checks(garbage)) > 10
+
+
+def test_docs_list_every_check_with_its_rule() -> None:
+    from packfixtures import REPO
+
+    doc = (REPO / "docs" / "packs.md").read_text()
+    for n, rule in CHECKS.items():
+        assert f"| {n} | {rule.replace('|', chr(92) + '|')} |" in doc, n
