@@ -16,6 +16,7 @@ from fastapi.openapi.utils import get_openapi
 
 from api.blobstore import BlobStore
 from api.bodylimit import BodyLimit
+from api.calls.wiring import install_calls
 from api.config import Settings
 from api.db import engine_from_settings
 from api.errors import ERROR_RESPONSES, install_error_handlers
@@ -45,6 +46,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(health.router)
     for module in (keys, publishers, blobs, registry, nodes):
         app.include_router(module.router, responses=ERROR_RESPONSES)
+    install_calls(app)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
 

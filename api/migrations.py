@@ -15,6 +15,7 @@ from sqlalchemy import Connection, Engine, text
 from sqlmodel import Field, SQLModel, select
 
 from api import models  # noqa: F401  (registers the tables in the metadata)
+from api.calls import tables as call_tables
 from api.db import is_postgres
 from api.models import UTCDateTime, utcnow
 
@@ -53,6 +54,7 @@ MIGRATIONS: tuple[Migration, ...] = (
             "nodes",
         ),
     ),
+    Migration(2, "action calls: tool_calls, meter_events, idempotency_records", tables=call_tables.TABLES),
 )
 
 

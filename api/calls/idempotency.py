@@ -1,0 +1,150 @@
+"""Idempotency-Key: one answer per (organization, key), kept at least 24 hours, across api processes.
+
+A request with a key first claims the key by INSERTing its row; the database's primary key makes
+exactly one claimant win, whatever process it runs in. Then:
+
+- same key, same request, answer stored: the stored status and body are answered again (with
+  `Idempotent-Replayed: true`), and nothing runs or is charged again;
+- same key, a different request (ref, input or timeout_ms): `422 idempotency_key_reused`;
+- same key while the first request still runs: the second one WAITS for the first and answers its
+  answer (a routine step's retry then gets the answer of the call its first attempt started). If the
+  first claimant died (its claim passed `claimed_until`), the waiter takes the claim over and runs
+  the call itself; a waiter that would wait past its own bound gets `409 idempotency_in_progress`
+  with Retry-After.
+
+Answers that say "try again" (429 and 503: nothing ran, nothing was billed) are not stored: the
+claim is released, so the retry the answer asks for can run. Every other answer is stored, in the
+same transaction that records the call's charge.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+import rfc8785
+from sqlalchemy import delete, update
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session, col
+
+from api.calls.errors import CallInvalid, IdempotencyKeyReused
+from api.calls.tables import DONE, RUNNING, IdempotencyRecord
+
+MAX_KEY_LENGTH = 255
+NOT_STORED = frozenset({429, 503})
+
+
+@dataclass(frozen=True)
+class Claim:
+    """The outcome of one attempt to claim a key.
+
+    Exactly one of: `owner` (run the call), `replay` (status, body), or `wait_until` (someone runs it).
+    """
+
+    owner: bool = False
+    replay: tuple[int, dict[str, Any]] | None = None
+    wait_until: dt.datetime | None = None
+
+
+def check_key(key: str) -> str:
+    """Refuse an empty or too long key with `400 invalid_request`."""
+    if not key or len(key) > MAX_KEY_LENGTH or not key.isprintable():
+        raise CallInvalid(
+            f"Idempotency-Key must be 1 to {MAX_KEY_LENGTH} printable characters, not {key[:40]!r}",
+            details={"field": "Idempotency-Key"},
+        )
+    return key
+
+
+def request_hash(payload: dict[str, Any]) -> str:
+    """A hash of the request (RFC 8785 canonical JSON), so equal requests match however they were spelled."""
+    return "sha256:" + hashlib.sha256(rfc8785.dumps(payload)).hexdigest()
+
+
+def try_claim(
+    session: Session, *, org_id: str, key: str, digest: str, now: dt.datetime, hold_s: float, ttl_s: int
+) -> Claim:
+    """One attempt to claim a key (commits).
+
+    Raises:
+        IdempotencyKeyReused: the key was used for a different request.
+    """
+    record = IdempotencyRecord(
+        org_id=org_id,
+        key=key,
+        request_hash=digest,
+        claimed_until=now + dt.timedelta(seconds=hold_s),
+        created_at=now,
+        expires_at=now + dt.timedelta(seconds=ttl_s),
+    )
+    session.add(record)
+    try:
+        session.commit()
+        return Claim(owner=True)
+    except IntegrityError:
+        session.rollback()
+    try:
+        found = session.get(IdempotencyRecord, (org_id, key))
+        if found is None:
+            return Claim(wait_until=now)  # released meanwhile: try again
+        if found.expires_at <= now:
+            session.execute(
+                delete(IdempotencyRecord).where(*_is(org_id, key), col(IdempotencyRecord.expires_at) <= now)
+            )
+            session.commit()
+            return Claim(wait_until=now)
+        if found.request_hash != digest:
+            raise IdempotencyKeyReused(
+                f"Idempotency-Key {key!r} was already used for a different request (another ref, input or "
+                "timeout_ms); use a new key for a new request",
+                details={"field": "Idempotency-Key"},
+            )
+        if found.state == DONE and found.status is not None and found.body is not None:
+            return Claim(replay=(found.status, found.body))
+        if found.claimed_until > now:
+            return Claim(wait_until=found.claimed_until)
+        taken = session.execute(
+            update(IdempotencyRecord)
+            .where(
+                *_is(org_id, key),
+                col(IdempotencyRecord.state) == RUNNING,
+                col(IdempotencyRecord.claimed_until) == found.claimed_until,
+            )
+            .values(claimed_until=now + dt.timedelta(seconds=hold_s))
+        )
+        session.commit()
+        return Claim(owner=True) if taken.rowcount == 1 else Claim(wait_until=now)  # type: ignore[attr-defined]
+    except BaseException:
+        session.rollback()
+        raise
+
+
+def _is(org_id: str, key: str) -> tuple[Any, Any]:
+    return (col(IdempotencyRecord.org_id) == org_id, col(IdempotencyRecord.key) == key)
+
+
+def store(
+    session: Session, *, org_id: str, key: str, status: int, body: dict[str, Any], call_id: str | None
+) -> None:
+    """Store the answer of a claimed key in the caller's transaction (which commits)."""
+    session.execute(
+        update(IdempotencyRecord)
+        .where(*_is(org_id, key))
+        .values(state=DONE, status=status, body=body, call_id=call_id)
+    )
+
+
+def release(session: Session, *, org_id: str, key: str) -> None:
+    """Drop the claim of a key whose answer is not stored (429, 503) in the caller's transaction."""
+    session.execute(
+        delete(IdempotencyRecord).where(*_is(org_id, key), col(IdempotencyRecord.state) == RUNNING)
+    )
+
+
+def purge(session: Session, *, now: dt.datetime) -> int:
+    """Delete stored answers past their expiry (commits); returns how many."""
+    result = session.execute(delete(IdempotencyRecord).where(col(IdempotencyRecord.expires_at) <= now))
+    session.commit()
+    return int(result.rowcount)  # type: ignore[attr-defined]

@@ -1,0 +1,192 @@
+"""Admission of a call: the limits checked and the call's lease taken in one database transaction.
+
+Per organization: 4 calls at once, 120 starts in any 60 s, 20 USD a month of publishers' prices
+(priced calls only), and each key's own monthly spend cap. Per node: 8 calls at once, the call going
+to the least loaded node that has the version. The checks and the INSERT of the call's row happen in
+one transaction under a lock, so several api processes sharing one database never over-admit:
+SQLite transactions all begin with `BEGIN IMMEDIATE` (one writer at a time), and on PostgreSQL the
+transaction takes advisory locks on the organization and then on the candidate nodes, in that
+order, so two admissions never wait on each other in a cycle.
+
+A running row is a lease: it holds its slots until `lease_expires_at` (the call's deadline plus a
+grace period), so a call whose api process died frees them by itself.
+
+Retry-After is computed from the state that refused the call:
+- concurrency_limited and node_busy: when the soonest running call must have ended (its deadline);
+- rate_limited: when the oldest start of the 60 s window leaves it;
+- quota_exceeded: when the month ends (UTC), or, when only running calls' reservations tip the
+  balance, when the soonest of them must have ended.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import func, text
+from sqlmodel import Session, col, select
+
+from api.calls.earnings import add_months
+from api.calls.errors import ConcurrencyLimited, QuotaExceeded, RateLimited, ToolUnavailable
+from api.calls.settings import CallSettings
+from api.calls.tables import RUNNING, ToolCall
+from api.models import Node
+
+WINDOW = dt.timedelta(seconds=60)
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What the api knows about a call before it is admitted."""
+
+    call_id: str
+    org_id: str
+    key_id: str
+    spend_cap_microusd: int | None
+    surface: str
+    pack: str
+    version: str
+    action: str
+    price: int
+    timeout_ms: int
+
+
+def month_start(now: dt.datetime) -> dt.datetime:
+    """The first moment of `now`'s month, UTC."""
+    return now.astimezone(dt.UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+
+
+def _lock(session: Session, names: Sequence[str]) -> None:
+    if session.get_bind().dialect.name != "postgresql":
+        return  # SQLite: the transaction already holds the database's write lock (BEGIN IMMEDIATE)
+    for name in names:
+        session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": zlib.crc32(name.encode()) - 2**31})
+
+
+def _running(session: Session, now: dt.datetime, *where: Any) -> list[ToolCall]:
+    stmt = select(ToolCall).where(
+        col(ToolCall.state) == RUNNING, col(ToolCall.lease_expires_at) > now, *where
+    )
+    return list(session.exec(stmt).all())
+
+
+def _soonest_end(calls: Sequence[ToolCall], now: dt.datetime) -> float:
+    return min((c.deadline_at - now).total_seconds() for c in calls) if calls else 1.0
+
+
+def _check_org(session: Session, adm: Admission, settings: CallSettings, now: dt.datetime) -> None:
+    running = _running(session, now, col(ToolCall.org_id) == adm.org_id)
+    if len(running) >= settings.calls_per_org:
+        raise ConcurrencyLimited(
+            f"this organization already runs {len(running)} calls at once, the most it may",
+            retry_after=_soonest_end(running, now),
+            details={"limit": settings.calls_per_org},
+        )
+    starts = session.exec(
+        select(ToolCall.started_at)
+        .where(col(ToolCall.org_id) == adm.org_id, col(ToolCall.started_at) > now - WINDOW)
+        .order_by(col(ToolCall.started_at))
+    ).all()
+    if len(starts) >= settings.starts_per_minute:
+        frees_at = starts[len(starts) - settings.starts_per_minute] + WINDOW
+        raise RateLimited(
+            f"this organization started {len(starts)} calls in the last 60 seconds, the most it may",
+            retry_after=(frees_at - now).total_seconds(),
+            details={"limit": settings.starts_per_minute},
+        )
+    month_end = add_months(month_start(now), 1)
+    to_month_end = (month_end - now).total_seconds()
+    if adm.price > 0:
+        spent = _sum(session, ToolCall.price, col(ToolCall.org_id) == adm.org_id, now)
+        held = [c for c in running if c.price_microusd > 0]
+        reserved = sum(c.price_microusd for c in held)
+        quota = settings.org_publisher_quota_microusd
+        if spent + reserved + adm.price > quota:
+            raise QuotaExceeded(
+                f"this call's price of {adm.price} micro-USD would take this organization's publishers' "
+                f"prices this month past {quota} micro-USD ({spent} spent, {reserved} held by running calls)",
+                retry_after=to_month_end if spent + adm.price > quota else _soonest_end(held, now),
+                details={"limit": "publisher_prices", "quota_microusd": quota, "spent_microusd": spent},
+            )
+    if adm.spend_cap_microusd is not None:
+        cap = adm.spend_cap_microusd
+        need = adm.price + settings.unit_prices().tool_call_microusd
+        spent = _sum(session, ToolCall.total, col(ToolCall.key_id) == adm.key_id, now)
+        held = [c for c in running if c.key_id == adm.key_id]
+        reserved = sum(c.price_microusd + settings.unit_prices().tool_call_microusd for c in held)
+        if spent + reserved + need > cap:
+            raise QuotaExceeded(
+                f"this call (at least {need} micro-USD) would take this key past its monthly spend cap of "
+                f"{cap} micro-USD ({spent} spent this month, {reserved} held by running calls)",
+                retry_after=to_month_end if spent + need > cap else _soonest_end(held, now),
+                details={"limit": "key_spend_cap", "cap_microusd": cap, "spent_microusd": spent},
+            )
+
+
+def _sum(session: Session, column: Any, where: Any, now: dt.datetime) -> int:
+    stmt = select(func.coalesce(func.sum(column), 0)).where(
+        where, col(ToolCall.state) != RUNNING, col(ToolCall.started_at) >= month_start(now)
+    )
+    return int(session.exec(stmt).one())
+
+
+def _pick_node(session: Session, nodes: Sequence[Node], settings: CallSettings, now: dt.datetime) -> Node:
+    loads: list[tuple[int, int, str, Node]] = []
+    busy: list[ToolCall] = []
+    for node in nodes:
+        running = _running(session, now, col(ToolCall.node_id) == node.node_id)
+        capacity = min(settings.calls_per_node, node.slots_total or settings.calls_per_node)
+        if len(running) < capacity:
+            loads.append((len(running), -node.slots_free, node.node_id, node))
+        else:
+            busy.extend(running)
+    if not loads:
+        raise ToolUnavailable(
+            "every node that has this tool already runs as many calls as it may; nothing was billed",
+            reason="node_busy",
+            retry_after=_soonest_end(busy, now),
+        )
+    return min(loads, key=lambda item: item[:3])[3]
+
+
+def admit(
+    session: Session, *, adm: Admission, nodes: Sequence[Node], settings: CallSettings, now: dt.datetime
+) -> ToolCall:
+    """Check every limit and take the call's lease on the least loaded node, in one transaction.
+
+    Returns:
+        The call's row (committed), holding its slots.
+
+    Raises:
+        ConcurrencyLimited, RateLimited, QuotaExceeded: 429, with Retry-After.
+        ToolUnavailable: 503 node_busy when every candidate node is full.
+    """
+    try:
+        _lock(session, [f"org:{adm.org_id}", *sorted(f"node:{n.node_id}" for n in nodes)])
+        _check_org(session, adm, settings, now)
+        node = _pick_node(session, nodes, settings, now)
+        deadline = now + dt.timedelta(milliseconds=adm.timeout_ms, seconds=settings.call_overhead_s)
+        call = ToolCall(
+            id=adm.call_id,
+            org_id=adm.org_id,
+            key_id=adm.key_id,
+            surface=adm.surface,
+            pack=adm.pack,
+            version=adm.version,
+            action=adm.action,
+            node_id=node.node_id,
+            timeout_ms=adm.timeout_ms,
+            price_microusd=adm.price,
+            started_at=now,
+            deadline_at=deadline,
+            lease_expires_at=deadline + dt.timedelta(seconds=settings.lease_grace_s),
+        )
+        session.add(call)
+        session.commit()
+        return call
+    except BaseException:
+        session.rollback()
+        raise

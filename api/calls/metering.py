@@ -1,0 +1,146 @@
+"""Metering: a call's outcome, its charge and its units, recorded in one transaction.
+
+Units, under the caller's key:
+
+| unit | when | quantity |
+|---|---|---|
+| `actions.vcpu_ms` | the command ran | CPU milliseconds the node measured |
+| `actions.gib_ms` | the command ran | GiB times milliseconds the node measured |
+| `actions.tool_call` | the command ran | 1 (the per-call floor) |
+| `actions.publisher_microusd` | the tool answered, its output matched its schema and | the price |
+|   | its files were read | |
+
+A call that failed before its command ran records no unit. A tool call records no `actions.call`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import func, update
+from sqlalchemy import select as sa_select
+from sqlmodel import Session, col, select
+
+from api.calls.costs import Cost
+from api.calls.tables import DONE, RUNNING, MeterEvent, ToolCall
+
+VCPU_MS = "actions.vcpu_ms"
+GIB_MS = "actions.gib_ms"
+TOOL_CALL = "actions.tool_call"
+PUBLISHER_MICROUSD = "actions.publisher_microusd"
+UNITS = (VCPU_MS, GIB_MS, TOOL_CALL, PUBLISHER_MICROUSD)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a call ended, as the api answers it."""
+
+    status: int
+    code: str | None
+    reason: str | None
+    ran: bool
+    vcpu_ms: int
+    gib_ms: int
+    cost: Cost
+
+
+def record(session: Session, *, call: ToolCall, outcome: Outcome, now: dt.datetime) -> None:
+    """Finish a call's row (freeing its slots) and add its meter events, in the caller's transaction."""
+    session.execute(
+        update(ToolCall)
+        .where(col(ToolCall.id) == call.id, col(ToolCall.state) == RUNNING)
+        .values(
+            state=DONE,
+            finished_at=now,
+            status=outcome.status,
+            code=outcome.code,
+            reason=outcome.reason,
+            ran=outcome.ran,
+            vcpu_ms=outcome.vcpu_ms,
+            gib_ms=outcome.gib_ms,
+            compute=outcome.cost.compute,
+            floor=outcome.cost.floor,
+            price=outcome.cost.price,
+            total=outcome.cost.total,
+        )
+    )
+    if not outcome.ran:
+        return
+    namespace = call.pack.split("/", 1)[0]
+    quantities = [(VCPU_MS, outcome.vcpu_ms), (GIB_MS, outcome.gib_ms), (TOOL_CALL, 1)]
+    if outcome.cost.price > 0:
+        quantities.append((PUBLISHER_MICROUSD, outcome.cost.price))
+    for unit, quantity in quantities:
+        session.add(
+            MeterEvent(
+                call_id=call.id,
+                org_id=call.org_id,
+                key_id=call.key_id,
+                unit=unit,
+                quantity=quantity,
+                at=now,
+                publisher=namespace,
+                pack=call.pack,
+                action=call.action,
+            )
+        )
+
+
+def usage(session: Session, *, org_id: str, start: dt.datetime, end: dt.datetime) -> dict[str, Any]:
+    """An organization's own usage between two moments: units in all and per key, calls and their cost."""
+    rows = session.exec(
+        select(MeterEvent.key_id, MeterEvent.unit, func.sum(MeterEvent.quantity))
+        .where(col(MeterEvent.org_id) == org_id, col(MeterEvent.at) >= start, col(MeterEvent.at) < end)
+        .group_by(col(MeterEvent.key_id), col(MeterEvent.unit))
+    ).all()
+    units = dict.fromkeys(UNITS, 0)
+    per_key: dict[str, dict[str, int]] = {}
+    for key_id, unit, quantity in rows:
+        units[unit] = units.get(unit, 0) + int(quantity)
+        per_key.setdefault(key_id, dict.fromkeys(UNITS, 0))[unit] = int(quantity)
+    cost_rows = session.execute(
+        sa_select(
+            col(ToolCall.key_id),
+            func.count(),
+            func.sum(col(ToolCall.compute)),
+            func.sum(col(ToolCall.floor)),
+            func.sum(col(ToolCall.price)),
+            func.sum(col(ToolCall.total)),
+        )
+        .where(
+            col(ToolCall.org_id) == org_id,
+            col(ToolCall.state) == DONE,
+            col(ToolCall.finished_at) >= start,
+            col(ToolCall.finished_at) < end,
+        )
+        .group_by(col(ToolCall.key_id))
+    ).all()
+    keys = []
+    totals = dict.fromkeys(("calls", "compute", "floor", "price", "total"), 0)
+    for key_id, calls, compute, floor, price, total in cost_rows:
+        cost = {
+            "compute": int(compute or 0),
+            "floor": int(floor or 0),
+            "price": int(price or 0),
+            "total": int(total or 0),
+        }
+        keys.append(
+            {
+                "key_id": key_id,
+                "calls": int(calls),
+                "units": per_key.pop(key_id, dict.fromkeys(UNITS, 0)),
+                "cost": cost,
+            }
+        )
+        totals["calls"] += int(calls)
+        for name, value in cost.items():
+            totals[name] += value
+    keys.sort(key=lambda k: k["key_id"])
+    return {
+        "calls": totals["calls"],
+        "units": units,
+        "cost": {k: totals[k] for k in ("compute", "floor", "price", "total")},
+        "keys": keys,
+    }

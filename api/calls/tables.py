@@ -1,0 +1,101 @@
+"""The tables of action calls: calls (with their leases), meter events and idempotency records.
+
+- `tool_calls`: one row per admitted call. While `state` is `running` the row is the call's lease:
+  it holds one of its organization's 4 and its node's 8 slots until `lease_expires_at`, so a call
+  whose api process died frees its slots by itself. `started_at` counts toward the 120 starts a
+  minute. The finished row keeps the outcome and the cost in micro-USD (never a customer's input).
+- `meter_events`: the metered units of a call, under the caller's key (`actions.vcpu_ms`,
+  `actions.gib_ms`, `actions.tool_call`, `actions.publisher_microusd`), with the tool's publisher
+  namespace for the earnings report.
+- `idempotency_records`: one row per (organization, Idempotency-Key), claimed with an INSERT;
+  it stores the answer (status and body) for at least 24 hours.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, Column, Index
+from sqlmodel import Field, SQLModel
+
+from api.models import UTCDateTime, utcnow
+
+RUNNING = "running"
+DONE = "done"
+
+
+class ToolCall(SQLModel, table=True):
+    """An admitted call: its lease while it runs, then its outcome and cost."""
+
+    __tablename__ = "tool_calls"
+    __table_args__ = (
+        Index("ix_tool_calls_org_state", "org_id", "state"),
+        Index("ix_tool_calls_node_state", "node_id", "state"),
+        Index("ix_tool_calls_org_started", "org_id", "started_at"),
+        Index("ix_tool_calls_key_started", "key_id", "started_at"),
+    )
+    id: str = Field(primary_key=True, max_length=40)
+    org_id: str = Field(max_length=40)
+    key_id: str = Field(max_length=40)
+    surface: str = Field(max_length=20, description="http, mcp or routine")
+    pack: str = Field(max_length=300)
+    version: str = Field(max_length=100)
+    action: str = Field(max_length=200)
+    node_id: str = Field(max_length=100)
+    state: str = Field(default=RUNNING, max_length=20)
+    timeout_ms: int
+    price_microusd: int = Field(default=0, sa_type=BigInteger, description="the publisher's price, reserved")
+    started_at: dt.datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+    deadline_at: dt.datetime = Field(sa_type=UTCDateTime, description="when the call must have ended")
+    lease_expires_at: dt.datetime = Field(sa_type=UTCDateTime, description="slots are free after this")
+    finished_at: dt.datetime | None = Field(default=None, sa_type=UTCDateTime)
+    status: int | None = None
+    code: str | None = Field(default=None, max_length=60)
+    reason: str | None = Field(default=None, max_length=60)
+    ran: bool = False
+    vcpu_ms: int = Field(default=0, sa_type=BigInteger)
+    gib_ms: int = Field(default=0, sa_type=BigInteger)
+    compute: int = Field(default=0, sa_type=BigInteger)
+    floor: int = Field(default=0, sa_type=BigInteger)
+    price: int = Field(default=0, sa_type=BigInteger)
+    total: int = Field(default=0, sa_type=BigInteger)
+
+
+class MeterEvent(SQLModel, table=True):
+    """A quantity of one unit metered for one call under the caller's key."""
+
+    __tablename__ = "meter_events"
+    __table_args__ = (
+        Index("ix_meter_events_org_at", "org_id", "at"),
+        Index("ix_meter_events_publisher_unit_at", "publisher", "unit", "at"),
+    )
+    id: int | None = Field(default=None, primary_key=True)
+    call_id: str = Field(max_length=40, index=True)
+    org_id: str = Field(max_length=40)
+    key_id: str = Field(max_length=40)
+    unit: str = Field(max_length=60)
+    quantity: int = Field(sa_type=BigInteger)
+    at: dt.datetime = Field(sa_type=UTCDateTime)
+    publisher: str = Field(max_length=200, description="the namespace of the tool's pack")
+    pack: str = Field(max_length=300)
+    action: str = Field(max_length=200)
+
+
+class IdempotencyRecord(SQLModel, table=True):
+    """The claim of an Idempotency-Key, then the answer it stores."""
+
+    __tablename__ = "idempotency_records"
+    org_id: str = Field(primary_key=True, max_length=40)
+    key: str = Field(primary_key=True, max_length=255)
+    request_hash: str = Field(max_length=80)
+    state: str = Field(default=RUNNING, max_length=20)
+    claimed_until: dt.datetime = Field(sa_type=UTCDateTime)
+    created_at: dt.datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+    expires_at: dt.datetime = Field(sa_type=UTCDateTime, index=True)
+    call_id: str | None = Field(default=None, max_length=40)
+    status: int | None = None
+    body: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+
+
+TABLES = ("tool_calls", "meter_events", "idempotency_records")
