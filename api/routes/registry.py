@@ -2,6 +2,155 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+import datetime as dt
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query
+from pydantic import BaseModel, ConfigDict, Field
+from sqlmodel import col, select
+
+from api import registry
+from api.deps import Principal, PrincipalDep, SessionDep, require
+from api.models import PackVersion
+from api.publishing import publish
+from api.routes.blobs import BlobsDep
+from api.scopes import ACTIONS_WRITE, TOOLS_PUBLISH
+from packs.hashing import BundleFile
 
 router = APIRouter(prefix="/v1/actions/packs", tags=["registry"])
+Publisher = Annotated[Principal, Depends(require(TOOLS_PUBLISH, ACTIONS_WRITE))]
+MAX_FILES = 1000
+
+
+class FileRecord(BaseModel):
+    """One bundle file: its POSIX path in the pack, sha256 (lowercase hex) and size."""
+
+    model_config = ConfigDict(extra="forbid")
+    path: str = Field(min_length=1, max_length=1000)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    bytes: int = Field(ge=0, le=64 * 1024 * 1024)
+
+
+class PublishRequest(BaseModel):
+    """A signed manifest and the records of its bundle files (each uploaded first as a blob)."""
+
+    model_config = ConfigDict(extra="forbid")
+    manifest: dict[str, Any]
+    files: list[FileRecord] = Field(max_length=MAX_FILES)
+
+
+class ActionSummary(BaseModel):
+    key: str | None
+    title: str | None
+    description: str | None
+    ref: str = Field(description="the exact pin, ns/pack/action@1.0.0")
+
+
+class VersionSummary(BaseModel):
+    version: str
+    content_hash: str
+    kid: str
+    published_at: dt.datetime
+
+
+class PackSummary(VersionSummary):
+    pack: str
+    title: str | None
+    description: str | None
+    publisher: dict[str, Any] | None
+    actions: list[ActionSummary]
+
+
+class PackList(BaseModel):
+    packs: list[PackSummary]
+
+
+class VersionList(BaseModel):
+    pack: str
+    versions: list[VersionSummary]
+
+
+class ToolList(BaseModel):
+    pack: str
+    version: str
+    tools: list[dict[str, Any]]
+
+
+def _summary(v: PackVersion) -> PackSummary:
+    m = v.manifest
+    return PackSummary(
+        pack=v.pack,
+        version=v.version,
+        content_hash=v.content_hash,
+        kid=v.kid,
+        published_at=v.published_at,
+        title=m.get("title"),
+        description=m.get("description"),
+        publisher=m.get("publisher"),
+        actions=[ActionSummary(**a) for a in registry.action_summaries(v)],
+    )
+
+
+@router.post("", status_code=201, response_model=PackSummary)
+def publish_pack(
+    body: PublishRequest, principal: Publisher, session: SessionDep, blobs: BlobsDep
+) -> PackSummary:
+    """Publish a signed pack version whose files were uploaded as blobs; versions are immutable."""
+    files = [BundleFile(path=f.path, sha256=f.sha256, bytes=f.bytes) for f in body.files]
+    row = publish(
+        session,
+        blobs=blobs,
+        org_id=principal.org_id,
+        key_id=principal.key_id,
+        manifest=body.manifest,
+        files=files,
+    )
+    return _summary(row)
+
+
+@router.get("", response_model=PackList)
+def list_packs(_: PrincipalDep, session: SessionDep) -> PackList:
+    """Every pack at its newest version."""
+    names = session.exec(select(PackVersion.pack).distinct().order_by(col(PackVersion.pack))).all()
+    newest = [registry.newest(session, pack=name) for name in names]
+    return PackList(packs=[_summary(v) for v in newest if v is not None])
+
+
+@router.get("/{namespace}/{name}", response_model=PackSummary)
+def get_pack(namespace: str, name: str, _: PrincipalDep, session: SessionDep) -> PackSummary:
+    """The pack at its newest version (by semver), with the exact pin of each action."""
+    return _summary(registry.versions_of(session, pack=f"{namespace}/{name}")[0])
+
+
+@router.get("/{namespace}/{name}/versions", response_model=VersionList)
+def list_versions(namespace: str, name: str, _: PrincipalDep, session: SessionDep) -> VersionList:
+    """Every version of the pack, newest first."""
+    pack = f"{namespace}/{name}"
+    versions = registry.versions_of(session, pack=pack)
+    return VersionList(pack=pack, versions=[VersionSummary.model_validate(v.model_dump()) for v in versions])
+
+
+@router.get("/{namespace}/{name}/versions/{version}/manifest")
+def get_manifest(
+    namespace: str, name: str, version: str, _: PrincipalDep, session: SessionDep
+) -> dict[str, Any]:
+    """The signed manifest of one version, as published."""
+    return registry.get_version(session, pack=f"{namespace}/{name}", version=version).manifest
+
+
+@router.get("/{namespace}/{name}/tools", response_model=ToolList)
+def list_tools(
+    namespace: str,
+    name: str,
+    _: PrincipalDep,
+    session: SessionDep,
+    version: Annotated[str | None, Query(description="an exact version; default the newest")] = None,
+) -> ToolList:
+    """MCP tool definitions of the pack's actions: `{pack}__{action}` with description and inputSchema."""
+    pack = f"{namespace}/{name}"
+    row = (
+        registry.get_version(session, pack=pack, version=version)
+        if version
+        else registry.versions_of(session, pack=pack)[0]
+    )
+    return ToolList(pack=pack, version=row.version, tools=registry.mcp_tools(row))

@@ -1,0 +1,304 @@
+"""Publishing: the echo tool end to end, and one test per refusal rule."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from apitest import KID, NAMESPACE, Built, Org, build_echo, register_key, upload
+from conftest import NODE_TOKEN
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from sqlmodel import Session
+
+from api.errors import Conflict
+from api.publishing import publish
+from cli._http import ApiClient, ApiConfig, CliError
+from cli.tool_publish import publish_dir
+from packs.hashing import BundleFile
+
+ECHO_PINS = [f"{NAMESPACE}/echo/{a}@1.0.0" for a in ("noop", "echo", "fail")]
+
+
+@pytest.fixture
+def key() -> Ed25519PrivateKey:
+    return Ed25519PrivateKey.generate()
+
+
+@pytest.fixture
+def publisher(client: TestClient, make_org: Callable[..., Org], key: Ed25519PrivateKey) -> Org:
+    org = make_org(namespaces=[NAMESPACE])
+    register_key(client, org, key)
+    return org
+
+
+@pytest.fixture
+def echo(tmp_path: Path, key: Ed25519PrivateKey) -> Built:
+    return build_echo(tmp_path, key)
+
+
+def _publish(client: TestClient, org: Org, built: Built, records: list[dict[str, Any]] | None = None) -> Any:
+    return client.post(
+        "/v1/actions/packs",
+        headers=org.headers,
+        json={"manifest": built.manifest, "files": records or built.records},
+    )
+
+
+def _refusal(r: Any, status: int, reason: str) -> dict[str, Any]:
+    assert r.status_code == status, r.text
+    error: dict[str, Any] = r.json()["error"]
+    assert error["reason"] == reason, error
+    return error
+
+
+def test_the_echo_tool_publishes_and_reads_back_everywhere(
+    client: TestClient, publisher: Org, echo: Built, key: Ed25519PrivateKey
+) -> None:
+    said: list[str] = []
+    api = ApiClient(ApiConfig(url=str(client.base_url), key=publisher.key), http=client)
+    answer = publish_dir(api, echo.root, say=said.append)
+    assert said == [f"{p}: uploaded {len(d)} bytes" for p, d in sorted(echo.files.items())]
+    assert [a["ref"] for a in answer["actions"]] == ECHO_PINS
+    assert answer["content_hash"] == echo.manifest["signature"]["hash"]
+    base = f"/v1/actions/packs/{NAMESPACE}/echo"
+    pack = client.get(base, headers=publisher.headers).json()
+    assert pack["version"] == "1.0.0" and pack["kid"] == KID and pack["title"] == "Echo"
+    versions = client.get(f"{base}/versions", headers=publisher.headers).json()["versions"]
+    assert [v["version"] for v in versions] == ["1.0.0"]
+    assert client.get(f"{base}/versions/1.0.0/manifest", headers=publisher.headers).json() == echo.manifest
+    tools = client.get(f"{base}/tools", headers=publisher.headers).json()["tools"]
+    assert [t["name"] for t in tools] == ["echo__noop", "echo__echo", "echo__fail"]
+    echo_tool = tools[1]
+    assert echo_tool["description"] == echo.manifest["actions"][1]["description"]
+    assert echo_tool["inputSchema"]["required"] == ["text"]
+    # Publishing again uploads nothing new and is refused: versions are immutable.
+    said.clear()
+    with pytest.raises(CliError) as refused:
+        publish_dir(api, echo.root, say=said.append)
+    assert all(line.endswith("already in the registry") for line in said) and len(said) == len(echo.files)
+    assert str(refused.value) == (
+        f"The version 1.0.0 of {NAMESPACE}/echo is already published: versions are immutable, "
+        "publish a new version. (409 conflict)"
+    )
+    # A node sees it in the feed with the public key, and reads every blob.
+    node = {"Authorization": f"Bearer {NODE_TOKEN}"}
+    feed = client.get("/v1/nodes/registry", params={"after": 0}, headers=node).json()
+    assert feed["cursor"] == 1 and [(v["pack"], v["version"]) for v in feed["versions"]] == [
+        (f"{NAMESPACE}/echo", "1.0.0")
+    ]
+    item = feed["versions"][0]
+    assert item["files"] == echo.records and item["manifest"] == echo.manifest
+    from packs.signing import public_key_b64, verify_manifest
+
+    assert item["public_key"] == public_key_b64(key)
+    files = [BundleFile.from_dict(f) for f in item["files"]]
+    assert verify_manifest(item["manifest"], files, item["public_key"]) == item["content_hash"]
+    for f in item["files"]:
+        got = client.get(f"/v1/actions/registry/blobs/sha256:{f['sha256']}", headers=node)
+        assert got.content == echo.files[f["path"]]
+    assert client.get("/v1/nodes/registry", params={"after": 1}, headers=node).json() == {
+        "versions": [],
+        "cursor": 1,
+    }
+
+
+def test_the_same_version_again_is_refused_even_with_identical_content(
+    client: TestClient, publisher: Org, echo: Built
+) -> None:
+    upload(client, publisher, echo.files)
+    assert _publish(client, publisher, echo).status_code == 201
+    error = _refusal(_publish(client, publisher, echo), 409, "version_exists")
+    assert error["code"] == "conflict"
+
+
+@pytest.mark.parametrize(
+    ("scopes", "missing"),
+    [
+        (["*"], "actions:tools:publish"),
+        (["actions:*"], "actions:tools:publish"),
+        (["actions:tools:publish"], "actions:write"),
+    ],
+)
+def test_publishing_needs_the_publish_scope_by_name_and_actions_write(
+    client: TestClient,
+    publisher: Org,
+    add_key: Callable[..., Org],
+    echo: Built,
+    scopes: list[str],
+    missing: str,
+) -> None:
+    upload(client, publisher, echo.files)
+    weak = add_key(publisher, scopes)
+    r = _publish(client, weak, echo)
+    assert r.status_code == 403 and r.json()["error"]["missing_scope"] == missing
+    assert missing in r.json()["error"]["message"]
+
+
+def test_actions_wildcard_with_the_publish_scope_by_name_publishes(
+    client: TestClient, publisher: Org, add_key: Callable[..., Org], echo: Built
+) -> None:
+    upload(client, publisher, echo.files)
+    assert (
+        _publish(client, add_key(publisher, ["actions:*", "actions:tools:publish"]), echo).status_code == 201
+    )
+
+
+def test_a_namespace_of_another_org_is_refused(
+    client: TestClient, make_org: Callable[..., Org], publisher: Org, echo: Built
+) -> None:
+    other = make_org()
+    upload(client, other, echo.files)
+    error = _refusal(_publish(client, other, echo), 403, "namespace")
+    assert error["message"] == f"The namespace {NAMESPACE} is not your organization's in the publisher list."
+
+
+def test_an_unregistered_kid_is_refused(
+    client: TestClient, publisher: Org, tmp_path: Path, key: Ed25519PrivateKey
+) -> None:
+    built = build_echo(tmp_path, key, kid=f"{NAMESPACE}#unknown")
+    upload(client, publisher, built.files)
+    error = _refusal(_publish(client, publisher, built), 403, "kid_unknown")
+    assert error["message"].startswith(f"The kid {NAMESPACE}#unknown is not registered for the namespace")
+
+
+def test_a_revoked_kid_stops_new_publishes_but_not_published_versions(
+    client: TestClient, publisher: Org, tmp_path: Path, key: Ed25519PrivateKey, echo: Built
+) -> None:
+    upload(client, publisher, echo.files)
+    assert _publish(client, publisher, echo).status_code == 201
+    kid = KID.replace("#", "%23")
+    r = client.delete(f"/v1/actions/publishers/{NAMESPACE}/keys/{kid}", headers=publisher.headers)
+    assert r.status_code == 200 and r.json()["revoked_at"]
+    newer = build_echo(tmp_path, key, version="1.0.1")
+    upload(client, publisher, newer.files)
+    error = _refusal(_publish(client, publisher, newer), 403, "kid_revoked")
+    assert error["message"].startswith(f"The kid {KID} was revoked on ")
+    assert (
+        client.get(f"/v1/actions/packs/{NAMESPACE}/echo", headers=publisher.headers).json()["version"]
+        == "1.0.0"
+    )
+
+
+def test_every_failing_publish_check_is_listed(client: TestClient, publisher: Org, echo: Built) -> None:
+    upload(client, publisher, echo.files)
+    echo.manifest["tool"]["size"] = {"vcpu": 2, "memoryMb": 512}
+    echo.manifest["actions"][0]["execution"] = {"timeoutMs": 5}
+    error = _refusal(_publish(client, publisher, echo), 400, "checks")
+    assert {(v["check"], v["field"]) for v in error["violations"]} >= {(14, "tool.size")}
+    assert len(error["violations"]) == 2
+    assert error["message"].startswith("The manifest fails 2 publish checks: check 14: ")
+
+
+def test_a_manifest_changed_after_signing_fails_the_content_hash(
+    client: TestClient, publisher: Org, echo: Built
+) -> None:
+    upload(client, publisher, echo.files)
+    echo.manifest["title"] = "Echo, edited"
+    error = _refusal(_publish(client, publisher, echo), 400, "content_hash")
+    assert error["message"].startswith("The content hash does not match: content hash sha256:")
+
+
+def test_a_signature_by_another_key_does_not_verify(
+    client: TestClient, publisher: Org, tmp_path: Path
+) -> None:
+    built = build_echo(tmp_path, Ed25519PrivateKey.generate())
+    upload(client, publisher, built.files)
+    error = _refusal(_publish(client, publisher, built), 400, "signature")
+    assert error["message"].startswith("The signature does not verify: signature.value does not verify")
+
+
+def test_a_file_not_uploaded_is_refused_naming_it(client: TestClient, publisher: Org, echo: Built) -> None:
+    upload(client, publisher, {p: d for p, d in echo.files.items() if p != "NOTICES.md"})
+    error = _refusal(_publish(client, publisher, echo), 400, "blob_missing")
+    assert error["path"] == "NOTICES.md" and error["message"].startswith("The file NOTICES.md (sha256:")
+
+
+def test_a_file_declared_with_other_bytes_is_refused(client: TestClient, publisher: Org, echo: Built) -> None:
+    upload(client, publisher, echo.files)
+    records = [dict(r, bytes=r["bytes"] + 1) if r["path"] == "NOTICES.md" else r for r in echo.records]
+    error = _refusal(_publish(client, publisher, echo, records), 400, "blob_mismatch")
+    notices = BundleFile.of("NOTICES.md", echo.files["NOTICES.md"])
+    assert error["message"] == (
+        f"The file NOTICES.md is declared with {notices.bytes + 1} bytes "
+        f"but its blob sha256:{notices.sha256} has {notices.bytes}."
+    )
+
+
+def test_an_archive_other_than_the_manifest_declares_is_refused(
+    client: TestClient, publisher: Org, echo: Built
+) -> None:
+    other = b"not the archive the manifest declares"
+    files = {**echo.files, "tool.tar": other}
+    upload(client, publisher, files)
+    records = [BundleFile.of(p, d).to_dict() for p, d in sorted(files.items())]
+    error = _refusal(_publish(client, publisher, echo, records), 400, "archive")
+    assert "tool.tar has sha256" in error["message"]
+
+
+def test_concurrent_publishes_of_one_version_have_exactly_one_winner(
+    app: FastAPI, client: TestClient, publisher: Org, echo: Built
+) -> None:
+    upload(client, publisher, echo.files)
+    files = [BundleFile.of(p, d) for p, d in sorted(echo.files.items())]
+    barrier = threading.Barrier(6)
+    outcomes: list[str] = []
+
+    def attempt() -> None:
+        with Session(app.state.engine, expire_on_commit=False) as session:
+            barrier.wait()
+            try:
+                publish(
+                    session,
+                    blobs=app.state.blobs,
+                    org_id=publisher.org_id,
+                    key_id=publisher.key_id,
+                    manifest=echo.manifest,
+                    files=files,
+                )
+                outcomes.append("won")
+            except Conflict:
+                outcomes.append("conflict")
+
+    threads = [threading.Thread(target=attempt) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes) == ["conflict"] * 5 + ["won"]
+
+
+def test_the_newest_version_is_by_semver_and_refs_resolve(
+    app: FastAPI, client: TestClient, publisher: Org, tmp_path: Path, key: Ed25519PrivateKey
+) -> None:
+    for version in ("1.2.0", "1.10.0", "1.9.3", "0.9.0"):
+        built = build_echo(tmp_path, key, version=version)
+        upload(client, publisher, built.files)
+        assert _publish(client, publisher, built).status_code == 201
+    base = f"/v1/actions/packs/{NAMESPACE}/echo"
+    pack = client.get(base, headers=publisher.headers).json()
+    assert pack["version"] == "1.10.0" and pack["actions"][1]["ref"] == f"{NAMESPACE}/echo/echo@1.10.0"
+    versions = client.get(f"{base}/versions", headers=publisher.headers).json()["versions"]
+    assert [v["version"] for v in versions] == ["1.10.0", "1.9.3", "1.2.0", "0.9.0"]
+    tools = client.get(f"{base}/tools", params={"version": "0.9.0"}, headers=publisher.headers).json()
+    assert tools["version"] == "0.9.0"
+    from api.registry import resolve_ref
+    from packs.refs import ActionRef
+
+    with Session(app.state.engine) as session:
+        for ref, expected in [("echo@1", "1.10.0"), ("echo@0", "0.9.0"), ("echo@1.2.0", "1.2.0")]:
+            row = resolve_ref(session, ref=ActionRef.parse(f"{NAMESPACE}/echo/{ref}"))
+            assert row is not None and row.version == expected
+        assert resolve_ref(session, ref=ActionRef.parse(f"{NAMESPACE}/echo/echo@2")) is None
+    r = client.get(f"{base}/versions/3.0.0/manifest", headers=publisher.headers)
+    assert r.status_code == 404
+    assert r.json()["error"]["message"] == f"There is no version 3.0.0 of the pack {NAMESPACE}/echo."
+    r = client.get(f"/v1/actions/packs/{NAMESPACE}/nope", headers=publisher.headers)
+    assert (
+        r.status_code == 404
+        and r.json()["error"]["message"] == f"There is no pack {NAMESPACE}/nope in the registry."
+    )
