@@ -58,6 +58,7 @@ class VmLimits:
     work_mb: int = 64
     tmp_mb: int = 16
     out_kb: int = 1024
+    in_kb: int = 2048
 
 
 def _make_dir(path: Path, mode: int) -> None:
@@ -96,18 +97,17 @@ class BwrapVm(Vm):
                 with os.fdopen(fd, "wb") as fh:
                     fh.write(f.data)
         except OSError as exc:
-            raise VmError("copy", f"an input file could not be put in the VM: {exc.strerror}") from exc
-        if not tool_dir.is_dir():
             raise VmError(
-                "copy", f"the tool's files are not in the install cache ({tool_dir.name} is missing)"
-            )
+                "copy", f"the input files could not be put in the VM's /in: {exc.strerror}"
+            ) from exc
         self._tool_src = tool_dir
 
     def unpack(self) -> None:
-        if self._tool_src is None:
-            raise VmError("unpack", "the tool's files were not copied into the VM")
+        src = self._tool_src
+        if src is None or not src.is_dir():
+            raise VmError("unpack", "the tool's unpacked files are missing from the node's install cache")
         try:
-            mounts.bind(self._tool_src, self.path / "tool", read_only=True)
+            mounts.bind(src, self.path / "tool", read_only=True)
         except mounts.MountError as exc:
             raise VmError("unpack", f"the tool's files could not be mounted at /tool: {exc}") from exc
 
@@ -162,6 +162,7 @@ class BwrapVm(Vm):
             os.close(block_w)
             proc.kill()
             proc.wait()
+            _reap(child)
             return RunResult(started=False, exec_error=f"the VM's cgroup refused its init process: {exc}")
         meter = UsageMeter(self.cgroup)
         os.write(block_w, b"1")
@@ -195,7 +196,9 @@ class BwrapVm(Vm):
                     elif fd == in_fd:
                         try:
                             pending = pending[os.write(in_fd, pending) :]
-                        except (BrokenPipeError, BlockingIOError, OSError):
+                        except BlockingIOError:
+                            pass
+                        except OSError:  # the tool closed its stdin: it does not want the rest
                             pending = pending[len(pending) :]
                         if not pending:
                             poller.unregister(in_fd)
@@ -214,6 +217,7 @@ class BwrapVm(Vm):
             meter.finish()
             self.cgroup.kill()
             proc.wait()
+            _reap(child)
             if not result.stdout_too_large:
                 rest = _drain(out_fd, max_stdout + 1 - size)
                 chunks.append(rest)
@@ -249,6 +253,12 @@ class BwrapVm(Vm):
             return
         self._deleted = True
         self._driver.destroy(self)
+
+
+def _reap(pid: int) -> None:
+    """Reap the VM's init: when bwrap's monitor exits first it is orphaned to us, the child subreaper."""
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
 
 
 def _read_some(fd: int) -> bytes | None:
@@ -330,6 +340,7 @@ class BwrapDriver(VmDriver):
             raise VmError("no_slot", f"no base template at {base_rootfs}: run `b3os node build-base`")
         if vm_uid == 0 or vm_gid == 0:
             raise VmError("no_slot", "the VM's host uid and gid must not be root")
+        mounts.become_subreaper()
         self.bwrap = bwrap
         self.limits = limits or VmLimits()
         self.vm_uid, self.vm_gid = vm_uid, vm_gid
@@ -340,6 +351,7 @@ class BwrapDriver(VmDriver):
         self._pool: deque[BwrapVm] = deque()
         self._cond = threading.Condition()
         self._closed = False
+        self._preparing = False
         self._live: set[str] = set()
         run_dir.mkdir(parents=True, exist_ok=True)
         os.chmod(run_dir, 0o711)
@@ -422,17 +434,30 @@ class BwrapDriver(VmDriver):
                     self._cond.wait()
                 if self._closed:
                     return
+                self._preparing = True
             try:
                 vm = self._prepare()
             except (OSError, mounts.MountError, CgroupError) as exc:
                 log.warning("preparing a VM failed: %s", exc)
+                with self._cond:
+                    self._preparing = False
                 time.sleep(0.5)
                 continue
             with self._cond:
+                self._preparing = False
+                self._cond.notify_all()
                 if self._closed:
                     self.destroy(vm)
                     return
                 self._pool.append(vm)
+
+    def settle(self, timeout_s: float = 5.0) -> list[str]:
+        """Wait until the pool is full and idle; return the ids of the prepared VMs (for leak checks)."""
+        end = time.monotonic() + timeout_s
+        with self._cond:
+            while (len(self._pool) < self.pool_size or self._preparing) and time.monotonic() < end:
+                self._cond.wait(0.01)
+            return [vm.id for vm in self._pool]
 
     def destroy(self, vm: BwrapVm) -> None:
         """Kill the VM's processes, remove its cgroup, unmount and remove its directory."""

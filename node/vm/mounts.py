@@ -1,4 +1,7 @@
-"""Host mounts the bwrap driver makes (as root): bind mounts and size-limited tmpfs, through libc."""
+"""Host mounts the bwrap driver makes (as root): bind mounts and size-limited tmpfs, through libc.
+
+Also the one process setting the driver needs: being the child subreaper of its VMs.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ MS_BIND = 4096
 MS_REC = 16384
 MS_PRIVATE = 1 << 18
 MNT_DETACH = 2
+PR_SET_CHILD_SUBREAPER = 36
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
@@ -49,9 +53,9 @@ def bind(source: Path, target: Path, *, read_only: bool) -> None:
         raise
 
 
-def tmpfs(target: Path, *, size_bytes: int, uid: int, gid: int, inodes: int) -> None:
-    """Mount a fresh tmpfs of at most `size_bytes` and `inodes` files, owned by uid:gid, mode 0700."""
-    opts = f"size={size_bytes},nr_inodes={inodes},mode=0700,uid={uid},gid={gid}"
+def tmpfs(target: Path, *, size_bytes: int, uid: int, gid: int, inodes: int, mode: int = 0o700) -> None:
+    """Mount a fresh tmpfs of at most `size_bytes` and `inodes` files, owned by uid:gid."""
+    opts = f"size={size_bytes},nr_inodes={inodes},mode={mode:o},uid={uid},gid={gid}"
     _mount("b3os-vm", target, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts)
 
 
@@ -72,3 +76,8 @@ def mounts_under(prefix: Path) -> list[Path]:
         if point == text or point.startswith(text + "/"):
             found.append(Path(point))
     return sorted(set(found), key=lambda p: len(p.parts), reverse=True)
+
+
+def become_subreaper() -> None:
+    """Make this process the reaper of its orphaned descendants (a VM's init outlives bwrap's monitor)."""
+    _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)

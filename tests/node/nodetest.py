@@ -8,6 +8,8 @@ from typing import Any
 
 from node.cache import InstallCache
 from node.models import NodeCall
+from node.vm import mounts
+from node.vm.bwrap import BwrapDriver
 from packs.archive import build_archive
 
 REPO = Path(__file__).resolve().parents[2]
@@ -15,6 +17,8 @@ ECHO_TOOL = REPO / "examples" / "tools" / "echo" / "tool"
 HOSTILE = Path(__file__).resolve().parent / "tools"
 ECHO = "com.example.tools/echo"
 VERSION = "1.0.0"
+# The host uid of the test VMs: one no other process uses, so a leftover process is easy to find.
+VM_UID = 64999
 
 
 def install_tree(cache: InstallCache, pack: str, tree: Path, version: str = VERSION) -> Path:
@@ -38,3 +42,48 @@ def echo_call(action: str, input_: dict[str, Any], *, timeout_ms: int = 10_000, 
         file_fields=["file"] if "file" in input_ else [],
         **kw,
     )
+
+
+def hostile_call(name: str, input_: dict[str, Any] | None = None, *, timeout_ms: int = 10_000) -> NodeCall:
+    """A call of one of the hostile tools under tests/node/tools (command /tool/run)."""
+    return NodeCall(
+        call_id=f"tcall_{name}_{time.monotonic_ns()}",
+        pack=f"com.example.hostile/{name}",
+        version=VERSION,
+        action="run",
+        cmd=["/tool/run"],
+        timeout_ms=timeout_ms,
+        input=input_ or {},
+    )
+
+
+def vm_processes() -> list[int]:
+    """Processes on this machine running as the test VMs' host uid."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+        except OSError:
+            continue
+        uid_line = next((line for line in status.splitlines() if line.startswith("Uid:")), "")
+        if uid_line.split()[1:2] == [str(VM_UID)]:
+            found.append(int(entry.name))
+    return found
+
+
+def leftovers(driver: BwrapDriver) -> list[str]:
+    """What calls left behind: processes, cgroups, mounts or directories beyond the prepared pool."""
+    prepared = set(driver.settle())
+    problems = [f"process {pid}" for pid in vm_processes()]
+    problems += [f"cgroup {name}" for name in set(driver.cgroups.children()) - prepared]
+    problems += [
+        f"directory {p.name}" for p in driver.node_dir.iterdir() if p.name not in prepared | {"base"}
+    ]
+    problems += [
+        f"mount {m}"
+        for m in mounts.mounts_under(driver.node_dir)
+        if m != driver.node_dir / "base" and m.parent.name not in prepared
+    ]
+    return problems

@@ -1,0 +1,148 @@
+"""Hostile tools in real VMs: each ends in the right error, leaves nothing behind, and others keep running."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from nodetest import echo_call, hostile_call, leftovers
+
+from node.models import NodeCallResult
+from node.runner import Runner
+from node.vm.bwrap import BwrapDriver
+
+
+@pytest.fixture(autouse=True)
+def nothing_left(driver: BwrapDriver) -> Iterator[None]:
+    yield
+    assert leftovers(driver) == []
+
+
+def _err(result: NodeCallResult) -> dict:
+    assert result.error is not None, result.output
+    return result.error.model_dump()
+
+
+def test_a_tool_cannot_reach_a_host_listener_on_loopback(runner: Runner) -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        listener.settimeout(0.2)
+        result = runner.call(hostile_call("network", {"port": listener.getsockname()[1]}))
+        assert result.ok, result.error
+        assert result.output == {"reached": "ConnectionRefusedError"}
+        with pytest.raises(TimeoutError):
+            listener.accept()
+
+
+def test_allocating_1_gib_is_killed_at_the_vms_512_mib(runner: Runner) -> None:
+    result = runner.call(hostile_call("alloc"))
+    err = _err(result)
+    assert (err["code"], err["reason"], err["signal"]) == ("tool_failed", "signal", 9)
+    assert "all of the VM's 512 MiB of memory" in err["message"]
+    assert result.ran and result.usage["gib_ms"] >= 1
+
+
+def test_a_fork_bomb_stops_at_the_pids_limit(runner: Runner) -> None:
+    err = _err(runner.call(hostile_call("forkbomb")))
+    assert (err["code"], err["reason"], err["tool_code"]) == ("tool_failed", "tool_error", "fork_failed")
+    made = int(err["tool_message"].split("after ")[1].split(" ")[0])
+    assert 10 < made < 64
+
+
+def test_a_cpu_spin_times_out_and_gets_one_vcpu_only(runner: Runner) -> None:
+    started = time.monotonic()
+    result = runner.call(hostile_call("spin", timeout_ms=1000))
+    assert _err(result)["code"] == "tool_timed_out"
+    assert _err(result)["message"] == "the tool's command did not finish in 1000 ms"
+    assert time.monotonic() - started < 2.5
+    # two spinning processes on a 2-core machine, held to one vCPU by the CFS quota
+    assert 500 <= result.usage["vcpu_ms"] <= 1300
+
+
+def test_filling_the_disk_stops_at_work_and_out_sizes(runner: Runner) -> None:
+    result = runner.call(hostile_call("diskfill"))
+    assert result.ok, result.error
+    assert result.output is not None
+    assert 32 << 20 <= result.output["work"] <= 64 << 20
+    assert result.output["out"] <= 1 << 20
+
+
+def test_ten_mib_of_stdout_is_output_too_large(runner: Runner) -> None:
+    err = _err(runner.call(hostile_call("bigout")))
+    assert (err["code"], err["reason"]) == ("tool_failed", "output_too_large")
+    assert err["message"] == "the tool wrote more than 1048576 bytes to stdout"
+
+
+@pytest.mark.parametrize(
+    ("kind", "says"),
+    [
+        ("symlink", "output file /out/file is not a regular file (a symlink?)"),
+        ("host_symlink", "output file /out/file is not a regular file (a symlink?)"),
+        ("dir", "output file /out/file is a directory"),
+        ("fifo", "output file /out/file is not a regular file"),
+        ("outside", "output.file.path '/etc/hostname' is not a file directly under /out"),
+        ("traversal", "output file /out/../etc/hostname is not a file name directly under /out"),
+        ("missing", "output file /out/nothing-here does not exist"),
+        ("too_big", "output files pass 262144 bytes in all (at /out/part2)"),
+    ],
+)
+def test_an_output_file_that_is_not_a_regular_file_under_out_is_refused(
+    runner: Runner, kind: str, says: str
+) -> None:
+    err = _err(runner.call(hostile_call("badfile", {"kind": kind})))
+    assert (err["code"], err["reason"], err["message"]) == ("tool_failed", "output_file", says)
+
+
+def test_a_daemon_does_not_outlive_the_call(runner: Runner) -> None:
+    started = time.monotonic()
+    result = runner.call(hostile_call("daemon"))
+    assert result.ok and result.output == {"left": "a daemon"}
+    assert time.monotonic() - started < 5
+
+
+def test_a_tool_sees_no_host_file_no_node_secret_and_no_other_process(
+    runner: Runner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("B3OS_NODE_TOKEN", "node-secret-value")
+    paths = ["/etc/hostname", "/proc/self/uid_map", "/root/.b3os/base/rootfs/.b3os-base.json", __file__]
+    result = runner.call(hostile_call("readhost", {"paths": paths}))
+    assert result.ok and result.output is not None, result.error
+    out = result.output
+    assert set(out["env"]) <= {"PATH", "HOME", "LANG", "PWD"}
+    assert (out["env"]["HOME"], out["env"]["LANG"], out["cwd"]) == ("/work", "C.UTF-8", "/work")
+    assert (out["uid"], out["gid"], out["hostname"]) == (1000, 1000, "vm")
+    assert "node-secret-value" not in str(out) and "B3OS" not in str(out)
+    assert out["files"][__file__] == "error: FileNotFoundError"
+    assert out["files"]["/root/.b3os/base/rootfs/.b3os-base.json"].startswith("error: ")
+    uid_map = out["files"]["/proc/self/uid_map"].split()
+    assert (len(uid_map), uid_map[0], uid_map[2]) == (3, "1000", "1")  # one uid mapped: 1000
+    assert len(out["pids"]) <= 3  # the VM's init, the tool, maybe a reaper: no host process
+
+
+def test_other_calls_keep_running_while_hostile_tools_misbehave(runner: Runner) -> None:
+    results: dict[str, NodeCallResult] = {}
+
+    def run(name: str, timeout_ms: int) -> None:
+        results[name] = runner.call(hostile_call(name, timeout_ms=timeout_ms))
+
+    threads = [
+        threading.Thread(target=run, args=(n, ms))
+        for n, ms in [("spin", 1500), ("forkbomb", 5000), ("alloc", 8000)]
+    ]
+    for t in threads:
+        t.start()
+    time.sleep(0.2)
+    for _ in range(5):
+        noop = runner.call(echo_call("noop", {}))
+        assert noop.ok, noop.error
+    for t in threads:
+        t.join()
+    assert {n: _err(r)["code"] for n, r in results.items()} == {
+        "spin": "tool_timed_out",
+        "forkbomb": "tool_failed",
+        "alloc": "tool_failed",
+    }
