@@ -200,3 +200,40 @@ def test_key_store_files_and_modes(keys_dir: Path) -> None:
         generate_key(KID, keys_dir)
     with pytest.raises(KeyStoreError, match="^key id 'nonamespace#x' is not accepted"):
         generate_key("nonamespace#x", keys_dir)
+
+
+def test_a_tar_gz_pack_builds_and_verifies(echo_copy: Path, keys_dir: Path, tmp_path: Path) -> None:
+    generate_key(KID, keys_dir)
+    path = echo_copy / "b3pack.json"
+    m = json.loads(path.read_text())
+    m["tool"]["bundle"]["archive"]["format"] = "tar.gz"
+    path.write_text(json.dumps(m))
+    result = build_tool(echo_copy, kid=KID, out_dir=tmp_path / "gz")
+    assert result.archive_path.name == "tool.tar.gz"
+    assert result.archive[:2] == b"\x1f\x8b"
+    assert [f.path for f in result.files if f.path.startswith("tool")] == ["tool.tar.gz"]
+    assert verify_pack_dir(tmp_path / "gz").problems == []
+
+
+def test_a_fixture_with_a_refused_name_is_named(echo_copy: Path) -> None:
+    from packs.errors import ManifestError
+
+    (echo_copy / "fixtures" / "bad name.json").write_text("{}")
+    with pytest.raises(
+        ManifestError, match="^fixture bundle file path 'fixtures/bad name.json' is not accepted"
+    ):
+        load_pack(echo_copy)
+
+
+def test_out_refuses_a_directory_holding_other_files(echo_copy: Path, keys_dir: Path, tmp_path: Path) -> None:
+    from packs.errors import BuildError
+
+    generate_key(KID, keys_dir)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "mine.txt").write_text("keep")
+    with pytest.raises(BuildError, match="is not empty and holds no earlier build"):
+        build_tool(echo_copy, kid=KID, out_dir=other)
+    assert (other / "mine.txt").read_text() == "keep"
+    build_tool(echo_copy, kid=KID, out_dir=tmp_path / "again")
+    build_tool(echo_copy, kid=KID, out_dir=tmp_path / "again")  # an earlier build is replaced
