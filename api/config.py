@@ -34,6 +34,9 @@ class Settings(BaseSettings):
     max_blob_bytes: int = Field(default=64 * MIB, ge=1, description="the largest blob a PUT accepts")
     max_body_bytes: int = Field(default=2 * MIB, ge=1024, description="the largest JSON request body")
     registry_page_size: int = Field(default=100, ge=1, le=1000, description="versions per node feed page")
+    temporal_address: str = Field(default="127.0.0.1:7233", description="the Temporal frontend, host:port")
+    temporal_namespace: str = Field(default="default", description="the Temporal namespace of routine runs")
+    temporal_task_queue: str = Field(default="b3os-routines", description="the routine workers' task queue")
 
     def resolved_database_url(self) -> str:
         """The database URL: B3OS_DATABASE_URL, then DATABASE_URL, then SQLite under data_dir."""

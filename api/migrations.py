@@ -18,6 +18,7 @@ from api import models  # noqa: F401  (registers the tables in the metadata)
 from api.calls import tables as call_tables
 from api.db import is_postgres
 from api.models import UTCDateTime, utcnow
+from api.runs import tables as run_tables
 
 _LOCK_ID = 0x6233_6F73  # "b3os"
 
@@ -55,6 +56,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         ),
     ),
     Migration(2, "action calls: tool_calls, meter_events, idempotency_records", tables=call_tables.TABLES),
+    Migration(3, "routines and their runs: routines, routine_runs", tables=run_tables.TABLES),
 )
 
 

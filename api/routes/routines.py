@@ -1,0 +1,92 @@
+"""Routines of the caller's organization: store (validated), read, list, and start a run."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Annotated
+
+from anyio import to_thread
+from fastapi import APIRouter, Depends, Header, Request, Response
+
+from api.deps import Principal, require
+from api.errors import InvalidRequest
+from api.runs.models import RoutineCreate, RoutineList, RoutinePublic, RunCreate, RunPublic
+from api.runs.service import RunsService
+from api.runs.tables import RoutineRecord
+from api.scopes import ROUTINES_READ, ROUTINES_RUN
+
+router = APIRouter(prefix="/v1/routines", tags=["routines"])
+Runner = Annotated[Principal, Depends(require(ROUTINES_RUN))]
+Reader = Annotated[Principal, Depends(require(ROUTINES_READ))]
+
+
+def runs_service(request: Request) -> RunsService:
+    """The app's runs service, made on first use."""
+    service: RunsService | None = getattr(request.app.state, "runs", None)
+    if service is None:
+        service = RunsService(request.app.state.engine, request.app.state.settings)
+        request.app.state.runs = service
+    return service
+
+
+Runs = Annotated[RunsService, Depends(runs_service)]
+
+
+def _public(row: RoutineRecord) -> RoutinePublic:
+    return RoutinePublic(
+        name=row.name,
+        version=row.version,
+        description=row.description,
+        steps=[step["id"] for step in row.routine.get("steps", [])],
+        inputs=row.routine.get("inputs", {}),
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+@router.post("", status_code=201, response_model=RoutinePublic)
+async def store_routine(body: RoutineCreate, principal: Runner, runs: Runs) -> RoutinePublic:
+    """Validate a routine's YAML and store it (a routine of the same name is replaced)."""
+    row = await to_thread.run_sync(partial(runs.store_routine, org_id=principal.org_id, source=body.yaml))
+    return _public(row)
+
+
+@router.get("", response_model=RoutineList)
+async def list_routines(principal: Reader, runs: Runs) -> RoutineList:
+    """The organization's routines."""
+    rows = await to_thread.run_sync(partial(runs.list_routines, org_id=principal.org_id))
+    return RoutineList(routines=[_public(r) for r in rows])
+
+
+@router.get("/{name}", response_model=RoutinePublic)
+async def get_routine(name: str, principal: Reader, runs: Runs) -> RoutinePublic:
+    """One routine of the organization."""
+    return _public(await to_thread.run_sync(partial(runs.get_routine, org_id=principal.org_id, name=name)))
+
+
+@router.post("/{name}/runs", status_code=201, response_model=RunPublic)
+async def start_run(
+    name: str,
+    body: RunCreate,
+    principal: Runner,
+    runs: Runs,
+    response: Response,
+    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
+) -> RunPublic:
+    """Start a run of a routine; the same Idempotency-Key gives the same run."""
+    if idempotency_key is not None and not (
+        1 <= len(idempotency_key) <= 255 and idempotency_key.isprintable()
+    ):
+        raise InvalidRequest(
+            "The Idempotency-Key header must be 1 to 255 printable characters.", field="Idempotency-Key"
+        )
+    row, created = await runs.start_run(
+        org_id=principal.org_id,
+        key_id=principal.key_id,
+        name=name,
+        inputs=body.inputs,
+        idempotency_key=idempotency_key,
+    )
+    if not created:
+        response.status_code = 200
+    return await runs.read_run(org_id=principal.org_id, run_id=row.id)

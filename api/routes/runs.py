@@ -1,0 +1,40 @@
+"""Runs of the caller's organization: read one (status, each step and its output or error), list, cancel."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query
+
+from api.deps import Principal, require
+from api.routes.routines import Runs
+from api.runs.models import CancelAccepted, RunList, RunPublic
+from api.scopes import ROUTINES_READ, ROUTINES_RUN
+
+router = APIRouter(prefix="/v1/runs", tags=["runs"])
+Runner = Annotated[Principal, Depends(require(ROUTINES_RUN))]
+Reader = Annotated[Principal, Depends(require(ROUTINES_READ))]
+
+
+@router.get("", response_model=RunList)
+async def list_runs(
+    principal: Reader,
+    runs: Runs,
+    routine: Annotated[str | None, Query(max_length=63)] = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+) -> RunList:
+    """The organization's newest runs, newest first."""
+    return RunList(runs=await runs.list_runs(org_id=principal.org_id, routine=routine, limit=limit))
+
+
+@router.get("/{run_id}", response_model=RunPublic)
+async def get_run(run_id: str, principal: Reader, runs: Runs) -> RunPublic:
+    """A run: status, outputs, and each step's status, attempts, output or error."""
+    return await runs.read_run(org_id=principal.org_id, run_id=run_id)
+
+
+@router.post("/{run_id}/cancel", status_code=202, response_model=CancelAccepted)
+async def cancel_run(run_id: str, principal: Runner, runs: Runs) -> CancelAccepted:
+    """Cancel a running run: its running steps are cancelled and it ends as cancelled."""
+    row = await runs.cancel_run(org_id=principal.org_id, run_id=run_id)
+    return CancelAccepted(run_id=row.id, status="cancelling")

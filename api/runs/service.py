@@ -1,0 +1,408 @@
+"""The runs service: stores routines, starts runs as Temporal workflows, reads, lists and cancels them.
+
+A run is one `routine` workflow with the id `routine-<name>-<run id>` on the routine workers' task
+queue, started with the search attributes `B3osRoutine` and `B3osOrg`. With an Idempotency-Key
+the run id is derived from the organization and the key, so the same key gives the same run (the
+same key with other inputs is refused). A finished run's result is kept in its row.
+
+Database work runs in worker threads; Temporal calls are awaited on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from datetime import timedelta
+from functools import partial
+from typing import Any, TypeVar
+
+from anyio import to_thread
+from sqlalchemy import Engine
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session, col, select
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+    WorkflowQueryRejectedError,
+)
+from temporalio.common import (
+    SearchAttributeKey,
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
+from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
+from temporalio.service import RPCError
+
+from api.accounts import new_id
+from api.config import Settings
+from api.errors import Conflict, InvalidRequest, NotFound, ServiceUnavailable
+from api.models import utcnow
+from api.runs.models import RunError, RunPublic, RunSummary
+from api.runs.tables import RoutineRecord, RunRecord
+from engine.routine import Routine
+from engine.runs import (
+    SEARCH_ATTRIBUTE_ORG,
+    SEARCH_ATTRIBUTE_ROUTINE,
+    WORKFLOW_TYPE,
+    RunRoutineInput,
+    RunRoutineResult,
+    StepResult,
+    routine_workflow_id,
+)
+from engine.validate import RoutineError, RoutineInputError, load_routine, resolve_inputs
+
+T = TypeVar("T")
+FINAL = frozenset({"succeeded", "failed", "cancelled"})
+QUERY_TIMEOUT = timedelta(seconds=5)
+_ROUTINE = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_ROUTINE)
+_ORG = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_ORG)
+
+
+class RunsService:
+    """Routines and runs of every organization, over one database engine and one Temporal client."""
+
+    def __init__(self, engine: Engine, settings: Settings) -> None:
+        self._engine = engine
+        self._settings = settings
+        self._client: Client | None = None
+        self._lock = asyncio.Lock()
+
+    async def _db(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        return await to_thread.run_sync(partial(fn, *args, **kwargs))
+
+    async def client(self) -> Client:
+        """The Temporal client, connected on first use (ServiceUnavailable when Temporal is down)."""
+        async with self._lock:
+            if self._client is None:
+                from engine.worker import connect, ensure_search_attributes
+
+                address = self._settings.temporal_address
+                try:
+                    client = await connect(address, self._settings.temporal_namespace)
+                except (RuntimeError, RPCError) as exc:
+                    raise ServiceUnavailable(
+                        f"Temporal at {address} is not reachable; try again shortly.", retry_after_s=5
+                    ) from exc
+                await ensure_search_attributes(client)
+                self._client = client
+            return self._client
+
+    # --- routines ----------------------------------------------------------------------------
+
+    def store_routine(self, *, org_id: str, source: str) -> RoutineRecord:
+        """Validate a routine's YAML and store it, replacing the organization's routine of that name.
+
+        Raises:
+            InvalidRequest: the YAML has problems (each `line:column: message` in `problems`).
+        """
+        try:
+            routine = load_routine(source, "routine.yaml")
+        except RoutineError as exc:
+            lines = exc.lines()
+            raise InvalidRequest(
+                f"The routine has {len(lines)} problem(s): {lines[0]}", field="yaml", problems=lines
+            ) from None
+        data = routine.model_dump(mode="json", by_alias=True, exclude_unset=True)
+        with Session(self._engine) as session:
+            row = session.exec(
+                select(RoutineRecord).where(
+                    RoutineRecord.org_id == org_id, RoutineRecord.name == routine.name
+                )
+            ).first()
+            if row is None:
+                row = RoutineRecord(
+                    id=new_id("rtn"),
+                    org_id=org_id,
+                    name=routine.name,
+                    source=source,
+                    routine=data,
+                    description=routine.description,
+                )
+            else:
+                row.version, row.source, row.routine = row.version + 1, source, data
+                row.description, row.updated_at = routine.description, utcnow()
+            session.add(row)
+            session.commit()
+            session.refresh(row)
+            return row
+
+    def get_routine(self, *, org_id: str, name: str) -> RoutineRecord:
+        """The organization's routine of this name, or NotFound."""
+        with Session(self._engine) as session:
+            row = session.exec(
+                select(RoutineRecord).where(RoutineRecord.org_id == org_id, RoutineRecord.name == name)
+            ).first()
+        if row is None:
+            raise NotFound(f"Your organization has no routine named {name[:100]!r}.", field="name")
+        return row
+
+    def list_routines(self, *, org_id: str) -> list[RoutineRecord]:
+        """The organization's routines by name."""
+        with Session(self._engine) as session:
+            query = (
+                select(RoutineRecord).where(RoutineRecord.org_id == org_id).order_by(col(RoutineRecord.name))
+            )
+            return list(session.exec(query).all())
+
+    # --- runs --------------------------------------------------------------------------------
+
+    async def start_run(
+        self, *, org_id: str, key_id: str, name: str, inputs: dict[str, Any], idempotency_key: str | None
+    ) -> tuple[RunRecord, bool]:
+        """Start a run of a stored routine; with an Idempotency-Key a repeat gives the same run.
+
+        Returns:
+            The run's row, and whether this request started it (False: the key's earlier run).
+
+        Raises:
+            NotFound: no such routine. InvalidRequest: the inputs do not fit. Conflict: the key was
+            used with another request. ServiceUnavailable: Temporal is not reachable.
+        """
+        record: RoutineRecord = await self._db(self.get_routine, org_id=org_id, name=name)
+        request_hash = _hash({"routine": name, "inputs": inputs})
+        if idempotency_key is not None:
+            earlier = await self._db(self._run_by_key, org_id, idempotency_key)
+            if earlier is not None:
+                return _same_request(earlier, request_hash, idempotency_key), False
+            run_id = "run_" + hashlib.sha256(f"{org_id}\n{idempotency_key}".encode()).hexdigest()[:20]
+        else:
+            run_id = new_id("run")
+        routine = load_routine(record.source, "routine.yaml")
+        try:
+            resolved = resolve_inputs(routine, inputs)
+        except RoutineInputError as exc:
+            raise InvalidRequest(
+                f"The inputs do not fit routine {name!r}: {exc}", field="inputs", problems=exc.problems
+            ) from None
+        row = RunRecord(
+            id=run_id,
+            org_id=org_id,
+            key_id=key_id,
+            routine_name=name,
+            routine_version=record.version,
+            workflow_id=routine_workflow_id(name, run_id),
+            idempotency_key=idempotency_key,
+            request_hash=request_hash,
+            inputs=resolved,
+        )
+        await self._start_workflow(row, routine)
+        stored, created = await self._db(self._insert_run, row)
+        if not created:
+            return _same_request(stored, request_hash, idempotency_key or ""), False
+        return stored, True
+
+    async def _start_workflow(self, row: RunRecord, routine: Routine) -> None:
+        client = await self.client()
+        run_input = RunRoutineInput(
+            routine=routine, inputs=row.inputs, org_id=row.org_id, key_id=row.key_id, run_id=row.id
+        )
+        try:
+            await client.start_workflow(
+                WORKFLOW_TYPE,
+                run_input,
+                id=row.workflow_id,
+                task_queue=self._settings.temporal_task_queue,
+                search_attributes=TypedSearchAttributes(
+                    [SearchAttributePair(_ROUTINE, row.routine_name), SearchAttributePair(_ORG, row.org_id)]
+                ),
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                static_summary=f"{row.routine_name} · {row.id}",
+            )
+        except WorkflowAlreadyStartedError:
+            pass  # the same idempotent run, already finished: its row is written below
+        except RPCError as exc:
+            raise ServiceUnavailable(
+                f"Temporal did not start the run: {exc.message}", retry_after_s=5
+            ) from exc
+
+    def _run_by_key(self, org_id: str, key: str) -> RunRecord | None:
+        with Session(self._engine) as session:
+            return session.exec(
+                select(RunRecord).where(RunRecord.org_id == org_id, RunRecord.idempotency_key == key)
+            ).first()
+
+    def _insert_run(self, row: RunRecord) -> tuple[RunRecord, bool]:
+        with Session(self._engine) as session:
+            session.add(row)
+            try:
+                session.commit()
+            except IntegrityError:
+                session.rollback()
+                existing = session.get(RunRecord, row.id)
+                if existing is None:
+                    raise
+                return existing, False
+            session.refresh(row)
+            return row, True
+
+    def _get_run(self, org_id: str, run_id: str) -> RunRecord:
+        with Session(self._engine) as session:
+            row = session.get(RunRecord, run_id)
+        if row is None or row.org_id != org_id:
+            raise NotFound(f"Your organization has no run {run_id[:100]}.", field="run_id")
+        return row
+
+    async def read_run(self, *, org_id: str, run_id: str) -> RunPublic:
+        """A run as it is now: from its row once finished, else from Temporal (status and progress)."""
+        row: RunRecord = await self._db(self._get_run, org_id, run_id)
+        if row.status not in FINAL:
+            await self._refresh(row)
+        return _public(row)
+
+    async def list_runs(self, *, org_id: str, routine: str | None, limit: int) -> list[RunSummary]:
+        """The organization's newest runs, newest first."""
+        rows: list[RunRecord] = await self._db(self._list_rows, org_id, routine, limit)
+        for row in rows:
+            if row.status not in FINAL:
+                await self._refresh(row)
+        return [
+            RunSummary(
+                run_id=r.id,
+                routine=r.routine_name,
+                status=r.status,
+                created_at=r.created_at,
+                finished_at=r.finished_at,
+            )
+            for r in rows
+        ]
+
+    def _list_rows(self, org_id: str, routine: str | None, limit: int) -> list[RunRecord]:
+        with Session(self._engine) as session:
+            query = select(RunRecord).where(RunRecord.org_id == org_id)
+            if routine:
+                query = query.where(RunRecord.routine_name == routine)
+            query = query.order_by(col(RunRecord.created_at).desc()).limit(limit)
+            return list(session.exec(query).all())
+
+    async def cancel_run(self, *, org_id: str, run_id: str) -> RunRecord:
+        """Ask a running run to cancel: its running steps are cancelled and it ends as cancelled.
+
+        Raises:
+            Conflict: the run has already ended.
+        """
+        row: RunRecord = await self._db(self._get_run, org_id, run_id)
+        if row.status not in FINAL:
+            await self._refresh(row)
+        if row.status in FINAL:
+            raise Conflict(
+                f"Run {run_id} has already ended ({row.status}).", field="run_id", status_now=row.status
+            )
+        client = await self.client()
+        try:
+            await client.get_workflow_handle(row.workflow_id).cancel()
+        except RPCError as exc:
+            raise ServiceUnavailable(
+                f"Temporal did not cancel the run: {exc.message}", retry_after_s=5
+            ) from exc
+        return row
+
+    async def _refresh(self, row: RunRecord) -> None:
+        """Read a run's state from Temporal into `row`; a finished run's state is saved."""
+        client = await self.client()
+        handle = client.get_workflow_handle(row.workflow_id, result_type=RunRoutineResult)
+        try:
+            desc = await handle.describe()
+        except RPCError as exc:
+            raise ServiceUnavailable(
+                f"Temporal did not describe the run: {exc.message}", retry_after_s=5
+            ) from exc
+        status = desc.status
+        if status == WorkflowExecutionStatus.RUNNING:
+            row.status, row.result = "running", (await _progress(handle)).model_dump(mode="json")
+            return
+        if status == WorkflowExecutionStatus.COMPLETED:
+            row.status, row.result = "succeeded", (await handle.result()).model_dump(mode="json")
+        elif status == WorkflowExecutionStatus.FAILED:
+            row.status = "failed"
+            row.result, row.error = await _failure(handle)
+        elif status == WorkflowExecutionStatus.CANCELED:
+            result = await _progress(handle)
+            result.status = "cancelled"
+            row.status, row.result = "cancelled", result.model_dump(mode="json")
+        else:
+            what = status.name.lower() if status is not None else "ended"
+            row.status = "failed"
+            row.error = {
+                "step": None,
+                "code": what,
+                "reason": None,
+                "message": f"the run was {what} in Temporal",
+            }
+            row.result = (await _progress(handle)).model_dump(mode="json")
+        row.finished_at = desc.close_time or utcnow()
+        await self._db(self._save_final, row)
+
+    def _save_final(self, row: RunRecord) -> None:
+        with Session(self._engine) as session:
+            stored = session.get(RunRecord, row.id)
+            if stored is not None:
+                stored.status, stored.result, stored.error = row.status, row.result, row.error
+                stored.finished_at = row.finished_at
+                session.add(stored)
+                session.commit()
+
+
+async def _progress(handle: WorkflowHandle[Any, RunRoutineResult]) -> RunRoutineResult:
+    """The `progress` query; an empty result when no worker answers in time."""
+    try:
+        return await handle.query("progress", result_type=RunRoutineResult, rpc_timeout=QUERY_TIMEOUT)
+    except (TimeoutError, RPCError, WorkflowQueryFailedError, WorkflowQueryRejectedError):
+        # best effort: without a worker to answer, the status from Temporal stands alone
+        return RunRoutineResult()
+
+
+async def _failure(handle: WorkflowHandle[Any, RunRoutineResult]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The run result and the error of a failed run, from its failure's details."""
+    try:
+        await handle.result()
+    except WorkflowFailureError as exc:
+        cause = exc.cause
+        if isinstance(cause, ApplicationError) and len(cause.details) >= 2:
+            error, result = cause.details[0], cause.details[1]
+            if isinstance(error, dict) and isinstance(result, dict):
+                return result, error
+        message = str(cause or exc)
+        result = (await _progress(handle)).model_dump(mode="json")
+        return result, {"step": None, "code": "run_failed", "reason": None, "message": message}
+    return (await _progress(handle)).model_dump(mode="json"), {}
+
+
+def _same_request(row: RunRecord, request_hash: str, key: str) -> RunRecord:
+    if row.request_hash != request_hash:
+        raise Conflict(
+            f"The Idempotency-Key {key[:100]!r} was used for another request (routine or inputs differ).",
+            field="Idempotency-Key",
+        )
+    return row
+
+
+def _hash(value: Any) -> str:
+    return (
+        "sha256:"
+        + hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    )
+
+
+def _public(row: RunRecord) -> RunPublic:
+    result = RunRoutineResult.model_validate(row.result or {})
+    steps: dict[str, StepResult] = dict(result.steps)
+    return RunPublic(
+        run_id=row.id,
+        routine=row.routine_name,
+        routine_version=row.routine_version,
+        workflow_id=row.workflow_id,
+        status=row.status,
+        inputs=row.inputs,
+        outputs=result.outputs,
+        steps=steps,
+        error=RunError.model_validate(row.error) if row.error else None,
+        created_at=row.created_at,
+        finished_at=row.finished_at,
+    )

@@ -1,0 +1,61 @@
+"""The tables of routines and runs.
+
+- `routines`: one row per (organization, routine name): the YAML as sent, the validated routine as
+  JSON, and a version that counts each replacement.
+- `routine_runs`: one row per run: its workflow id, the key that started it, the Idempotency-Key
+  and request hash when one was sent, and the final result once the run has ended (so a finished
+  run is read without asking Temporal).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from sqlalchemy import JSON, Column, Index, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+from api.models import UTCDateTime, utcnow
+
+
+class RoutineRecord(SQLModel, table=True):
+    """A stored, validated routine of one organization."""
+
+    __tablename__ = "routines"
+    __table_args__ = (UniqueConstraint("org_id", "name", name="uq_routines_org_name"),)
+    id: str = Field(primary_key=True, max_length=40)
+    org_id: str = Field(max_length=40, index=True)
+    name: str = Field(max_length=63)
+    version: int = 1
+    description: str = ""
+    source: str = Field(description="the YAML as sent")
+    routine: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
+    created_at: dt.datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+    updated_at: dt.datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+
+
+class RunRecord(SQLModel, table=True):
+    """One run of a routine."""
+
+    __tablename__ = "routine_runs"
+    __table_args__ = (
+        UniqueConstraint("org_id", "idempotency_key", name="uq_routine_runs_org_key"),
+        Index("ix_routine_runs_org_created", "org_id", "created_at"),
+    )
+    id: str = Field(primary_key=True, max_length=40)
+    org_id: str = Field(max_length=40)
+    key_id: str = Field(max_length=40, description="the API key that started the run")
+    routine_name: str = Field(max_length=63)
+    routine_version: int
+    workflow_id: str = Field(max_length=200)
+    idempotency_key: str | None = Field(default=None, max_length=255)
+    request_hash: str = Field(max_length=80)
+    inputs: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
+    status: str = Field(default="running", max_length=20)
+    result: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+    error: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+    created_at: dt.datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+    finished_at: dt.datetime | None = Field(default=None, sa_type=UTCDateTime)
+
+
+TABLES = ("routines", "routine_runs")
