@@ -352,7 +352,6 @@ class BwrapDriver(VmDriver):
         self._cond = threading.Condition()
         self._closed = False
         self._preparing = False
-        self._live: set[str] = set()
         run_dir.mkdir(parents=True, exist_ok=True)
         os.chmod(run_dir, 0o711)
         closed = [str(p) for p in run_dir.parents if not p.stat().st_mode & stat.S_IXOTH]
@@ -409,13 +408,14 @@ class BwrapDriver(VmDriver):
         vm_id = f"vm-{secrets.token_hex(6)}"
         path = self.node_dir / vm_id
         _make_dir(path, 0o711)
-        self._live.add(vm_id)
         try:
             for sub in ("in", "tool", "out"):
                 _make_dir(path / sub, 0o755)
+            lim = self.limits
+            mounts.tmpfs(path / "in", size_bytes=lim.in_kb << 10, uid=0, gid=0, inodes=64, mode=0o755)
             mounts.tmpfs(
                 path / "out",
-                size_bytes=self.limits.out_kb << 10,
+                size_bytes=lim.out_kb << 10,
                 uid=self.vm_uid,
                 gid=self.vm_gid,
                 inodes=256,
@@ -423,7 +423,6 @@ class BwrapDriver(VmDriver):
             cgroup = self.cgroups.create_call(vm_id, self._cg_limits)
         except BaseException:
             self._remove_vm_dir(path)
-            self._live.discard(vm_id)
             raise
         return BwrapVm(self, vm_id, path, cgroup)
 
@@ -466,7 +465,6 @@ class BwrapDriver(VmDriver):
         except CgroupError as exc:
             log.warning("VM %s: %s", vm.id, exc)
         self._remove_vm_dir(vm.path)
-        self._live.discard(vm.id)
 
     def _remove_vm_dir(self, path: Path) -> None:
         for point in mounts.mounts_under(path):

@@ -1,0 +1,135 @@
+"""Every error reason of a node call, each produced by a real tool in a real VM."""
+
+from __future__ import annotations
+
+import base64
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from nodetest import ECHO, ECHO_TOOL, VERSION, echo_call, install_tree, leftovers, vm_processes
+
+from node.cache import InstallCache
+from node.models import NodeCallResult
+from node.runner import Runner
+from node.vm.bwrap import BwrapDriver
+
+
+@pytest.fixture(autouse=True)
+def nothing_left(driver: BwrapDriver) -> Iterator[None]:
+    yield
+    assert leftovers(driver) == []
+
+
+def _err(result: NodeCallResult) -> dict:
+    assert result.error is not None, result.output
+    return result.error.model_dump()
+
+
+@pytest.mark.parametrize(
+    ("ask", "reason", "detail", "message"),
+    [
+        ({"mode": "exit", "exitCode": 3}, "exit", {"exit_code": 3}, "the tool exited with status 3"),
+        (
+            {"mode": "signal", "signal": "KILL"},
+            "signal",
+            {"signal": 9},
+            "the tool was killed by signal 9 (SIGKILL)",
+        ),
+        (
+            {"mode": "bad_last_line"},
+            "protocol",
+            {},
+            'the last line of the tool\'s stdout is not one JSON answer ({"output": ...} or {"error": ...})',
+        ),
+        ({"mode": "bad_file"}, "output_file", {}, "output file /out/missing.txt does not exist"),
+        ({"mode": "huge_output"}, "output_too_large", {}, "the tool wrote more than 1048576 bytes to stdout"),
+    ],
+)
+def test_a_tool_that_breaks_the_contract_fails_with_its_reason(
+    runner: Runner, ask: dict, reason: str, detail: dict, message: str
+) -> None:
+    result = runner.call(echo_call("fail", ask))
+    err = _err(result)
+    assert (err["code"], err["reason"], err["message"]) == ("tool_failed", reason, message)
+    assert {k: err[k] for k in detail} == detail
+    assert result.ran and result.usage["vcpu_ms"] >= 1
+
+
+def test_a_tool_past_its_time_is_tool_timed_out_and_ran_as_the_vm_user(runner: Runner) -> None:
+    seen: list[int] = []
+    watcher = threading.Timer(0.5, lambda: seen.extend(vm_processes()))
+    watcher.start()
+    result = runner.call(echo_call("fail", {"mode": "sleep", "seconds": 30}, timeout_ms=1000))
+    err = _err(result)
+    assert (err["code"], err["message"]) == ("tool_timed_out", "the tool's command did not finish in 1000 ms")
+    assert result.ran and seen, "the tool's processes run as the VM's host uid while it runs"
+    assert 900 <= result.timings["run"] < 2000
+
+
+def test_a_version_that_is_not_installed_is_pack_unavailable(runner: Runner) -> None:
+    call = echo_call("noop", {}).model_copy(update={"version": "9.9.9"})
+    result = runner.call(call)
+    assert (result.ran, _err(result)["code"]) == (False, "pack_unavailable")
+    assert _err(result)["message"] == "com.example.tools/echo@9.9.9 is not installed on this node"
+
+
+def test_a_tool_missing_from_the_cache_is_tool_failed_unpack(runner: Runner, cache: InstallCache) -> None:
+    tool = install_tree(cache, ECHO, ECHO_TOOL, version="1.0.1")
+    shutil.rmtree(tool)
+    result = runner.call(echo_call("noop", {}).model_copy(update={"version": "1.0.1"}))
+    err = _err(result)
+    assert (result.ran, err["code"], err["reason"]) == (False, "tool_failed", "unpack")
+    assert err["message"] == "the tool's unpacked files are missing from the node's install cache"
+
+
+def test_input_files_past_the_vms_in_size_are_tool_unavailable_copy(runner: Runner) -> None:
+    big = {"$bytes": base64.b64encode(b"z" * (3 << 20)).decode(), "name": "big.bin"}
+    result = runner.call(echo_call("echo", {"text": "x", "file": big}))
+    err = _err(result)
+    assert (result.ran, err["code"], err["reason"]) == (False, "tool_unavailable", "copy")
+    assert err["message"] == "the input files could not be put in the VM's /in: No space left on device"
+
+
+def test_a_command_that_is_not_in_the_tool_is_tool_unavailable_exec(runner: Runner) -> None:
+    call = echo_call("noop", {}).model_copy(update={"cmd": ["/tool/bin/no-such-tool"]})
+    result = runner.call(call)
+    err = _err(result)
+    assert (result.ran, err["code"], err["reason"]) == (False, "tool_unavailable", "exec")
+    assert err["message"] == "cmd[0] /tool/bin/no-such-tool is not a file of the tool"
+
+
+def test_a_call_whose_time_runs_out_waiting_for_a_vm_is_no_slot(
+    driver: BwrapDriver, cache: InstallCache
+) -> None:
+    one_slot = Runner(driver, cache, slots=1)
+    busy = threading.Thread(
+        target=one_slot.call, args=(echo_call("fail", {"mode": "sleep", "seconds": 1}, timeout_ms=5000),)
+    )
+    busy.start()
+    time.sleep(0.2)
+    result = one_slot.call(echo_call("noop", {}, timeout_ms=300))
+    busy.join()
+    err = _err(result)
+    assert (result.ran, err["code"], err["reason"]) == (False, "tool_unavailable", "no_slot")
+    assert result.usage == {"vcpu_ms": 0, "gib_ms": 0}
+
+
+def test_two_hundred_calls_leave_nothing_behind(runner: Runner) -> None:
+    failures: list[str] = []
+
+    def worker() -> None:
+        for _ in range(50):
+            r = runner.call(echo_call("noop", {}))
+            if not r.ok:
+                failures.append(str(r.error))
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+    assert VERSION == "1.0.0"
