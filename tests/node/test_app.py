@@ -1,0 +1,145 @@
+"""The node as its own process (`b3os node run`), called over HTTP like the api calls it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from nodetest import REPO, VM_UID, echo_call
+
+from node.cache import InstallCache
+
+TOKEN = "node-token-for-tests"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def node_url(cache: InstallCache, base_rootfs: Path) -> Iterator[str]:
+    port = _free_port()
+    run_dir = Path(tempfile.mkdtemp(prefix="b3os-node-vms-", dir="/tmp"))
+    env = {
+        **os.environ,
+        "B3OS_NODE_TOKEN": TOKEN,
+        "B3OS_CACHE_DIR": str(cache.root),
+        "B3OS_RUN_DIR": str(run_dir),
+        "B3OS_VM_UID": str(VM_UID),
+        "B3OS_VM_GID": str(VM_UID),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cli", "node", "run", "--port", str(port)], cwd=REPO, env=env
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if httpx.get(f"{url}/v1/node/status", headers=_auth()).status_code == 200:
+                break
+        except httpx.TransportError:
+            pass
+        assert proc.poll() is None and time.monotonic() < deadline, "the node did not start"
+        time.sleep(0.1)
+    yield url
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) in (0, -signal.SIGTERM)
+    assert list(run_dir.iterdir()) == [], "the node left VM directories behind"
+    assert not any(Path("/sys/fs/cgroup").glob(f"*/**/b3os-node-{proc.pid}"))
+    run_dir.rmdir()
+
+
+def _auth(token: str = TOKEN) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def _post(url: str, body: dict[str, Any], token: str = TOKEN) -> httpx.Response:
+    return httpx.post(f"{url}/v1/node/calls", json=body, headers=_auth(token), timeout=30)
+
+
+def test_echo_noop_over_http(node_url: str) -> None:
+    resp = _post(node_url, echo_call("noop", {}).model_dump())
+    assert resp.status_code == 200
+    body = resp.json()
+    assert (body["ok"], body["ran"], body["output"], body["error"]) == (True, True, {}, None)
+    assert list(body["timings"]) == ["start", "copy", "unpack", "run", "collect", "delete"]
+    assert body["usage"]["vcpu_ms"] >= 1 and body["usage"]["gib_ms"] >= 1
+
+
+def test_echo_text_and_file_over_http(node_url: str) -> None:
+    file = {"$bytes": "aGVsbG8K", "name": "hello.txt", "contentType": "text/plain"}
+    body = _post(node_url, echo_call("echo", {"text": "hi", "file": file}).model_dump()).json()
+    assert body["output"] == {
+        "text": "hi",
+        "file": {"$bytes": "aGVsbG8K", "name": "hello.txt", "bytes": 6, "contentType": "text/plain"},
+    }
+
+
+def test_echo_fail_over_http(node_url: str) -> None:
+    ask = {"mode": "tool_error", "code": "nope", "message": "asked to fail", "retryable": True}
+    body = _post(node_url, echo_call("fail", ask).model_dump()).json()
+    assert (body["ok"], body["ran"]) == (False, True)
+    assert body["error"] == {
+        "code": "tool_failed",
+        "reason": "tool_error",
+        "message": "the tool answered with its error nope: asked to fail",
+        "tool_code": "nope",
+        "tool_message": "asked to fail",
+        "retryable": True,
+    }
+
+
+def test_a_call_without_the_node_token_is_401(node_url: str) -> None:
+    resp = _post(node_url, echo_call("noop", {}).model_dump(), token="wrong")
+    assert resp.status_code == 401
+    assert resp.json()["error"]["message"] == "The node token is missing or not valid."
+    assert httpx.post(f"{node_url}/v1/node/calls", json={}).status_code == 401
+
+
+def test_a_bad_request_is_400_naming_the_field(node_url: str) -> None:
+    body = echo_call("noop", {}).model_dump() | {"cmd": ["/bin/sh", "-c", "id"]}
+    resp = _post(node_url, body)
+    assert resp.status_code == 400
+    assert resp.json()["error"] == {
+        "code": "invalid_request",
+        "message": "cmd: Value error, cmd[0] '/bin/sh' is not a path under /tool/",
+    }
+
+
+def test_a_ninth_call_at_once_is_503_node_busy_with_retry_after(node_url: str) -> None:
+    slow = echo_call("fail", {"mode": "sleep", "seconds": 2}, timeout_ms=10_000).model_dump()
+    answers: list[int] = []
+    threads = [
+        threading.Thread(target=lambda: answers.append(_post(node_url, slow).status_code)) for _ in range(8)
+    ]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 10
+    while httpx.get(f"{node_url}/v1/node/status", headers=_auth()).json()["slots_free"] > 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    resp = _post(node_url, echo_call("noop", {}).model_dump())
+    for t in threads:
+        t.join()
+    assert resp.status_code == 503
+    assert resp.headers["Retry-After"] == "1"
+    assert resp.json()["error"] == {
+        "code": "tool_unavailable",
+        "reason": "node_busy",
+        "message": "the node already runs 8 calls",
+    }
+    assert answers == [200] * 8
+    assert _post(node_url, echo_call("noop", {}).model_dump()).json()["ok"] is True
