@@ -1,0 +1,256 @@
+"""A real stack for the call tests: api processes (uvicorn) on one SQLite file, a node process (bwrap
+VMs) and the echo tool published three ways (priced as shipped, at 1 USD, and free)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from sqlalchemy import Engine
+from sqlmodel import Session, col, select
+
+from api import accounts, publishers
+from api.db import make_engine
+from api.models import Node
+from api.scopes import OWNER_SCOPES
+from cli._http import ApiClient, ApiConfig
+from cli.tool_publish import publish_dir
+from packs.build import build_tool
+from packs.signing import public_key_b64
+
+REPO = Path(__file__).resolve().parents[2]
+ECHO_DIR = REPO / "examples" / "tools" / "echo"
+NAMESPACE = "com.example.tools"
+KID = f"{NAMESPACE}#calls-test"
+NODE_TOKEN = "node-token-calls-test"
+WORKER_TOKEN = "worker-token-calls-test"
+ECHO = f"{NAMESPACE}/echo"
+PRICEY = f"{NAMESPACE}/pricey"
+FREE = f"{NAMESPACE}/free"
+CALLER_SCOPES = ("actions:call",)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Org:
+    """An organization of a test and one key of it."""
+
+    org_id: str
+    key_id: str
+    key: str
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.key}"}
+
+
+@dataclass
+class Proc:
+    """A process this stack started."""
+
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(timeout=5)
+
+
+@dataclass
+class Stack:
+    """The running stack and helpers to make organizations and call it."""
+
+    root: Path
+    db_url: str
+    engine: Engine
+    api_urls: list[str] = field(default_factory=list)
+    procs: list[Proc] = field(default_factory=list)
+    publisher: Org | None = None
+
+    @property
+    def url(self) -> str:
+        return self.api_urls[0]
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("B3OS_")}
+        env.update(
+            B3OS_DATA_DIR=str(self.root / "state"),
+            B3OS_DATABASE_URL=self.db_url,
+            B3OS_NODE_TOKEN=NODE_TOKEN,
+            B3OS_WORKER_TOKEN=WORKER_TOKEN,
+            B3OS_NODE_HEARTBEAT_S="0.5",
+        )
+        env.update(extra)
+        return env
+
+    def start(self, name: str, argv: Sequence[str], env: dict[str, str]) -> Proc:
+        log = self.root / f"{name}.log"
+        with log.open("wb") as out:
+            popen = subprocess.Popen(list(argv), env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+        proc = Proc(name, popen, log)
+        self.procs.append(proc)
+        return proc
+
+    def start_api(self) -> str:
+        port = free_port()
+        argv = [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "--factory",
+            "api.main:create_app",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ]
+        proc = self.start(f"api-{len(self.api_urls)}", argv, self.env())
+        url = f"http://127.0.0.1:{port}"
+        wait_http(f"{url}/healthz", proc)
+        self.api_urls.append(url)
+        return url
+
+    def start_node(self, node_id: str, *, api_url: str | None = None) -> Proc:
+        port = free_port()
+        run_dir = self.root / f"{node_id}-vms"
+        run_dir.mkdir(mode=0o711, exist_ok=True)
+        os.chmod(run_dir, 0o711)
+        env = self.env(
+            B3OS_API_URL=api_url or self.url,
+            B3OS_NODE_ID=node_id,
+            B3OS_HEARTBEAT_S="0.5",
+            B3OS_CACHE_DIR=str(self.root / f"{node_id}-cache"),
+            B3OS_RUN_DIR=str(run_dir),
+        )
+        return self.start(node_id, [sys.executable, "-m", "cli", "node", "run", "--port", str(port)], env)
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            proc.stop()
+        self.engine.dispose()
+
+    def org(
+        self, *, scopes: Sequence[str] = CALLER_SCOPES, cap: int | None = None, namespaces: Sequence[str] = ()
+    ) -> Org:
+        """A fresh organization with one key."""
+        with Session(self.engine) as session:
+            org = accounts.create_organization(session, name=f"org {uuid.uuid4().hex[:6]}")
+            key, secret = accounts.create_api_key(
+                session, org_id=org.id, scopes=scopes, monthly_spend_cap_microusd=cap
+            )
+            for namespace in namespaces:
+                publishers.set_publisher(session, namespace=namespace, org_id=org.id)
+            session.commit()
+            return Org(org.id, key.id, secret)
+
+    def add_key(self, org: Org, *, cap: int | None = None, scopes: Sequence[str] = CALLER_SCOPES) -> Org:
+        with Session(self.engine) as session:
+            key, secret = accounts.create_api_key(
+                session, org_id=org.org_id, scopes=scopes, monthly_spend_cap_microusd=cap
+            )
+            session.commit()
+            return Org(org.org_id, key.id, secret)
+
+    def wait_installed(self, node_id: str, tags: Sequence[str], timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if any(p.popen.poll() is not None for p in self.procs if p.name == node_id):
+                break
+            with Session(self.engine) as session:
+                node = session.exec(select(Node).where(col(Node.node_id) == node_id)).first()
+                if node is not None and all(t in node.installed for t in tags):
+                    return
+            time.sleep(0.1)
+        logs = "\n".join(p.log.read_text()[-2000:] for p in self.procs if p.name == node_id)
+        raise AssertionError(f"node {node_id} did not install {tags}:\n{logs}")
+
+
+def wait_http(url: str, proc: Proc, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.popen.poll() is not None:
+            raise AssertionError(f"{proc.name} exited:\n{proc.log.read_text()[-3000:]}")
+        try:
+            if httpx.get(url, timeout=1.0).status_code < 500:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"{proc.name} did not answer {url} in {timeout_s} s")
+
+
+def build_variant(
+    where: Path, key: Ed25519PrivateKey, *, pack: str, pricing: dict[str, Any], version: str = "1.0.0"
+) -> Path:
+    """A signed copy of the echo tool under another pack name and price."""
+    root = where / f"{pack.replace('/', '_')}-{version}"
+    shutil.copytree(ECHO_DIR, root)
+    manifest = json.loads((root / "b3pack.json").read_text())
+    manifest.update(pack=pack, version=version, pricing=pricing)
+    (root / "b3pack.json").write_text(json.dumps(manifest))
+    build_tool(root, kid=KID, private_key=key)
+    return root
+
+
+def publish(stack: Stack, org: Org, root: Path) -> dict[str, Any]:
+    with ApiClient(ApiConfig(url=stack.url, key=org.key)) as client:
+        return publish_dir(client, root, say=lambda _: None)
+
+
+def start_stack(root: Path) -> Stack:
+    """Start api x2 and one node on one SQLite file, publish echo, pricey and free, wait for the node."""
+    os.chmod(root, 0o711)  # the VM's user must reach the node's run dir below it
+    (root / "state").mkdir(parents=True)
+    db_url = f"sqlite:///{root / 'state' / 'b3os.db'}"
+    stack = Stack(root=root, db_url=db_url, engine=make_engine(db_url))
+    try:
+        stack.start_api()
+        stack.start_api()
+        stack.publisher = stack.org(scopes=OWNER_SCOPES, namespaces=[NAMESPACE])
+        key = Ed25519PrivateKey.generate()
+        r = httpx.post(
+            f"{stack.url}/v1/actions/publishers/{NAMESPACE}/keys",
+            headers=stack.publisher.headers,
+            json={"kid": KID, "public_key": public_key_b64(key)},
+        )
+        assert r.status_code in (200, 201), r.text
+        builds = root / "builds"
+        builds.mkdir()
+        for pack, pricing in (
+            (ECHO, {"model": "per_call", "usd": "0.0001"}),
+            (PRICEY, {"model": "per_call", "usd": "1"}),
+            (FREE, {"model": "free"}),
+        ):
+            publish(stack, stack.publisher, build_variant(builds, key, pack=pack, pricing=pricing))
+        stack.start_node("node-a")
+        stack.wait_installed("node-a", [f"{p}@1.0.0" for p in (ECHO, PRICEY, FREE)])
+        return stack
+    except BaseException:
+        stack.stop()
+        raise
