@@ -1,0 +1,47 @@
+"""Helpers of the call tests: calling the api, reading usage."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from .stack import Org, Stack
+
+
+def call(
+    stack: Stack,
+    org: Org,
+    ref: str,
+    input_: dict[str, Any] | None = None,
+    *,
+    url: str | None = None,
+    key: str | None = None,
+    **extra: Any,
+) -> httpx.Response:
+    """POST /v1/actions/call, optionally with an Idempotency-Key."""
+    headers = dict(org.headers)
+    if key is not None:
+        headers["Idempotency-Key"] = key
+    body: dict[str, Any] = {"ref": ref, "input": input_ or {}, **extra}
+    return httpx.post(f"{url or stack.url}/v1/actions/call", headers=headers, json=body, timeout=120)
+
+
+def error(r: httpx.Response, status: int, code: str, reason: str | None = None) -> dict[str, Any]:
+    """The error object of an answer that must have this status, code and reason."""
+    assert r.status_code == status, r.text
+    err: dict[str, Any] = r.json()["error"]
+    assert err["code"] == code, err
+    if reason is not None:
+        assert err.get("reason") == reason, err
+    if status in (429, 503):
+        assert int(r.headers["Retry-After"]) >= 1
+        assert err["retry_after"] == int(r.headers["Retry-After"])
+    return err
+
+
+def usage(stack: Stack, org: Org) -> dict[str, Any]:
+    r = httpx.get(f"{stack.url}/v1/usage", headers=org.headers, timeout=30)
+    assert r.status_code == 200, r.text
+    body: dict[str, Any] = r.json()
+    return body
