@@ -1,0 +1,265 @@
+"""The CLI against a real api (uvicorn on 127.0.0.1): admin init, tool build + publish, b3os dev."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from apitest import ECHO, NAMESPACE, REPO
+from fastapi import FastAPI, Response
+from fastapi.testclient import TestClient
+
+from cli._http import ApiClient, ApiConfig, CliError
+from packs.hashing import BundleFile
+from packs.loader import load_built_bundle
+
+PINS = [f"{NAMESPACE}/echo/{a}@1.0.0" for a in ("noop", "echo", "fail")]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_healthy(url: str, process: subprocess.Popen[bytes], timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert process.poll() is None, "the api exited while starting"
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            time.sleep(0.05)
+    raise AssertionError(f"{url} did not answer /healthz")
+
+
+@pytest.fixture
+def env(database_url: str, tmp_path: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "B3OS_DATABASE_URL": database_url,
+        "B3OS_DATA_DIR": str(tmp_path / "state"),
+        "B3OS_KEYS_DIR": str(tmp_path / "keys"),
+        "B3OS_NODE_TOKEN": "node-token-e2e",
+    }
+
+
+@pytest.fixture
+def server(env: dict[str, str]) -> Iterator[str]:
+    port = _free_port()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "--factory",
+            "api.main:create_app",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ],
+        env=env,
+        cwd=REPO,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_healthy(url, process)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def b3os(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "cli", *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+
+
+def _init(env: dict[str, str]) -> str:
+    out = b3os("admin", "init", "--org", "Tools", "--publisher", NAMESPACE, env=env)
+    assert out.returncode == 0, out.stderr
+    return next(line.split("=", 1)[1] for line in out.stdout.splitlines() if line.startswith("B3OS_API_KEY="))
+
+
+def test_the_echo_tool_builds_and_publishes_through_the_cli(
+    server: str, env: dict[str, str], tmp_path: Path
+) -> None:
+    key = _init(env)
+    kid = f"{NAMESPACE}#e2e"
+    generated = b3os("keys", "generate", "--kid", kid, env=env)
+    assert generated.returncode == 0, generated.stderr
+    public = generated.stdout.split("public key: ")[1].strip()
+    headers = {"Authorization": f"Bearer {key}"}
+    r = httpx.post(
+        f"{server}/v1/actions/publishers/{NAMESPACE}/keys",
+        headers=headers,
+        json={"kid": kid, "public_key": public},
+    )
+    assert r.status_code == 201, r.text
+    built = b3os("tool", "build", str(ECHO), "--kid", kid, "--out", str(tmp_path / "echo"), env=env)
+    assert built.returncode == 0, built.stderr
+    cli_env = {**env, "B3OS_API_URL": server, "B3OS_API_KEY": key}
+    published = b3os("tool", "publish", str(tmp_path / "echo"), env=cli_env)
+    assert published.returncode == 0, published.stderr
+    lines = published.stdout.splitlines()
+    assert lines[-3:] == PINS
+    assert lines[-4].startswith(f"published {NAMESPACE}/echo@1.0.0 (sha256:")
+    assert "tool.tar: uploaded" in published.stdout
+    again = b3os("tool", "publish", str(tmp_path / "echo"), env=cli_env)
+    assert again.returncode == 1 and "Traceback" not in again.stderr
+    assert again.stderr.strip() == (
+        f"b3os tool publish: The version 1.0.0 of {NAMESPACE}/echo is already published: "
+        "versions are immutable, publish a new version. (409 conflict)"
+    )
+    assert "tool.tar: already in the registry" in again.stdout
+    tools = httpx.get(f"{server}/v1/actions/packs/{NAMESPACE}/echo/tools", headers=headers).json()
+    assert [t["name"] for t in tools["tools"]] == ["echo__noop", "echo__echo", "echo__fail"]
+
+
+def test_publish_without_a_key_or_a_server_says_why(env: dict[str, str], tmp_path: Path) -> None:
+    no_key = {k: v for k, v in env.items() if k not in ("B3OS_API_KEY", "B3OS_API_URL")}
+    out = b3os("tool", "publish", str(ECHO), env=no_key)
+    assert out.returncode == 1 and out.stderr.startswith("b3os tool publish: No API key: set B3OS_API_KEY")
+    out = b3os(
+        "tool",
+        "publish",
+        str(ECHO),
+        env={**no_key, "B3OS_API_KEY": "b3_x", "B3OS_API_URL": f"http://127.0.0.1:{_free_port()}"},
+    )
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "has no tool.tar" in out.stderr or "is missing: build the pack first" in out.stderr
+
+
+def test_admin_init_runs_once_then_says_how_to_add_more(env: dict[str, str]) -> None:
+    _init(env)
+    again = b3os("admin", "init", env=env)
+    assert again.returncode == 1
+    assert again.stderr.startswith(
+        "b3os admin init: This installation is already initialized (operator organization"
+    )
+    other = b3os("admin", "init", "--additional", "--org", "Other", env=env)
+    assert other.returncode == 0 and "(operator)" not in other.stdout and "B3OS_API_KEY=b3_" in other.stdout
+
+
+def test_concurrent_publishes_over_http_have_exactly_one_winner(
+    server: str, env: dict[str, str], tmp_path: Path
+) -> None:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from packs.build import build_tool
+    from packs.signing import public_key_b64
+
+    key = _init(env)
+    headers = {"Authorization": f"Bearer {key}"}
+    signing = Ed25519PrivateKey.generate()
+    kid = f"{NAMESPACE}#race"
+    httpx.post(
+        f"{server}/v1/actions/publishers/{NAMESPACE}/keys",
+        headers=headers,
+        json={"kid": kid, "public_key": public_key_b64(signing)},
+    ).raise_for_status()
+    build_tool(ECHO, kid=kid, private_key=signing, out_dir=tmp_path / "echo")
+    manifest, files = load_built_bundle(tmp_path / "echo")
+    for data in files.values():
+        name = BundleFile.of("x", data).sha256
+        httpx.put(f"{server}/v1/actions/registry/blobs/sha256:{name}", headers=headers, content=data)
+    body = {"manifest": manifest, "files": [BundleFile.of(p, d).to_dict() for p, d in sorted(files.items())]}
+    barrier = threading.Barrier(8)
+    statuses: list[int] = []
+
+    def attempt() -> None:
+        with httpx.Client(timeout=30) as client:
+            barrier.wait()
+            statuses.append(client.post(f"{server}/v1/actions/packs", headers=headers, json=body).status_code)
+
+    threads = [threading.Thread(target=attempt) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(statuses) == [201] + [409] * 7
+    feed = httpx.get(f"{server}/v1/nodes/registry", headers={"Authorization": "Bearer node-token-e2e"}).json()
+    assert [v["seq"] for v in feed["versions"]] == [1]
+
+
+def test_the_cli_client_waits_exactly_retry_after_then_retries() -> None:
+    app = FastAPI()
+    answers = iter([(503, "2"), (429, "1"), (200, None)])
+
+    @app.get("/thing")
+    def thing() -> Response:
+        status, retry = next(answers)
+        headers = {"Retry-After": retry} if retry else {}
+        body = b'{"error": {"code": "rate_limited", "message": "Slow down."}}' if retry else b"{}"
+        return Response(body, status_code=status, headers=headers, media_type="application/json")
+
+    slept: list[float] = []
+    with TestClient(app) as http:
+        client = ApiClient(ApiConfig(url="http://testserver", key="b3_k"), http=http, sleep=slept.append)
+        assert client.request("GET", "/thing").status_code == 200
+    assert slept == [2.0, 1.0]
+    answers = iter([(429, "1"), (429, "1")])
+    with TestClient(app) as http:
+        client = ApiClient(
+            ApiConfig(url="http://testserver", key="b3_k"), http=http, sleep=slept.append, max_retries=1
+        )
+        with pytest.raises(CliError, match=r"^Slow down\. \(429 rate_limited\)$"):
+            client.request("GET", "/thing")
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_b3os_dev_starts_publishes_the_examples_and_stops_on_sigterm(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    port = _free_port()
+    dev_env = {
+        k: v for k, v in env.items() if k not in ("B3OS_DATABASE_URL", "B3OS_DATA_DIR", "B3OS_NODE_TOKEN")
+    }
+    with subprocess.Popen(
+        [sys.executable, "-m", "cli", "dev", "--port", str(port), "--data-dir", str(tmp_path / "dev")],
+        env=dev_env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as process:
+        try:
+            _check_dev(process, port, tmp_path)
+        finally:
+            if process.poll() is None:
+                process.kill()
+
+
+def _check_dev(process: subprocess.Popen[str], port: int, tmp_path: Path) -> None:
+    assert process.stdout is not None and process.stderr is not None
+    lines = []
+    for line in process.stdout:
+        lines.append(line.rstrip("\n"))
+        if line.startswith("ready"):
+            break
+    assert lines and lines[-1].startswith("ready"), (lines, process.stderr.read())
+    assert [f"published {p}" for p in PINS] == [ln for ln in lines if ln.startswith("published")]
+    dev = dict(ln.split("=", 1) for ln in (tmp_path / "dev" / "dev.env").read_text().splitlines())
+    assert dev["B3OS_API_URL"] == f"http://127.0.0.1:{port}" and dev["B3OS_DEV_KID"] == f"{NAMESPACE}#dev"
+    assert (tmp_path / "keys" / f"{NAMESPACE}#dev.key").is_file()
+    headers = {"Authorization": f"Bearer {dev['B3OS_API_KEY']}"}
+    pack = httpx.get(f"{dev['B3OS_API_URL']}/v1/actions/packs/{NAMESPACE}/echo", headers=headers).json()
+    assert pack["kid"] == f"{NAMESPACE}#dev" and pack["version"] == "1.0.0"
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=20) == 0
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{dev['B3OS_API_URL']}/healthz", timeout=2)
