@@ -29,7 +29,7 @@ class Settings(BaseSettings):
     cache_dir: Path = Field(default=B3OS_HOME / "node" / "cache", description="The install cache of tools.")
     run_dir: Path = Field(default=B3OS_HOME / "node" / "vms", description="Per-VM scratch directories.")
     slots: int = Field(default=8, ge=1, le=64, description="Calls at once on this node.")
-    pool_size: int = Field(default=2, ge=0, le=16, description="VMs prepared ahead of calls.")
+    pool_size: int = Field(default=4, ge=0, le=16, description="VMs prepared ahead of calls.")
     vm_uid: int = Field(default=65534, ge=1, description="Host uid the sandbox runs as (never root).")
     vm_gid: int = Field(default=65534, ge=1, description="Host gid the sandbox runs as.")
     memory_mb: int = Field(default=512, ge=16, description="Memory of one VM, swap included.")

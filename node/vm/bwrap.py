@@ -472,7 +472,12 @@ class BwrapDriver(VmDriver):
                 mounts.unmount(point)
             except mounts.MountError as exc:
                 log.warning("%s", exc)
-        shutil.rmtree(path, ignore_errors=True)
+        try:  # the usual case: only the three empty mount points are left
+            for sub in ("in", "tool", "out"):
+                os.rmdir(path / sub)
+            os.rmdir(path)
+        except OSError:
+            shutil.rmtree(path, ignore_errors=True)
 
     def _remove_node_dir(self) -> None:
         for point in mounts.mounts_under(self.node_dir):

@@ -1,0 +1,180 @@
+"""Node call latency and throughput: the echo tool's noop, bare vs. through the VM driver vs. over HTTP.
+
+Prints per-phase latency (median and p95, ms) and calls per second for:
+- bare: `subprocess.run` of the echo tool's script on the host (no isolation);
+- driver: `Runner.call` through the bwrap driver (fresh namespaces + cgroup per call), one at a time and 8
+  at once;
+- http: `POST /v1/node/calls` to a real node process (`b3os node run`), one at a time and 8 at once.
+
+Run: `.venv/bin/python -m bench node_calls [--calls N]` (root; builds the base template if missing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+
+from node.cache import InstallCache
+from node.config import Settings
+from node.models import NodeCall
+from node.runner import Runner
+from node.template import build_base, rootfs_path
+from node.vm.bwrap import BwrapDriver
+from packs.archive import build_archive
+
+REPO = Path(__file__).resolve().parent.parent
+ECHO_TOOL = REPO / "examples" / "tools" / "echo" / "tool"
+PACK, VERSION = "com.example.tools/echo", "1.0.0"
+TOKEN = "bench-node-token"
+REQUEST = {
+    "action": "noop",
+    "input": {},
+    "limits": {"timeoutMs": 10000, "maxOutputBytes": 262144},
+    "call": {"id": "b"},
+}
+
+
+def _call(i: int) -> NodeCall:
+    return NodeCall(
+        call_id=f"tcall_bench_{i}", pack=PACK, version=VERSION, action="noop",
+        cmd=["/tool/bin/echo-tool", "noop"], timeout_ms=10_000, input={},
+    )  # fmt: skip
+
+
+def _stats(values: list[float]) -> tuple[float, float]:
+    ordered = sorted(values)
+    return statistics.median(ordered), ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))]
+
+
+def _timed(fn: Callable[[int], object], n: int, workers: int) -> tuple[list[float], float]:
+    """Latencies (ms) of n calls of fn, and calls per second, with `workers` at once."""
+
+    def one(i: int) -> float:
+        t = time.perf_counter()
+        fn(i)
+        return (time.perf_counter() - t) * 1000
+
+    started = time.perf_counter()
+    if workers == 1:
+        lat = [one(i) for i in range(n)]
+    else:
+        with ThreadPoolExecutor(workers) as pool:
+            lat = list(pool.map(one, range(n)))
+    return lat, n / (time.perf_counter() - started)
+
+
+def _row(name: str, lat: list[float], rate: float) -> str:
+    med, p95 = _stats(lat)
+    return f"{name:<28}{med:>10.1f}{p95:>10.1f}{rate:>12.1f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench node_calls")
+    parser.add_argument("--calls", type=int, default=200, help="calls per measurement (default 200)")
+    args = parser.parse_args(argv)
+    n = args.calls
+    settings = Settings()
+    base = build_base(settings.base_dir)
+    tmp = Path(tempfile.mkdtemp(prefix="b3os-bench-", dir="/tmp"))
+    os.chmod(tmp, 0o755)
+    cache = InstallCache(tmp / "cache")
+    data, st = build_archive(ECHO_TOOL)
+    tool = cache.install_archive(PACK, VERSION, data, fmt="tar", max_unpacked_bytes=st.unpacked_bytes,
+                                 max_entries=st.entries)  # fmt: skip
+    stdin = json.dumps(REQUEST).encode()
+    rows: list[str] = []
+    try:
+
+        def bare(i: int) -> None:
+            subprocess.run(
+                [str(tool / "bin/echo-tool"), "noop"], input=stdin, capture_output=True, check=True
+            )
+
+        _timed(bare, 10, 1)
+        lat_bare, rate_bare = _timed(bare, n, 1)
+        rows.append(_row("bare subprocess.run", lat_bare, rate_bare))
+        _, rate_bare8 = _timed(bare, n, 8)
+        rows.append(_row("bare, 8 at once", lat_bare, rate_bare8))
+
+        driver = BwrapDriver(base_rootfs=base if base.name == "rootfs" else rootfs_path(settings.base_dir),
+                             run_dir=tmp / "vms", pool_size=4)  # fmt: skip
+        runner = Runner(driver, cache)
+        phases: dict[str, list[float]] = {}
+
+        def via_driver(i: int) -> None:
+            result = runner.call(_call(i))
+            assert result.ok, result.error
+            for k, v in result.timings.items():
+                phases.setdefault(k, []).append(v)
+
+        _timed(via_driver, 10, 1)
+        phases.clear()
+        lat_drv, rate_drv = _timed(via_driver, n, 1)
+        phase_rows = [_row(f"  phase {k}", v, 0.0)[:-12] for k, v in phases.items()]
+        rows.append(_row("driver (bwrap+cgroups)", lat_drv, rate_drv))
+        rows.extend(phase_rows)
+        lat_drv8, rate_drv8 = _timed(via_driver, n, 8)
+        rows.append(_row("driver, 8 at once", lat_drv8, rate_drv8))
+        driver.close()
+
+        rows.extend(_http_rows(n, tmp, cache))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"echo noop, {n} calls each, {os.cpu_count()} CPUs")
+    print(f"{'':<28}{'median ms':>10}{'p95 ms':>10}{'calls/s':>12}")
+    for row in rows:
+        print(row)
+    med_bare, med_drv = statistics.median(lat_bare), statistics.median(lat_drv)
+    print(f"driver overhead vs bare: {med_drv / med_bare:.2f}x median")
+    return 0
+
+
+def _http_rows(n: int, tmp: Path, cache: InstallCache) -> list[str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "B3OS_NODE_TOKEN": TOKEN, "B3OS_CACHE_DIR": str(cache.root),
+           "B3OS_RUN_DIR": str(tmp / "node-vms")}  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cli", "node", "run", "--port", str(port)], cwd=REPO, env=env
+    )
+    url = f"http://127.0.0.1:{port}/v1/node/calls"
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    try:
+        with httpx.Client(headers=headers, timeout=30, limits=httpx.Limits(max_connections=16)) as client:
+            for _ in range(300):
+                try:
+                    client.get(f"http://127.0.0.1:{port}/v1/node/status")
+                    break
+                except httpx.TransportError:
+                    time.sleep(0.1)
+
+            def via_http(i: int) -> None:
+                resp = client.post(url, content=_call(i).model_dump_json())
+                assert resp.status_code == 200 and resp.json()["ok"], resp.text
+
+            _timed(via_http, 10, 1)
+            lat, rate = _timed(via_http, n, 1)
+            lat8, rate8 = _timed(via_http, n, 8)
+        return [_row("http node", lat, rate), _row("http node, 8 at once", lat8, rate8)]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=20)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
