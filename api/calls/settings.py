@@ -30,7 +30,7 @@ class CallSettings(BaseSettings):
     )
     max_call_timeout_ms: int = Field(default=60_000, ge=100, description="the longest a call may run")
     default_action_timeout_ms: int = Field(default=30_000, ge=100, description="timeoutMs when absent")
-    call_overhead_s: float = Field(default=30.0, gt=0, description="VM start, copy, collect, delete")
+    call_overhead_s: float = Field(default=10.0, gt=0, description="VM start, copy, collect, delete")
     lease_grace_s: float = Field(default=30.0, gt=0, description="after its deadline a lost call frees slots")
     idempotency_ttl_s: int = Field(default=86_400, ge=86_400, description="how long answers are stored")
     max_call_body_bytes: int = Field(default=1 * MIB, ge=1024, description="the call request body limit")

@@ -1,0 +1,115 @@
+"""The limits under concurrent load, across two api processes: 4 per org, 8 per node, 120 starts a
+minute, 20 USD of publishers' prices a month, a key's spend cap; nothing lost or double counted."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+
+from .calltest import call, error, usage
+from .stack import ECHO, FREE, PRICEY, Stack
+
+SLOW = {"mode": "sleep", "seconds": 1}
+
+
+def _seconds_to_month_end() -> float:
+    now = dt.datetime.now(dt.UTC)
+    start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    end = start.replace(year=start.year + start.month // 12, month=start.month % 12 + 1)
+    return (end - now).total_seconds()
+
+
+def test_an_organization_runs_4_calls_at_once_and_the_fifth_waits(stack: Stack) -> None:
+    org = stack.org()
+
+    def one(i: int) -> httpx.Response:
+        return call(stack, org, f"{FREE}/fail@1", SLOW, url=stack.api_urls[i % 2])
+
+    with ThreadPoolExecutor(7) as pool:
+        answers = list(pool.map(one, range(7)))
+    ok = [r for r in answers if r.status_code == 200]
+    refused = [r for r in answers if r.status_code != 200]
+    assert len(ok) == 4 and len(refused) == 3
+    for r in refused:
+        err = error(r, 429, "concurrency_limited")
+        # The soonest running call must end by its deadline: 5 s of the action's time plus the overhead.
+        assert 1 <= err["retry_after"] <= 16, err
+    assert usage(stack, org)["calls"] == 4
+
+
+def test_a_node_runs_8_calls_at_once_and_says_node_busy_beyond(stack: Stack) -> None:
+    orgs = [stack.org() for _ in range(3)]
+
+    def one(i: int) -> httpx.Response:
+        return call(stack, orgs[i % 3], f"{FREE}/fail@1", SLOW, url=stack.api_urls[i % 2])
+
+    with ThreadPoolExecutor(12) as pool:
+        answers = list(pool.map(one, range(12)))
+    ok = [r for r in answers if r.status_code == 200]
+    busy = [r for r in answers if r.status_code != 200]
+    assert len(ok) == 8 and len(busy) == 4, [r.text for r in busy]
+    for r in busy:
+        err = error(r, 503, "tool_unavailable", "node_busy")
+        assert err["retry_after"] <= 16 and "nothing was billed" in err["message"]
+    assert sum(usage(stack, o)["calls"] for o in orgs) == 8
+
+
+def test_120_starts_a_minute_from_two_api_processes_exactly(stack: Stack) -> None:
+    org = stack.org()
+    lock = threading.Lock()
+    ok: list[str] = []
+    refused: list[httpx.Response] = []
+    began = time.monotonic()
+
+    def worker(i: int) -> None:
+        while True:
+            r = call(stack, org, f"{FREE}/noop@1", url=stack.api_urls[i % 2])
+            with lock:
+                if r.status_code == 200:
+                    ok.append(r.json()["call_id"])
+                    continue
+                refused.append(r)
+                return
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.monotonic() - began
+    assert len(ok) == len(set(ok)) == 120
+    assert elapsed < 50, "the starts must fall in one window for this test"
+    for r in refused:
+        err = error(r, 429, "rate_limited")
+        # The oldest start leaves the 60 s window 60 s after it was made.
+        assert 60 - elapsed - 2 <= err["retry_after"] <= 60, (err, elapsed)
+    assert usage(stack, org)["calls"] == 120
+
+
+def test_20_usd_of_publishers_prices_a_month_then_quota_exceeded_until_the_month_ends(stack: Stack) -> None:
+    org = stack.org()
+    for i in range(20):
+        r = call(stack, org, f"{PRICEY}/noop@1", url=stack.api_urls[i % 2])
+        assert r.status_code == 200, r.text
+        assert r.json()["cost"]["price"] == 1_000_000
+    err = error(call(stack, org, f"{PRICEY}/noop@1"), 429, "quota_exceeded")
+    assert abs(err["retry_after"] - _seconds_to_month_end()) < 5
+    assert err["limit"] == "publisher_prices" and err["spent_microusd"] == 20_000_000
+    # A free action is not counted against the publishers' prices.
+    assert call(stack, org, f"{FREE}/noop@1").status_code == 200
+    assert usage(stack, org)["units"]["actions.publisher_microusd"] == 20_000_000
+
+
+def test_a_key_past_its_monthly_spend_cap_is_refused(stack: Stack) -> None:
+    org = stack.org(cap=250)
+    assert call(stack, org, f"{ECHO}/noop@1").status_code == 200
+    assert call(stack, org, f"{ECHO}/noop@1").status_code == 200
+    err = error(call(stack, org, f"{ECHO}/noop@1"), 429, "quota_exceeded")
+    assert err["limit"] == "key_spend_cap" and err["cap_microusd"] == 250
+    assert abs(err["retry_after"] - _seconds_to_month_end()) < 5
+    other = stack.add_key(org)
+    assert call(stack, other, f"{ECHO}/noop@1").status_code == 200
