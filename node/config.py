@@ -27,7 +27,10 @@ class Settings(BaseSettings):
         default=B3OS_HOME / "base", description="Where the base template rootfs is cached."
     )
     cache_dir: Path = Field(default=B3OS_HOME / "node" / "cache", description="The install cache of tools.")
-    run_dir: Path = Field(default=B3OS_HOME / "node" / "vms", description="Per-VM scratch directories.")
+    run_dir: Path = Field(
+        default=Path("/run/b3os/vms"),
+        description="VM directories; every parent must be searchable by vm_uid.",
+    )
     slots: int = Field(default=8, ge=1, le=64, description="Calls at once on this node.")
     pool_size: int = Field(default=4, ge=0, le=16, description="VMs prepared ahead of calls.")
     vm_uid: int = Field(default=65534, ge=1, description="Host uid the sandbox runs as (never root).")
