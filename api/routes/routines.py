@@ -9,11 +9,11 @@ from anyio import to_thread
 from fastapi import APIRouter, Depends, Header, Request, Response
 
 from api.deps import Principal, require
-from api.errors import InvalidRequest
+from api.errors import Forbidden, InvalidRequest
 from api.runs.models import RoutineCreate, RoutineList, RoutinePublic, RunCreate, RunPublic
 from api.runs.service import RunsService
 from api.runs.tables import RoutineRecord
-from api.scopes import ROUTINES_READ, ROUTINES_RUN
+from api.scopes import ACTIONS_CALL, ROUTINES_READ, ROUTINES_RUN
 
 router = APIRouter(prefix="/v1/routines", tags=["routines"])
 Runner = Annotated[Principal, Depends(require(ROUTINES_RUN))]
@@ -74,6 +74,11 @@ async def start_run(
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
 ) -> RunPublic:
     """Start a run of a routine; the same Idempotency-Key gives the same run."""
+    if not principal.has(ACTIONS_CALL):
+        raise Forbidden(
+            f"This key lacks the scope {ACTIONS_CALL}, which a run needs: its steps call actions for it.",
+            missing_scope=ACTIONS_CALL,
+        )
     if idempotency_key is not None and not (
         1 <= len(idempotency_key) <= 255 and idempotency_key.isprintable()
     ):

@@ -91,7 +91,7 @@ async def http(app: FastAPI, worker: None) -> AsyncIterator[httpx.AsyncClient]:
 
 @pytest.fixture
 def org(make_org: Callable[..., Org]) -> Org:
-    return make_org(scopes=["routines:run", "routines:read"])
+    return make_org(scopes=["routines:run", "routines:read", "actions:call"])
 
 
 async def _store(http: httpx.AsyncClient, org: Org, text: str = HELLO) -> httpx.Response:
@@ -236,7 +236,12 @@ async def test_scopes_and_organizations_fence_routines_and_runs(
     )
     assert refused.status_code == 403 and refused.json()["error"]["missing_scope"] == "routines:run"
     assert (await http.get(f"/v1/runs/{run_id}", headers=reader.headers)).status_code == 200
-    other = make_org(scopes=["routines:run", "routines:read"])
+    caller = add_key(org, ["routines:run", "routines:read"])
+    refused = await http.post(
+        "/v1/routines/hello/runs", json={"inputs": {"who": "a"}}, headers=caller.headers
+    )
+    assert refused.status_code == 403 and refused.json()["error"]["missing_scope"] == "actions:call"
+    other = make_org(scopes=["routines:run", "routines:read", "actions:call"])
     assert (await http.get(f"/v1/runs/{run_id}", headers=other.headers)).status_code == 404
     missing = await http.post("/v1/routines/hello/runs", json={}, headers=other.headers)
     assert missing.status_code == 404 and "no routine named 'hello'" in missing.json()["error"]["message"]

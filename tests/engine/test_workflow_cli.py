@@ -91,7 +91,9 @@ def api(tmp_path: Path, temporal_env: WorkflowEnvironment, queue: str) -> Iterat
     app = create_app(settings)
     with Session(app.state.engine) as session:
         org = accounts.create_organization(session, name="cli test")
-        _, secret = accounts.create_api_key(session, org_id=org.id, scopes=["routines:run", "routines:read"])
+        _, secret = accounts.create_api_key(
+            session, org_id=org.id, scopes=["routines:run", "routines:read", "actions:call"]
+        )
         session.commit()
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
