@@ -45,13 +45,15 @@ def driver(base_rootfs: Path, run_dir: Path) -> Iterator[BwrapDriver]:
 def cache() -> Iterator[InstallCache]:
     root = Path(tempfile.mkdtemp(prefix="b3os-cache-", dir="/tmp"))
     os.chmod(root, 0o755)
-    c = InstallCache(root)
-    install_tree(c, ECHO, ECHO_TOOL)
-    for tool in sorted(HOSTILE.iterdir()):
-        if (tool / "tool").is_dir():
-            install_tree(c, f"com.example.hostile/{tool.name}", tool / "tool")
-    yield c
-    shutil.rmtree(root, ignore_errors=True)
+    try:
+        c = InstallCache(root)
+        install_tree(c, ECHO, ECHO_TOOL)
+        for tool in sorted(HOSTILE.iterdir()):
+            if (tool / "tool").is_dir():
+                install_tree(c, f"com.example.hostile/{tool.name}", tool / "tool")
+        yield c
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
