@@ -1,0 +1,110 @@
+"""One error body everywhere: framework errors, oversize bodies, unknown routes, OpenAPI."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from apitest import Org
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from sqlalchemy import inspect
+
+from api.config import Settings
+from api.db import make_engine
+from api.migrations import MIGRATIONS, current_version, migrate
+
+
+def test_an_oversize_json_body_is_refused_before_it_is_parsed(
+    client: TestClient, app: FastAPI, make_org: Callable[..., Org]
+) -> None:
+    org = make_org()
+    limit = app.state.settings.max_body_bytes
+    big = b'{"scopes": ["' + b"a" * limit + b'"]}'
+    r = client.post("/v1/keys", headers={**org.headers, "Content-Type": "application/json"}, content=big)
+    assert r.status_code == 413
+    assert r.json()["error"] == {
+        "code": "payload_too_large",
+        "message": f"The request body is larger than the limit of {limit} bytes.",
+        "limit_bytes": limit,
+    }
+
+    def chunks() -> Iterator[bytes]:
+        yield b'{"scopes": ["'
+        for _ in range(limit // 65536 + 1):
+            yield b"a" * 65536
+        yield b'"]}'
+
+    r = client.post("/v1/keys", headers={**org.headers, "Content-Type": "application/json"}, content=chunks())
+    assert r.status_code == 413 and r.json()["error"]["code"] == "payload_too_large"
+
+
+def test_unknown_routes_and_methods_answer_the_error_body(client: TestClient) -> None:
+    r = client.get("/v1/nothing-here")
+    assert r.status_code == 404 and r.json() == {
+        "error": {"code": "not_found", "message": "There is no such endpoint."}
+    }
+    r = client.patch("/healthz")
+    assert r.status_code == 405 and r.json()["error"]["code"] == "method_not_allowed"
+
+
+def test_a_wrong_json_type_names_the_field_and_value(
+    client: TestClient, make_org: Callable[..., Org]
+) -> None:
+    org = make_org()
+    r = client.post("/v1/keys", headers=org.headers, json={"scopes": "actions:call"})
+    assert r.status_code == 400
+    assert r.json()["error"]["field"] == "scopes"
+    assert r.json()["error"]["message"].startswith("The field scopes is invalid: ")
+    assert "'actions:call'" in r.json()["error"]["message"]
+    r = client.post("/v1/keys", headers=org.headers, json=[1, 2])
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_request"
+
+
+def test_openapi_documents_the_one_error_body(client: TestClient) -> None:
+    schema = client.get("/openapi.json").json()
+    assert "ErrorBody" in schema["components"]["schemas"]
+    assert "HTTPValidationError" not in schema["components"]["schemas"]
+    publish = schema["paths"]["/v1/actions/packs"]["post"]["responses"]
+    assert "422" not in publish
+    for status in ("400", "401", "403", "404", "409", "413"):
+        assert publish[status]["content"]["application/json"]["schema"] == {
+            "$ref": "#/components/schemas/ErrorBody"
+        }
+
+
+def test_migrations_are_recorded_and_run_once(settings: Settings, tmp_path: Path) -> None:
+    engine = make_engine(settings.resolved_database_url())
+    try:
+        assert current_version(engine) == 0
+        assert migrate(engine) == MIGRATIONS[-1].version
+        assert migrate(engine) == MIGRATIONS[-1].version
+        tables = set(inspect(engine).get_table_names())
+        assert {
+            "schema_version",
+            "organizations",
+            "api_keys",
+            "publishers",
+            "signing_keys",
+            "blob_uploads",
+            "packs",
+            "pack_versions",
+            "nodes",
+        } <= tables
+    finally:
+        engine.dispose()
+
+
+def test_settings_default_to_sqlite_under_the_data_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    monkeypatch.delenv("B3OS_DATABASE_URL", raising=False)
+    s = Settings(data_dir=tmp_path)
+    assert s.resolved_database_url() == f"sqlite:///{tmp_path.resolve() / 'b3os.db'}"
+    assert s.resolved_blob_dir() == tmp_path.resolve() / "blobs"
+    monkeypatch.setenv("DATABASE_URL", "postgresql://u@h/db")
+    assert Settings(data_dir=tmp_path).resolved_database_url() == "postgresql://u@h/db"
+    monkeypatch.setenv("B3OS_DATABASE_URL", "sqlite:///other.db")
+    assert Settings(data_dir=tmp_path).resolved_database_url() == "sqlite:///other.db"
