@@ -59,8 +59,9 @@ def test_a_cpu_spin_times_out_and_gets_one_vcpu_only(runner: Runner) -> None:
     assert _err(result)["code"] == "tool_timed_out"
     assert _err(result)["message"] == "the tool's command did not finish in 1000 ms"
     assert time.monotonic() - started < 2.5
-    # two spinning processes on a 2-core machine, held to one vCPU by the CFS quota
-    assert 500 <= result.usage["vcpu_ms"] <= 1300
+    # two spinning processes on a 2-core machine, held to one vCPU by the CFS quota (less when the
+    # machine is busy with other work)
+    assert 100 <= result.usage["vcpu_ms"] <= 1300
 
 
 def test_filling_the_disk_stops_at_work_and_out_sizes(runner: Runner) -> None:
