@@ -1,11 +1,11 @@
 """A STAND-IN for `POST /v1/actions/call`, served by a real uvicorn on 127.0.0.1.
 
-This stands in for the api ONLY until the calls engineer lands the real endpoint; the final
-workflow tests run against the real api and a real node. It records every request (time, headers,
-body) and answers as each test scripts it, per action ref: 503/429 with Retry-After, an error body,
-a held answer (to kill a worker or cancel a run mid-call) or, by default, an echo of the input.
-Like the real api it keeps a 2xx answer per Idempotency-Key and gives it again to a repeated key
-without running the call again (`executions` counts the runs per key).
+It gives, on demand, answers the real api gives only under load or failure (a 503 with exactly
+`Retry-After: 2`, a tool error, a call held open while a worker is killed or a run cancelled); the
+happy path through the real api and a node is tests/engine/test_workflow_e2e.py. It records every
+request (time, headers, body) and answers as each test scripts it, per action ref, or by default
+with an echo of the input. Like the real api it keeps a 2xx answer per Idempotency-Key and gives
+it again to a repeated key without running the call again (`executions` counts runs per key).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The step activity over real HTTP. The server is the STAND-IN api of stand_in_api.py, used only
-until the real POST /v1/actions/call lands; the final tests use the real api and node."""
+"""The step activity over real HTTP against the STAND-IN api of stand_in_api.py, which scripts each
+error answer; the real POST /v1/actions/call is exercised in tests/engine/test_workflow_e2e.py."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """The routine workflow on a real Temporal dev server, its activity calling over real HTTP.
 
-The HTTP server is the STAND-IN api of tests/activities/stand_in_api.py, used only until the calls
-engineer lands the real POST /v1/actions/call; the final tests run against the real api and node.
+The HTTP server is the STAND-IN api of tests/activities/stand_in_api.py, which scripts answers the
+real api gives only under load or failure (503 with Retry-After: 2, tool errors, a call held open);
+the same workflow through the real POST /v1/actions/call and a node is test_workflow_e2e.py.
 """
 
 from __future__ import annotations

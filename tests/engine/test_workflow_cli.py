@@ -1,7 +1,7 @@
 """`b3os routine run` as a user runs it: a real process, a real api on uvicorn, Temporal and a worker.
 
-The worker's calls go to the STAND-IN api of tests/activities/stand_in_api.py, used only until the
-end-to-end tests run every step through the real POST /v1/actions/call and a node.
+The worker's calls go to the STAND-IN api of tests/activities/stand_in_api.py, which scripts a
+failing step; the real POST /v1/actions/call and a node are exercised in test_workflow_e2e.py.
 """
 
 from __future__ import annotations

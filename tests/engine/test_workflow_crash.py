@@ -1,7 +1,8 @@
 """A routine worker process killed mid-run: the run finishes on a new worker and no step runs twice.
 
 The workers are real `python -m engine.worker` processes. The HTTP server is the STAND-IN api of
-tests/activities/stand_in_api.py, used only until the real POST /v1/actions/call lands.
+tests/activities/stand_in_api.py: it holds a call open while the worker is killed, which the echo
+tool on a real node is too fast to allow.
 """
 
 from __future__ import annotations
