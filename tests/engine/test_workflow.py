@@ -285,3 +285,50 @@ async def _until(check: Callable[[], bool], timeout: float = 10.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("the condition did not hold in time")
         await asyncio.sleep(0.02)
+
+
+async def test_an_expression_that_fails_at_run_time_fails_its_step_with_the_sentence(
+    temporal_env: WorkflowEnvironment, worker: Worker, stand_in: StandInApi
+) -> None:
+    routine = {
+        "name": "badexpr",
+        "steps": [
+            {"id": "a", "uses": ECHO, "with": {"text": "x"}},
+            {"id": "b", "uses": ECHO, "with": {"text": "${{ steps.a.output.nope }}"}},
+        ],
+    }
+    handle = await start(temporal_env.client, worker.task_queue, routine)
+    with pytest.raises(WorkflowFailureError) as info:
+        await handle.result()
+    cause = info.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "StepFailed"
+    assert cause.details[0]["code"] == "expression_failed" and cause.details[0]["reason"] == "with"
+    assert "steps.a.output.nope" in cause.details[0]["message"]
+    assert len(stand_in.requests) == 1  # step b never called
+
+
+async def test_a_failed_foreach_item_fails_the_step_and_keeps_the_other_items(
+    temporal_env: WorkflowEnvironment, worker: Worker, stand_in: StandInApi
+) -> None:
+    stand_in.script(
+        UPPER,
+        [echo_answer({"text": "A"}), problem(422, "invalid_input", None, "no b"), echo_answer({"text": "C"})],
+    )
+    routine = {
+        "name": "items",
+        "steps": [
+            {
+                "id": "each",
+                "uses": UPPER,
+                "foreach": ["a", "b", "c"],
+                "with": {"text": "${{ item }}"},
+                "continue-on-error": True,
+            }
+        ],
+        "outputs": {"status": "${{ steps.each.status }}"},
+    }
+    result = await (await start(temporal_env.client, worker.task_queue, routine)).result()
+    each = result.steps["each"]
+    assert each.status == "failed" and result.outputs == {"status": "failed"}
+    assert each.error is not None and (each.error.code, each.error.message) == ("invalid_input", "no b")
+    assert sorted(o["text"] for o in each.output if o is not None) == ["A", "C"] and None in each.output
