@@ -101,9 +101,10 @@ class ApiClient:
         json: Any = None,
         content: bytes | None = None,
         accept: tuple[int, ...] = (200, 201),
+        headers: Mapping[str, str] | None = None,
     ) -> httpx.Response:
         """Send a request; statuses in `accept` are returned, 429/503 retried, others raise CliError."""
-        headers = {"Authorization": f"Bearer {self.config.key}"}
+        headers = {**(headers or {}), "Authorization": f"Bearer {self.config.key}"}
         if content is not None:
             headers["Content-Type"] = "application/octet-stream"
         for attempt in range(self.max_retries + 1):

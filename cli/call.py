@@ -1,0 +1,177 @@
+"""Call an action: print its output and write its output files.
+
+REF is `ns/pack/action@1` (the newest 1.x.y) or `@1.0.0` (exact). --input is the input as JSON (or
+@FILE to read it from a file); each --file FIELD=PATH sets a file field to that file's bytes, named
+after the file. Output files are written to the current directory (or --out-dir) under the name the
+tool gave them, and the printed output shows where. On 429 and 503 the call is sent again after
+exactly the answer's Retry-After, a bounded number of times, saying so on stderr. The key comes
+from --api-key, B3OS_API_KEY or .b3os/dev.env.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import re
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from cli._http import ApiClient, ApiConfig, CliError, error_sentence
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+ALL_STATUSES = tuple(range(200, 600))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("ref", metavar="REF", help="the action, such as com.example.tools/echo/echo@1")
+    parser.add_argument("--input", default="{}", help="the input as a JSON object, or @FILE (default {})")
+    parser.add_argument(
+        "--file",
+        action="append",
+        default=[],
+        metavar="FIELD=PATH",
+        help="set file field FIELD to the bytes of PATH (repeatable)",
+    )
+    parser.add_argument(
+        "--idempotency-key", default=None, help="send this Idempotency-Key (retries reuse it)"
+    )
+    parser.add_argument("--timeout-ms", type=int, default=None, help="the call's time limit in milliseconds")
+    parser.add_argument("--out-dir", type=Path, default=Path("."), help="where output files go (default .)")
+    parser.add_argument("--max-retries", type=int, default=5, help="retries on 429/503 (default 5)")
+    parser.add_argument(
+        "--max-wait", type=float, default=300.0, help="longest Retry-After to wait, in seconds"
+    )
+    parser.add_argument("--api-url", default=None, help="the api (default $B3OS_API_URL or .b3os/dev.env)")
+    parser.add_argument("--api-key", default=None, help="the key (default $B3OS_API_KEY or .b3os/dev.env)")
+
+
+def build_input(text: str, files: list[str]) -> dict[str, Any]:
+    """The call's input from --input and --file.
+
+    Raises:
+        CliError: the JSON, a file or a file name is not usable (the sentence says which).
+    """
+    if text.startswith("@"):
+        try:
+            text = Path(text[1:]).read_text()
+        except OSError as exc:
+            raise CliError(f"--input {text}: cannot read it ({exc.strerror})") from None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CliError(f"--input is not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise CliError(f"--input must be a JSON object, not {type(value).__name__}")
+    for spec in files:
+        field, sep, path = spec.partition("=")
+        if not sep or not field or not path:
+            raise CliError(f"--file {spec!r} is not FIELD=PATH")
+        name = Path(path).name
+        if not NAME.match(name):
+            raise CliError(
+                f"--file {spec}: the file name {name!r} must match {NAME.pattern}; rename the file"
+            )
+        try:
+            data = Path(path).read_bytes()
+        except OSError as exc:
+            raise CliError(f"--file {spec}: cannot read {path} ({exc.strerror})") from None
+        value[field] = {"$bytes": base64.b64encode(data).decode("ascii"), "name": name}
+    return value
+
+
+def write_files(output: Any, out_dir: Path) -> Any:
+    """Write each output file to `out_dir` and show it in the output as its name, size, type and path.
+
+    Raises:
+        CliError: a file name the api should never have sent, or a file that cannot be written.
+    """
+    if not isinstance(output, dict):
+        return output
+    shown: dict[str, Any] = {}
+    for field, value in output.items():
+        if isinstance(value, dict) and "$bytes" in value and isinstance(value.get("name"), str):
+            name = value["name"]
+            if not NAME.match(name):
+                raise CliError(
+                    f"the output file name {name[:80]!r} is not a plain file name; nothing written"
+                )
+            target = out_dir / name
+            try:
+                out_dir.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(base64.b64decode(value["$bytes"]))
+            except OSError as exc:
+                raise CliError(f"cannot write {target} ({exc.strerror})") from None
+            shown[field] = {k: v for k, v in value.items() if k != "$bytes"} | {"path": str(target)}
+        else:
+            shown[field] = value
+    return shown
+
+
+def call_with_retries(
+    client: ApiClient,
+    body: dict[str, Any],
+    *,
+    key: str | None,
+    max_retries: int,
+    max_wait: float,
+    say: Callable[[str], None],
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, Any]:
+    """Send the call; on 429/503 wait exactly Retry-After and send it again (bounded).
+
+    Raises:
+        CliError: the call's error sentence once retries are spent or the error is not one to retry.
+    """
+    headers = {"Idempotency-Key": key} if key else {}
+    for attempt in range(max_retries + 1):
+        response = client.request("POST", "/v1/actions/call", json=body, headers=headers, accept=ALL_STATUSES)
+        if response.status_code == 200:
+            answer: dict[str, Any] = response.json()
+            return answer
+        retry_after = response.headers.get("retry-after", "")
+        if response.status_code in (429, 503) and retry_after.isdigit() and attempt < max_retries:
+            wait = int(retry_after)
+            if wait > max_wait:
+                raise CliError(f"{error_sentence(response)}; Retry-After is {wait} s, more than --max-wait")
+            say(
+                f"b3os call: {error_sentence(response)}; retrying in {wait} s "
+                f"(retry {attempt + 1} of {max_retries})"
+            )
+            sleep(wait)
+            continue
+        raise CliError(error_sentence(response))
+    raise AssertionError("unreachable")
+
+
+def run(args: argparse.Namespace) -> int:
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    try:
+        body: dict[str, Any] = {"ref": args.ref, "input": build_input(args.input, args.file)}
+        if args.timeout_ms is not None:
+            body["timeout_ms"] = args.timeout_ms
+        with ApiClient(ApiConfig.load(url=args.api_url, key=args.api_key)) as client:
+            answer = call_with_retries(
+                client,
+                body,
+                key=args.idempotency_key,
+                max_retries=max(0, args.max_retries),
+                max_wait=args.max_wait,
+                say=say,
+            )
+        output = write_files(answer.get("output"), args.out_dir)
+    except CliError as exc:
+        print(f"b3os call: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(output, indent=2))
+    cost = answer.get("cost") or {}
+    say(
+        f"{answer.get('call_id')} {answer.get('ref')}: {cost.get('total', 0)} micro-USD (compute "
+        f"{cost.get('compute', 0)}, floor {cost.get('floor', 0)}, price {cost.get('price', 0)})"
+    )
+    return 0
