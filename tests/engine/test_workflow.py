@@ -20,9 +20,10 @@ from pydantic import SecretStr
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
+from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Worker
+from temporalio.worker import Replayer, Worker
 
 from activities.call_action import ActionActivities
 from activities.config import ActivitySettings
@@ -136,6 +137,9 @@ async def test_steps_chain_outputs_with_foreach_if_and_continue_on_error(
     assert '"greet · com.example.tools/echo/echo@1"' in summaries
     assert '"each[2] · com.example.tools/echo/echo@1"' in summaries
     assert TOKEN not in history_text
+    # the history replays without nondeterminism (foreach in parallel included)
+    replayer = Replayer(workflows=[RoutineWorkflow], data_converter=pydantic_data_converter)
+    await replayer.replay_workflow(await handle.fetch_history())
 
 
 async def test_retry_after_is_waited_exactly_with_the_same_key(
