@@ -9,7 +9,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -19,6 +20,7 @@ from fastapi import FastAPI, Response
 from fastapi.testclient import TestClient
 
 from cli._http import ApiClient, ApiConfig, CliError
+from cli.main import main
 from packs.hashing import BundleFile
 from packs.loader import load_built_bundle
 
@@ -44,14 +46,42 @@ def _wait_healthy(url: str, process: subprocess.Popen[bytes], timeout_s: float =
 
 
 @pytest.fixture
-def env(database_url: str, tmp_path: Path) -> dict[str, str]:
+def env_vars(database_url: str, tmp_path: Path) -> dict[str, str]:
     return {
-        **os.environ,
         "B3OS_DATABASE_URL": database_url,
         "B3OS_DATA_DIR": str(tmp_path / "state"),
         "B3OS_KEYS_DIR": str(tmp_path / "keys"),
         "B3OS_NODE_TOKEN": "node-token-e2e",
     }
+
+
+@pytest.fixture
+def env(env_vars: dict[str, str]) -> dict[str, str]:
+    return {**os.environ, **env_vars}
+
+
+@dataclass
+class Ran:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def b3os_cli(
+    env_vars: dict[str, str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> Callable[..., Ran]:
+    """Run `b3os ARGS` in this process (the real command modules, no interpreter start-up per call)."""
+
+    def run(*args: str, extra_env: dict[str, str] | None = None) -> Ran:
+        for name, value in {**env_vars, **(extra_env or {})}.items():
+            monkeypatch.setenv(name, value)
+        capsys.readouterr()
+        code = main(list(args))
+        out = capsys.readouterr()
+        return Ran(code, out.out, out.err)
+
+    return run
 
 
 @pytest.fixture
@@ -89,18 +119,18 @@ def b3os(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _init(env: dict[str, str]) -> str:
-    out = b3os("admin", "init", "--org", "Tools", "--publisher", NAMESPACE, env=env)
+def _init(b3os_cli: Callable[..., Ran]) -> str:
+    out = b3os_cli("admin", "init", "--org", "Tools", "--publisher", NAMESPACE)
     assert out.returncode == 0, out.stderr
     return next(line.split("=", 1)[1] for line in out.stdout.splitlines() if line.startswith("B3OS_API_KEY="))
 
 
 def test_the_echo_tool_builds_and_publishes_through_the_cli(
-    server: str, env: dict[str, str], tmp_path: Path
+    server: str, b3os_cli: Callable[..., Ran], tmp_path: Path
 ) -> None:
-    key = _init(env)
+    key = _init(b3os_cli)
     kid = f"{NAMESPACE}#e2e"
-    generated = b3os("keys", "generate", "--kid", kid, env=env)
+    generated = b3os_cli("keys", "generate", "--kid", kid)
     assert generated.returncode == 0, generated.stderr
     public = generated.stdout.split("public key: ")[1].strip()
     headers = {"Authorization": f"Bearer {key}"}
@@ -110,16 +140,16 @@ def test_the_echo_tool_builds_and_publishes_through_the_cli(
         json={"kid": kid, "public_key": public},
     )
     assert r.status_code == 201, r.text
-    built = b3os("tool", "build", str(ECHO), "--kid", kid, "--out", str(tmp_path / "echo"), env=env)
+    built = b3os_cli("tool", "build", str(ECHO), "--kid", kid, "--out", str(tmp_path / "echo"))
     assert built.returncode == 0, built.stderr
-    cli_env = {**env, "B3OS_API_URL": server, "B3OS_API_KEY": key}
-    published = b3os("tool", "publish", str(tmp_path / "echo"), env=cli_env)
+    cli_env = {"B3OS_API_URL": server, "B3OS_API_KEY": key}
+    published = b3os_cli("tool", "publish", str(tmp_path / "echo"), extra_env=cli_env)
     assert published.returncode == 0, published.stderr
     lines = published.stdout.splitlines()
     assert lines[-3:] == PINS
     assert lines[-4].startswith(f"published {NAMESPACE}/echo@1.0.0 (sha256:")
     assert "tool.tar: uploaded" in published.stdout
-    again = b3os("tool", "publish", str(tmp_path / "echo"), env=cli_env)
+    again = b3os_cli("tool", "publish", str(tmp_path / "echo"), extra_env=cli_env)
     assert again.returncode == 1 and "Traceback" not in again.stderr
     assert again.stderr.strip() == (
         f"b3os tool publish: The version 1.0.0 of {NAMESPACE}/echo is already published: "
@@ -144,26 +174,26 @@ def test_publish_without_a_key_or_a_server_says_why(env: dict[str, str], tmp_pat
     assert "has no tool.tar" in out.stderr or "is missing: build the pack first" in out.stderr
 
 
-def test_admin_init_runs_once_then_says_how_to_add_more(env: dict[str, str]) -> None:
-    _init(env)
-    again = b3os("admin", "init", env=env)
+def test_admin_init_runs_once_then_says_how_to_add_more(b3os_cli: Callable[..., Ran]) -> None:
+    _init(b3os_cli)
+    again = b3os_cli("admin", "init")
     assert again.returncode == 1
     assert again.stderr.startswith(
         "b3os admin init: This installation is already initialized (operator organization"
     )
-    other = b3os("admin", "init", "--additional", "--org", "Other", env=env)
+    other = b3os_cli("admin", "init", "--additional", "--org", "Other")
     assert other.returncode == 0 and "(operator)" not in other.stdout and "B3OS_API_KEY=b3_" in other.stdout
 
 
 def test_concurrent_publishes_over_http_have_exactly_one_winner(
-    server: str, env: dict[str, str], tmp_path: Path
+    server: str, b3os_cli: Callable[..., Ran], tmp_path: Path
 ) -> None:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     from packs.build import build_tool
     from packs.signing import public_key_b64
 
-    key = _init(env)
+    key = _init(b3os_cli)
     headers = {"Authorization": f"Bearer {key}"}
     signing = Ed25519PrivateKey.generate()
     kid = f"{NAMESPACE}#race"
