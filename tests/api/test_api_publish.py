@@ -302,3 +302,17 @@ def test_the_newest_version_is_by_semver_and_refs_resolve(
         r.status_code == 404
         and r.json()["error"]["message"] == f"There is no pack {NAMESPACE}/nope in the registry."
     )
+
+
+def test_a_blob_damaged_on_disk_is_refused(
+    app: FastAPI, client: TestClient, publisher: Org, echo: Built
+) -> None:
+    upload(client, publisher, echo.files)
+    notices = BundleFile.of("NOTICES.md", echo.files["NOTICES.md"])
+    path = app.state.blobs.path(notices.sha256)
+    path.write_bytes(b"x" * notices.bytes)
+    error = _refusal(_publish(client, publisher, echo), 400, "blob_mismatch")
+    assert error["message"] == (
+        f"The stored blob sha256:{notices.sha256} of the file NOTICES.md no longer matches its sha256: "
+        "upload it again."
+    )
