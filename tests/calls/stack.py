@@ -90,6 +90,7 @@ class Stack:
     api_urls: list[str] = field(default_factory=list)
     procs: list[Proc] = field(default_factory=list)
     publisher: Org | None = None
+    signing_key: Ed25519PrivateKey | None = None
 
     @property
     def url(self) -> str:
@@ -115,7 +116,8 @@ class Stack:
         self.procs.append(proc)
         return proc
 
-    def start_api(self) -> str:
+    def start_api(self, *, extra_env: dict[str, str] | None = None, listed: bool = True) -> tuple[str, Proc]:
+        """Start one more api process on the stack's database (listed ones are in `api_urls`)."""
         port = free_port()
         argv = [
             sys.executable,
@@ -130,11 +132,12 @@ class Stack:
             "--log-level",
             "warning",
         ]
-        proc = self.start(f"api-{len(self.api_urls)}", argv, self.env())
+        proc = self.start(f"api-{port}", argv, self.env(**(extra_env or {})))
         url = f"http://127.0.0.1:{port}"
         wait_http(f"{url}/healthz", proc)
-        self.api_urls.append(url)
-        return url
+        if listed:
+            self.api_urls.append(url)
+        return url, proc
 
     def start_node(self, node_id: str, *, api_url: str | None = None) -> Proc:
         port = free_port()
@@ -233,7 +236,7 @@ def start_stack(root: Path) -> Stack:
         stack.start_api()
         stack.start_api()
         stack.publisher = stack.org(scopes=OWNER_SCOPES, namespaces=[NAMESPACE])
-        key = Ed25519PrivateKey.generate()
+        key = stack.signing_key = Ed25519PrivateKey.generate()
         r = httpx.post(
             f"{stack.url}/v1/actions/publishers/{NAMESPACE}/keys",
             headers=stack.publisher.headers,

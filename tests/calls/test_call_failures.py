@@ -1,0 +1,97 @@
+"""Failures around the tool: a crashed api process, a pack no node could install, a node that died."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+
+import httpx
+from sqlmodel import Session, col, delete, func, select
+
+from api.calls.tables import RUNNING, ToolCall
+from api.models import Node
+from packs.loader import bundle_files, load_built_bundle
+from packs.signing import sign_manifest
+
+from .calltest import call, error
+from .stack import ECHO, FREE, KID, NAMESPACE, Org, Stack, build_variant, publish
+
+SLEEPY = {"mode": "sleep", "seconds": 30}
+
+
+def _running(stack: Stack, org: Org) -> int:
+    with Session(stack.engine) as session:
+        return int(
+            session.exec(
+                select(func.count()).where(col(ToolCall.org_id) == org.org_id, col(ToolCall.state) == RUNNING)
+            ).one()
+        )
+
+
+def test_calls_of_a_crashed_api_process_free_their_slots_and_a_retry_takes_over_the_key(stack: Stack) -> None:
+    url, proc = stack.start_api(
+        listed=False,
+        extra_env={
+            "B3OS_CALL_OVERHEAD_S": "1",
+            "B3OS_LEASE_GRACE_S": "1",
+            "B3OS_MAX_CALL_TIMEOUT_MS": "2000",
+        },
+    )
+    org = stack.org()
+
+    def doomed(i: int) -> None:
+        try:
+            call(stack, org, f"{FREE}/fail@1", SLEEPY, url=url, timeout_ms=2000, key=f"crash-{i}")
+        except httpx.TransportError:
+            pass  # the api process dies under this request
+
+    threads = [threading.Thread(target=doomed, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    while _running(stack, org) < 4:
+        time.sleep(0.02)
+    proc.popen.send_signal(signal.SIGKILL)
+    proc.popen.wait()
+    for t in threads:
+        t.join()
+    held = error(call(stack, org, f"{FREE}/noop@1"), 429, "concurrency_limited")
+    assert held["retry_after"] <= 3  # the dead process's leases end 2 s + 1 s after they began
+    time.sleep(held["retry_after"] + 1.0)  # the leases really expire: that is what this test shows
+    assert call(stack, org, f"{FREE}/noop@1").status_code == 200
+    # The key the dead process claimed is taken over once its claim ends, and the call runs again.
+    retry = call(stack, org, f"{FREE}/fail@1", SLEEPY, timeout_ms=2000, key="crash-0")
+    err = error(retry, 504, "tool_timed_out")
+    assert err["call_id"].startswith("tcall_")
+
+
+def test_a_version_no_node_could_install_is_pack_unavailable(stack: Stack, tmp_path) -> None:
+    assert stack.publisher is not None and stack.signing_key is not None
+    root = build_variant(tmp_path, stack.signing_key, pack=f"{NAMESPACE}/broken", pricing={"model": "free"})
+    manifest, files = load_built_bundle(root)
+    manifest["tool"]["bundle"]["archive"]["entries"] = 1  # the node refuses an archive with more entries
+    signed = sign_manifest(manifest, bundle_files(files), stack.signing_key, KID)
+    (root / "b3pack.json").write_text(json.dumps(signed))
+    publish(stack, stack.publisher, root)
+    err = error(call(stack, stack.org(), f"{NAMESPACE}/broken/noop@1"), 503, "pack_unavailable")
+    assert err["message"].startswith(
+        f"{NAMESPACE}/broken/noop@1: no node has {NAMESPACE}/broken 1.0.0 installed"
+    )
+    assert err["retry_after"] <= 2  # two heartbeats of the nodes
+
+
+def test_a_node_that_died_since_its_heartbeat_is_tool_unavailable_exec_and_free(stack: Stack) -> None:
+    node = stack.start_node("node-0")  # sorts before node-a: an idle tie goes to it
+    try:
+        stack.wait_installed("node-0", [f"{ECHO}@1.0.0"])
+        node.popen.send_signal(signal.SIGKILL)
+        node.popen.wait()
+        org = stack.org()
+        err = error(call(stack, org, f"{ECHO}/noop@1"), 503, "tool_unavailable", "exec")
+        assert "the node could not be reached" in err["message"]
+        assert err["cost"]["total"] == 0
+    finally:
+        with Session(stack.engine) as session:
+            session.execute(delete(Node).where(col(Node.node_id) == "node-0"))
+            session.commit()
