@@ -1,0 +1,125 @@
+"""Admission on SQLite and PostgreSQL: the limits hold when many sessions admit calls at once."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from db.postgres import database_url, postgres_cluster  # noqa: F401
+from sqlalchemy import Engine
+from sqlmodel import Session, col, func, select
+
+from api.accounts import new_id
+from api.calls import limits
+from api.calls.errors import CallError
+from api.calls.settings import CallSettings
+from api.calls.tables import ToolCall
+from api.db import make_engine
+from api.migrations import migrate
+from api.models import Node, utcnow
+
+SETTINGS = CallSettings()
+
+
+@pytest.fixture
+def engine(database_url: str) -> Iterator[Engine]:  # noqa: F811
+    engine = make_engine(database_url)
+    migrate(engine)
+    with Session(engine) as session:
+        for node_id in ("n1", "n2"):
+            session.add(
+                Node(node_id=node_id, url="http://127.0.0.1:9", slots_total=8, slots_free=8, installed=[])
+            )
+        session.commit()
+    yield engine
+    engine.dispose()
+
+
+def _admit(engine: Engine, org: str, nodes: list[Node], price: int = 0, cap: int | None = None) -> str:
+    adm = limits.Admission(
+        call_id=new_id("tcall"),
+        org_id=org,
+        key_id=f"key-{org}",
+        spend_cap_microusd=cap,
+        surface="http",
+        pack="a.b/c",
+        version="1.0.0",
+        action="x",
+        price=price,
+        timeout_ms=5000,
+    )
+    try:
+        with Session(engine) as session:
+            call = limits.admit(session, adm=adm, nodes=nodes, settings=SETTINGS, now=utcnow())
+            return f"ok:{call.node_id}"
+    except CallError as exc:
+        return f"{exc.code}:{exc.reason or ''}:{exc.retry_after}"
+
+
+def _nodes(engine: Engine, *ids: str) -> list[Node]:
+    with Session(engine) as session:
+        return list(session.exec(select(Node).where(col(Node.node_id).in_(ids))).all())
+
+
+def test_concurrent_admissions_of_one_org_stop_at_4(engine: Engine) -> None:
+    nodes = _nodes(engine, "n1", "n2")
+    with ThreadPoolExecutor(10) as pool:
+        results = list(pool.map(lambda _: _admit(engine, "org-a", nodes), range(10)))
+    assert sum(r.startswith("ok:") for r in results) == 4
+    assert all(r.startswith("concurrency_limited::") for r in results if not r.startswith("ok:"))
+    # Least loaded first: the 4 calls spread over the two nodes.
+    assert sorted(r for r in results if r.startswith("ok:")) == ["ok:n1", "ok:n1", "ok:n2", "ok:n2"]
+
+
+def test_concurrent_admissions_to_one_node_stop_at_8(engine: Engine) -> None:
+    node = _nodes(engine, "n1")
+    with ThreadPoolExecutor(12) as pool:
+        results = list(pool.map(lambda i: _admit(engine, f"org-{i % 4}", node), range(12)))
+    assert sum(r.startswith("ok:") for r in results) == 8
+    busy = [r for r in results if not r.startswith("ok:")]
+    assert len(busy) == 4 and all(r.startswith("tool_unavailable:node_busy:") for r in busy)
+
+
+def test_starts_stop_at_120_a_minute_and_retry_after_is_when_the_oldest_leaves(engine: Engine) -> None:
+    now = utcnow()
+    with Session(engine) as session:
+        for i in range(119):
+            at = now - dt.timedelta(seconds=59) + dt.timedelta(milliseconds=i)
+            session.add(
+                ToolCall(
+                    id=new_id("tcall"),
+                    org_id="org-r",
+                    key_id="k",
+                    surface="http",
+                    pack="a.b/c",
+                    version="1.0.0",
+                    action="x",
+                    node_id="n1",
+                    state="done",
+                    timeout_ms=1,
+                    started_at=at,
+                    deadline_at=at,
+                    lease_expires_at=at,
+                )
+            )
+        session.commit()
+    nodes = _nodes(engine, "n1", "n2")
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda _: _admit(engine, "org-r", nodes), range(4)))
+    assert sum(r.startswith("ok:") for r in results) == 1
+    assert sorted(r for r in results if not r.startswith("ok:")) == ["rate_limited::1"] * 3
+    with Session(engine) as session:
+        assert session.exec(select(func.count()).where(col(ToolCall.org_id) == "org-r")).one() == 120
+
+
+def test_priced_calls_in_flight_hold_their_price_against_the_quota(engine: Engine) -> None:
+    nodes = _nodes(engine, "n1", "n2")
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda _: _admit(engine, "org-q", nodes, price=8_000_000), range(4)))
+    assert sum(r.startswith("ok:") for r in results) == 2  # 2 x 8 USD held; a third would pass 20 USD
+    refused = [r for r in results if not r.startswith("ok:")]
+    assert all(r.startswith("quota_exceeded::") for r in refused)
+    # Only running calls tip the balance, so Retry-After is when the soonest of them must end (5 s + 10 s).
+    assert all(int(r.rsplit(":", 1)[1]) <= 15 for r in refused)
