@@ -26,13 +26,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, text
+from sqlalchemy import func, text, update
 from sqlmodel import Session, col, select
 
 from api.calls.earnings import add_months
 from api.calls.errors import ConcurrencyLimited, QuotaExceeded, RateLimited, ToolUnavailable
 from api.calls.settings import CallSettings
-from api.calls.tables import RUNNING, ToolCall
+from api.calls.tables import LOST, RUNNING, ToolCall
 from api.models import Node
 
 WINDOW = dt.timedelta(seconds=60)
@@ -190,3 +190,17 @@ def admit(
     except BaseException:
         session.rollback()
         raise
+
+
+def mark_lost(session: Session, *, now: dt.datetime) -> int:
+    """Mark running rows whose lease ended (their api process died) as `lost`; commits; returns how many.
+
+    A lost call is never billed: its api process died before it heard the node's answer.
+    """
+    result = session.execute(
+        update(ToolCall)
+        .where(col(ToolCall.state) == RUNNING, col(ToolCall.lease_expires_at) <= now)
+        .values(state=LOST, finished_at=now)
+    )
+    session.commit()
+    return int(result.rowcount)  # type: ignore[attr-defined]

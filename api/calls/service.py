@@ -41,6 +41,7 @@ from api.calls.tables import RUNNING, ToolCall
 from api.models import Node, utcnow
 
 PHASES = ("start", "copy", "unpack", "run", "collect", "delete")
+MAINTENANCE_S = 600.0
 _NODE_FIELDS_SKIPPED = ("code", "reason", "message", "retry_after")
 
 
@@ -131,6 +132,7 @@ class CallService:
         self.clock = clock
         self.prices = settings.unit_prices()
         self._client: httpx.AsyncClient | None = None
+        self._next_maintenance = 0.0
 
     async def aclose(self) -> None:
         """Close the HTTP client to the nodes."""
@@ -210,7 +212,21 @@ class CallService:
             await self._db(lambda s: self._finish(s, caller, key, None, call, _failed_outcome()))
             raise
         await self._db(lambda s: self._finish(s, caller, key, answer, call, outcome))
+        await self._maintain()
         return answer
+
+    async def _maintain(self) -> None:
+        """Now and then: drop stored answers past their 24 h and mark the rows of lost calls."""
+        if time.monotonic() < self._next_maintenance:
+            return
+        self._next_maintenance = time.monotonic() + MAINTENANCE_S
+
+        def sweep(session: Session) -> None:
+            now = self.clock()
+            limits.mark_lost(session, now=now)
+            idempotency.purge(session, now=now)
+
+        await self._db(sweep)
 
     def _finish(
         self,
@@ -390,7 +406,7 @@ class CallService:
             return ToolUnavailable(
                 str(err.get("message") or "the node is busy; nothing was billed"),
                 reason=str(reason),
-                retry_after=reply.retry_after or await self._node_retry_after(call),
+                retry_after=await self._node_retry_after(call),
             )
         cls = NODE_ERRORS.get(str(err.get("code")), CallError)
         if cls is CallError:

@@ -3,7 +3,8 @@
 - `tool_calls`: one row per admitted call. While `state` is `running` the row is the call's lease:
   it holds one of its organization's 4 and its node's 8 slots until `lease_expires_at`, so a call
   whose api process died frees its slots by itself. `started_at` counts toward the 120 starts a
-  minute. The finished row keeps the outcome and the cost in micro-USD (never a customer's input).
+  minute. The finished row keeps the outcome and the cost in micro-USD (never a customer's input);
+  a row whose lease ended while `running` is marked `lost` (its api process died; never billed).
 - `meter_events`: the metered units of a call, under the caller's key (`actions.vcpu_ms`,
   `actions.gib_ms`, `actions.tool_call`, `actions.publisher_microusd`), with the tool's publisher
   namespace for the earnings report.
@@ -23,6 +24,7 @@ from api.models import UTCDateTime, utcnow
 
 RUNNING = "running"
 DONE = "done"
+LOST = "lost"
 
 
 class ToolCall(SQLModel, table=True):

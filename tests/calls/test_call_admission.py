@@ -123,3 +123,32 @@ def test_priced_calls_in_flight_hold_their_price_against_the_quota(engine: Engin
     assert all(r.startswith("quota_exceeded::") for r in refused)
     # Only running calls tip the balance, so Retry-After is when the soonest of them must end (5 s + 10 s).
     assert all(int(r.rsplit(":", 1)[1]) <= 15 for r in refused)
+
+
+def test_an_expired_lease_holds_no_slot_and_is_marked_lost(engine: Engine) -> None:
+    now = utcnow()
+    with Session(engine) as session:
+        for i in range(4):
+            at = now - dt.timedelta(seconds=50)
+            session.add(
+                ToolCall(
+                    id=f"tcall_dead{i}",
+                    org_id="org-l",
+                    key_id="k",
+                    surface="http",
+                    pack="a.b/c",
+                    version="1.0.0",
+                    action="x",
+                    node_id="n1",
+                    timeout_ms=1000,
+                    started_at=at,
+                    deadline_at=at,
+                    lease_expires_at=now - dt.timedelta(seconds=1),
+                )
+            )
+        session.commit()
+    assert _admit(engine, "org-l", _nodes(engine, "n1")).startswith("ok:")
+    with Session(engine) as session:
+        assert limits.mark_lost(session, now=now) == 4
+        states = session.exec(select(ToolCall.state).where(col(ToolCall.org_id) == "org-l")).all()
+    assert sorted(states) == ["lost"] * 4 + ["running"]

@@ -51,12 +51,8 @@ def test_a_charged_failure_is_stored_too(stack: Stack) -> None:
 
 def test_a_retry_after_answer_is_not_stored_so_the_retry_runs(stack: Stack) -> None:
     org = stack.org()
-    first = error(
-        call(stack, org, f"{FREE}/noop@1", timeout_ms=1, key="k-4"), 503, "tool_unavailable", "no_slot"
-    )
-    second = error(
-        call(stack, org, f"{FREE}/noop@1", timeout_ms=1, key="k-4"), 503, "tool_unavailable", "no_slot"
-    )
+    first = error(call(stack, org, f"{FREE}/noop@1", timeout_ms=1, key="k-4"), 503, "tool_unavailable")
+    second = error(call(stack, org, f"{FREE}/noop@1", timeout_ms=1, key="k-4"), 503, "tool_unavailable")
     assert first["call_id"] != second["call_id"]
 
 
