@@ -66,11 +66,20 @@ def request_hash(payload: dict[str, Any]) -> str:
 def try_claim(
     session: Session, *, org_id: str, key: str, digest: str, now: dt.datetime, hold_s: float, ttl_s: int
 ) -> Claim:
-    """One attempt to claim a key (commits).
+    """Claim a key, or learn its stored answer or how long its holder may still run (commits).
 
     Raises:
         IdempotencyKeyReused: the key was used for a different request.
     """
+    claim = _attempt(session, org_id=org_id, key=key, digest=digest, now=now, hold_s=hold_s, ttl_s=ttl_s)
+    if claim is None:  # the row was released or expired meanwhile: one more INSERT decides
+        claim = _attempt(session, org_id=org_id, key=key, digest=digest, now=now, hold_s=hold_s, ttl_s=ttl_s)
+    return claim or Claim(wait_until=now)
+
+
+def _attempt(
+    session: Session, *, org_id: str, key: str, digest: str, now: dt.datetime, hold_s: float, ttl_s: int
+) -> Claim | None:
     record = IdempotencyRecord(
         org_id=org_id,
         key=key,
@@ -88,13 +97,13 @@ def try_claim(
     try:
         found = session.get(IdempotencyRecord, (org_id, key))
         if found is None:
-            return Claim(wait_until=now)  # released meanwhile: try again
+            return None
         if found.expires_at <= now:
             session.execute(
                 delete(IdempotencyRecord).where(*_is(org_id, key), col(IdempotencyRecord.expires_at) <= now)
             )
             session.commit()
-            return Claim(wait_until=now)
+            return None
         if found.request_hash != digest:
             raise IdempotencyKeyReused(
                 f"Idempotency-Key {key!r} was already used for a different request (another ref, input or "
