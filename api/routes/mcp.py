@@ -71,7 +71,9 @@ async def mcp_post(
     service: CallService = request.app.state.calls
     raw = await request.body()
     if len(raw) > service.settings.max_call_body_bytes:
-        error = mcp.rpc_error(None, mcp.INVALID_REQUEST, f"the message is larger than {len(raw) - 1} bytes")
+        limit = service.settings.max_call_body_bytes
+        message = f"the message has {len(raw)} bytes, more than {limit}"
+        error = mcp.rpc_error(None, mcp.INVALID_REQUEST, message)
         return JSONResponse(error, status_code=413)
     try:
         message = json.loads(raw)
