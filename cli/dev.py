@@ -1,10 +1,15 @@
-"""Run the development stack in the foreground: the api on 127.0.0.1:8700 with SQLite under .b3os/.
+"""Run the embedded stack in the foreground: Temporal, the api, a node and the routine worker on 127.0.0.1.
 
-On first start it creates a dev organization (the operator) and a dev key, gives it the publisher
-namespace com.example.tools with the signing key com.example.tools#dev (generated into the key
-directory, $B3OS_KEYS_DIR or ~/.b3os/keys), builds and publishes the example tools
-(examples/tools/*), and writes B3OS_API_URL, B3OS_API_KEY, B3OS_DEV_KID and B3OS_NODE_TOKEN to
-.b3os/dev.env. Later starts reuse all of it. Ctrl-C or SIGTERM stops every child.
+State lives under .b3os/ (SQLite b3os.db, temporal.db, blobs/, node/cache/, build/, logs/<part>.log).
+Ports: api 8700, node 8710, Temporal 7233, Temporal UI 8233 (flags below, or B3OS_DEV_API_PORT,
+B3OS_DEV_NODE_PORT, B3OS_DEV_TEMPORAL_PORT, B3OS_DEV_UI_PORT). The node needs root and the base
+template (`b3os node build-base`). On first start it creates a dev organization (the operator) and a
+dev key, gives it the publisher namespace com.example.tools with the signing key com.example.tools#dev
+(generated into $B3OS_KEYS_DIR or ~/.b3os/keys), builds and publishes the example tools
+(examples/tools/*), and writes B3OS_API_URL, B3OS_API_KEY, B3OS_DEV_KID, B3OS_NODE_TOKEN,
+B3OS_WORKER_TOKEN and B3OS_TEMPORAL_ADDRESS to .b3os/dev.env (mode 0600). Later starts reuse all of it.
+Each part is ready before the next starts (the node has installed the published tools from the
+registry feed). Ctrl-C or SIGTERM stops every child and their children.
 """
 
 from __future__ import annotations
@@ -30,28 +35,29 @@ class DevState:
     api_url: str
     api_key: str
     node_token: str
+    worker_token: str
+    temporal_address: str
     kid: str = DEV_KID
 
     def env_lines(self) -> str:
         return (
             f"B3OS_API_URL={self.api_url}\nB3OS_API_KEY={self.api_key}\n"
             f"B3OS_DEV_KID={self.kid}\nB3OS_NODE_TOKEN={self.node_token}\n"
+            f"B3OS_WORKER_TOKEN={self.worker_token}\nB3OS_TEMPORAL_ADDRESS={self.temporal_address}\n"
         )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--port", type=int, default=8700, help="the api's port on 127.0.0.1 (default 8700)")
-    parser.add_argument("--data-dir", type=Path, default=Path(".b3os"), help="the state directory (.b3os)")
-    parser.add_argument(
-        "--examples",
-        type=Path,
-        default=REPO / "examples" / "tools",
-        help="the tool packs to build and publish (default examples/tools)",
-    )
+    from cli._embedded import add_stack_arguments
+
+    add_stack_arguments(parser)
 
 
-def prepare(data_dir: Path, api_url: str) -> DevState:
-    """Create (or reuse) the dev organization, key, publisher and signing key; write dev.env."""
+def prepare(data_dir: Path, api_url: str, *, temporal_address: str = "127.0.0.1:7233") -> DevState:
+    """Create (or reuse) the dev organization, key, publisher and signing key; write dev.env.
+
+    The node and worker tokens are generated on first start and kept in dev.env after.
+    """
     from sqlmodel import Session, select
 
     from api import accounts, publishers
@@ -103,6 +109,8 @@ def prepare(data_dir: Path, api_url: str) -> DevState:
         api_url=api_url,
         api_key=secret,
         node_token=previous.get("B3OS_NODE_TOKEN") or secrets.token_urlsafe(32),
+        worker_token=previous.get("B3OS_WORKER_TOKEN") or secrets.token_urlsafe(32),
+        temporal_address=temporal_address,
     )
     dev_env_path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(dev_env_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -140,50 +148,38 @@ def publish_examples(state: DevState, examples: Path, build_root: Path) -> list[
     return pins
 
 
-def _healthy(url: str) -> bool:
+def live_stack(dev_env: Path) -> dict[str, str] | None:
+    """The settings of dev.env when the stack it names answers (its api's /healthz), else None."""
     import httpx
 
+    values = read_env_file(dev_env)
+    url = values.get("B3OS_API_URL")
+    if not url or not values.get("B3OS_API_KEY"):
+        return None
     try:
-        return httpx.get(f"{url}/healthz", timeout=1.0).status_code == 200
+        return values if httpx.get(f"{url}/healthz", timeout=1.0).status_code == 200 else None
     except httpx.HTTPError:
-        return False
+        return None
 
 
 def run(args: argparse.Namespace) -> int:
+    from cli._embedded import options_from_args, start_embedded
     from cli.stack import Stack, StackError
 
-    data_dir: Path = args.data_dir.resolve()
-    api_url = f"http://127.0.0.1:{args.port}"
-    stack = Stack(data_dir / "logs")
+    stack = Stack(args.data_dir.resolve() / "logs")
     stack.install_signal_handlers()
     try:
-        state = prepare(data_dir, api_url)
-        env = {**os.environ, "B3OS_DATA_DIR": str(data_dir), "B3OS_NODE_TOKEN": state.node_token}
-        stack.start(
-            "api",
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "--factory",
-                "api.main:create_app",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(args.port),
-            ],
-            env=env,
-            ready=lambda: _healthy(api_url),
-        )
-        pins = publish_examples(state, args.examples, data_dir / "build")
+        options = options_from_args(args)
+        emb = start_embedded(stack, options, say=lambda line: print(line, flush=True))
     except (CliError, StackError) as exc:
         print(f"b3os dev: {exc}", file=sys.stderr)
         stack.stop()
         return 1
-    print(f"api      {api_url}  (OpenAPI docs at {api_url}/docs)")
-    print(f"env      {data_dir / 'dev.env'}  (B3OS_API_URL, B3OS_API_KEY, B3OS_DEV_KID, B3OS_NODE_TOKEN)")
-    print(f"logs     {data_dir / 'logs'}")
-    for pin in pins:
+    print(f"api      {emb.api_url}  (OpenAPI docs at {emb.api_url}/docs)")
+    print(f"temporal {emb.temporal_address}  (UI {emb.ui_url})")
+    print(f"env      {emb.dev_env}  (B3OS_API_URL, B3OS_API_KEY, B3OS_NODE_TOKEN, B3OS_WORKER_TOKEN, ...)")
+    print(f"logs     {stack.log_dir}")
+    for pin in emb.pins:
         print(f"published {pin}")
     print("ready: Ctrl-C stops everything", flush=True)
     code = stack.wait()

@@ -5,6 +5,8 @@ The file is validated, stored as the organization's routine of its name (POST /v
 [1,2], {"a":1}), else they are text. `--json` prints one object at the end:
 {"run_id", "status", "outputs", "steps": {id: {"status", "attempts", "output" | "error"}}}.
 Ctrl-C cancels the run. Exits 0 when the run succeeded, 1 when it failed or was cancelled.
+With no --api-url, no B3OS_API_URL and no live stack in .b3os/dev.env, it starts the embedded stack
+(as `b3os dev` does) in the background for the length of the command and stops it at the end.
 """
 
 from __future__ import annotations
@@ -68,9 +70,14 @@ def run(args: argparse.Namespace) -> int:
         return 1
     with open(args.file, encoding="utf-8") as handle:
         source = handle.read()
+    from cli._embedded import stack_for_command
+
     run_id: str | None = None
     try:
-        with ApiClient(ApiConfig.load(url=args.api_url, key=args.api_key)) as api:
+        with (
+            stack_for_command(args.api_url) as embedded,
+            ApiClient(embedded or ApiConfig.load(url=args.api_url, key=args.api_key)) as api,
+        ):
             try:
                 api.request("POST", "/v1/routines", json={"yaml": source})
                 started = api.request("POST", f"/v1/routines/{routine.name}/runs", json={"inputs": inputs})

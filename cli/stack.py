@@ -3,14 +3,17 @@
 `b3os dev` (and later `b3os demo`) starts each service as a child with `Stack.start(...)`, which
 waits until the child's `ready` probe answers. `Stack.wait()` blocks until Ctrl-C / SIGTERM or
 until a child exits on its own; `Stack.stop()` stops every child, newest first (SIGTERM to the
-child's own process group, SIGKILL after a grace period). Each child's output goes to
-`<log_dir>/<name>.log`. Adding a service is one `start(...)` call.
+child's own process group, SIGKILL after a grace period); a descendant that left the group (its own
+session, or one the child's exit re-parented) is killed too, after the same grace period. Each
+child's output goes to `<log_dir>/<name>.log`. Adding a service is one `start(...)` call.
+`port_taken(port)` tells whether a loopback port is in use (check before starting a child on it).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -88,6 +91,11 @@ class Stack:
             time.sleep(0.1)
         return child
 
+    @property
+    def stop_requested(self) -> bool:
+        """Whether Ctrl-C / SIGTERM (or `request_stop`) asked the stack to stop."""
+        return self._stop_requested
+
     def request_stop(self, *_: Any) -> None:
         """Ask `wait()` to return (a signal handler)."""
         self._stop_requested = True
@@ -113,7 +121,12 @@ class Stack:
         return 0
 
     def stop(self) -> None:
-        """Stop every child, newest first: SIGTERM to its group, SIGKILL after the grace period."""
+        """Stop every child, newest first: SIGTERM to its group, SIGKILL after the grace period.
+
+        Descendants of the children that are still alive once the children are gone (a process that
+        made its own session, say) get SIGKILL too.
+        """
+        descendants = _descendants({c.process.pid for c in self.children if c.process.poll() is None})
         for child in reversed(self.children):
             _signal_group(child.process, signal.SIGTERM)
         deadline = time.monotonic() + self.grace_s
@@ -124,7 +137,56 @@ class Stack:
                 _signal_group(child.process, signal.SIGKILL)
                 child.process.wait()
             child.log.close()
+        for pid, started in descendants.items():
+            if _start_time(pid) == started:  # the same process, not a new one under a reused pid
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
         self.children.clear()
+
+
+def port_taken(port: int, host: str = "127.0.0.1") -> bool:
+    """True when something listens on (or holds) `host:port`."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def _start_time(pid: int) -> str | None:
+    """The start time field of /proc/<pid>/stat (None when the process is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rpartition(")")[2].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+def _descendants(roots: set[int]) -> dict[int, str]:
+    """Every live descendant of `roots` (not the roots), by pid, with its start time."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rpartition(")")[2].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    found: dict[int, str] = {}
+    todo = [pid for root in roots for pid in children.get(root, [])]
+    while todo:
+        pid = todo.pop()
+        started = _start_time(pid)
+        if started is not None and pid not in found:
+            found[pid] = started
+            todo.extend(children.get(pid, []))
+    return found
 
 
 def _signal_group(process: subprocess.Popen[bytes], sig: int) -> None:

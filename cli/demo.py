@@ -1,0 +1,119 @@
+"""Show the whole thing once: start the embedded stack, run examples/routines/hello.yaml, stop (`make run`).
+
+Builds the node's base template when it is missing (`b3os node build-base`, about a minute, once),
+starts Temporal, the api, a node and the routine worker on 127.0.0.1 as `b3os dev` does (same flags,
+same .b3os/ state, the example tools published), runs the routine through the runs API, prints each
+step as it finishes, the outputs and the Temporal UI page of the run, then stops the stack. Exits 0
+when the run succeeded, 1 when it failed or the stack could not start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cli._embedded import REPO
+
+if TYPE_CHECKING:
+    from cli._http import ApiClient
+    from cli.stack import Stack
+
+HELLO = REPO / "examples" / "routines" / "hello.yaml"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from cli._embedded import add_stack_arguments
+
+    add_stack_arguments(parser)
+    parser.add_argument("--routine", type=Path, default=HELLO, help="the routine to run (default hello.yaml)")
+
+
+def ensure_base() -> bool:
+    """Build the base template when it is missing; False (said on stderr) when that failed."""
+    from node.config import Settings as NodeSettings
+    from node.template import TemplateError, build_base, is_built
+
+    base_dir = NodeSettings().base_dir
+    if is_built(base_dir):
+        return True
+    print(f"building the node's base template in {base_dir} (once, about a minute)...", flush=True)
+    started = time.monotonic()
+    try:
+        build_base(base_dir)
+    except TemplateError as exc:
+        print(f"b3os demo: the base template: {exc}", file=sys.stderr)
+        return False
+    print(f"base template built in {time.monotonic() - started:.0f} s", flush=True)
+    return True
+
+
+def run(args: argparse.Namespace) -> int:
+    from cli._embedded import options_from_args, start_embedded
+    from cli._http import ApiClient, ApiConfig, CliError
+    from cli.stack import Stack, StackError
+    from engine.validate import RoutineError, load_routine_file
+
+    try:
+        routine = load_routine_file(str(args.routine))
+    except RoutineError as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
+    if not ensure_base():
+        return 1
+    stack = Stack(args.data_dir.resolve() / "logs")
+    stack.install_signal_handlers()
+    started = time.monotonic()
+    final: dict[str, Any] = {"status": "not started"}
+    try:
+        emb = start_embedded(stack, options_from_args(args), say=lambda line: print(line, flush=True))
+        print(f"stack ready in {time.monotonic() - started:.1f} s; published {', '.join(emb.pins)}")
+        with ApiClient(ApiConfig(url=emb.api_url, key=emb.api_key)) as api:
+            final = run_routine(api, routine.name, Path(args.routine).read_text(encoding="utf-8"), stack)
+        print(f"Temporal UI: {emb.workflow_url(final['workflow_id'])}")
+    except (CliError, StackError) as exc:
+        print(f"b3os demo: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        stack.stop()
+    print(f"stack stopped; logs in {stack.log_dir}")
+    return 0 if final["status"] == "succeeded" else 1
+
+
+def run_routine(api: ApiClient, name: str, source: str, stack: Stack) -> dict[str, Any]:
+    """Store and run the routine, print each step as it finishes and the outputs; the final run.
+
+    Raises:
+        CliError: the api refused or could not be reached.
+        StackError: Ctrl-C or SIGTERM arrived (the run is cancelled first).
+    """
+    from cli.routine_run import POLL_S, step_line
+    from cli.stack import StackError
+
+    api.request("POST", "/v1/routines", json={"yaml": source})
+    run_id = api.request("POST", f"/v1/routines/{name}/runs", json={"inputs": {}}).json()["run_id"]
+    print(f"run {run_id} of {name} started", flush=True)
+    shown: set[str] = set()
+    while True:
+        current: dict[str, Any] = api.request("GET", f"/v1/runs/{run_id}").json()
+        for step_id, step in current["steps"].items():
+            if step_id not in shown and step["status"] not in ("pending", "running"):
+                shown.add(step_id)
+                print(step_line(step_id, step), flush=True)
+        if current["status"] != "running":
+            break
+        if stack.stop_requested:
+            api.request("POST", f"/v1/runs/{run_id}/cancel", accept=(202, 409))
+            raise StackError(f"stopped: run {run_id} cancelled")
+        time.sleep(POLL_S)
+    if current["status"] == "succeeded":
+        print("outputs:")
+        print(json.dumps(current["outputs"], indent=2, ensure_ascii=False))
+    else:
+        err = current.get("error") or {}
+        detail = f": {err.get('code')}: {err.get('message')}" if err else ""
+        print(f"run {run_id} {current['status']}{detail}", file=sys.stderr)
+    return current
