@@ -14,40 +14,17 @@ import hmac
 from fastapi import Request
 from sqlmodel import Session
 
-from api.accounts import find_key
 from api.calls.service import Caller
-from api.deps import Principal, bearer_token
+from api.deps import bearer_token, current_principal
 from api.errors import Forbidden, Unauthorized
-from api.models import ApiKey, Organization
-from api.scopes import ACTIONS_CALL
+from api.models import ApiKey
+from api.scopes import ACTIONS_CALL, grants
 
 ON_BEHALF_OF = "X-B3OS-On-Behalf-Of"
 
 
 def _is_worker_token(expected: str | None, token: str) -> bool:
     return bool(expected) and hmac.compare_digest(token.encode(), str(expected).encode())
-
-
-def principal_for(request: Request) -> Principal:
-    """The API key of a request, looked up in a session closed before the route runs (a dependency).
-
-    Raises:
-        Unauthorized: no key, an unknown or a revoked key.
-    """
-    token = bearer_token(request)
-    with Session(request.app.state.engine) as session:
-        key = find_key(session, secret=token)
-        if key is None:
-            raise Unauthorized("The API key is not valid.")
-        if key.revoked_at is not None:
-            raise Unauthorized("This API key was revoked.")
-        org = session.get(Organization, key.org_id)
-        return Principal(
-            key_id=key.id,
-            org_id=key.org_id,
-            scopes=tuple(key.scopes),
-            is_operator=bool(org and org.is_operator),
-        )
 
 
 def caller_for(request: Request, *, surface: str) -> Caller:
@@ -59,35 +36,22 @@ def caller_for(request: Request, *, surface: str) -> Caller:
     """
     token = bearer_token(request)
     worker = _is_worker_token(request.app.state.settings.worker_token, token)
+    key_id = (
+        current_principal(request).key_id if not worker else request.headers.get(ON_BEHALF_OF, "").strip()
+    )
+    if worker and not key_id:
+        raise Unauthorized(f"The worker token calls on behalf of a key: send {ON_BEHALF_OF}: <api key id>.")
     with Session(request.app.state.engine) as session:
-        if worker:
-            key_id = request.headers.get(ON_BEHALF_OF, "").strip()
-            if not key_id:
-                raise Unauthorized(
-                    f"The worker token calls on behalf of a key: send {ON_BEHALF_OF}: <api key id>."
-                )
-            key = session.get(ApiKey, key_id)
-            if key is None:
-                raise Unauthorized(f"{ON_BEHALF_OF} names no API key ({key_id[:60]}).")
-            surface = "routine"
-        else:
-            key = find_key(session, secret=token)
-            if key is None:
-                raise Unauthorized("The API key is not valid.")
-        if key.revoked_at is not None:
-            raise Unauthorized("This API key was revoked.")
-        org = session.get(Organization, key.org_id)
-        principal = Principal(
-            key_id=key.id,
-            org_id=key.org_id,
-            scopes=tuple(key.scopes),
-            is_operator=bool(org and org.is_operator),
-        )
-        if not principal.has(ACTIONS_CALL):
-            raise Forbidden(f"This key lacks the scope {ACTIONS_CALL}.", missing_scope=ACTIONS_CALL)
-        return Caller(
-            org_id=key.org_id,
-            key_id=key.id,
-            spend_cap_microusd=key.monthly_spend_cap_microusd,
-            surface=surface,
-        )
+        key = session.get(ApiKey, key_id)
+    if key is None:
+        raise Unauthorized(f"{ON_BEHALF_OF} names no API key ({key_id[:60]}).")
+    if key.revoked_at is not None:
+        raise Unauthorized("This API key was revoked.")
+    if not grants(key.scopes, ACTIONS_CALL):
+        raise Forbidden(f"This key lacks the scope {ACTIONS_CALL}.", missing_scope=ACTIONS_CALL)
+    return Caller(
+        org_id=key.org_id,
+        key_id=key.id,
+        spend_cap_microusd=key.monthly_spend_cap_microusd,
+        surface="routine" if worker else surface,
+    )

@@ -5,12 +5,11 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import anyio
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Query, Request
 from sqlmodel import Session
 
-from api.calls.auth import principal_for
 from api.calls.sales import earnings_report
-from api.deps import Principal
+from api.deps import PrincipalDep
 from api.publishers import own_publisher
 from api.routes.usage import month_or_now
 
@@ -21,7 +20,7 @@ router = APIRouter(prefix="/v1/actions/publishers", tags=["earnings"])
 async def earnings(
     request: Request,
     namespace: str,
-    principal: Annotated[Principal, Depends(principal_for)],
+    principal: PrincipalDep,
     month: Annotated[str | None, Query(max_length=7)] = None,
 ) -> dict[str, Any]:
     """Calls, gross, B3OS's cut and net of a namespace's tools for a month, daily per tool (accrued)."""

@@ -5,17 +5,15 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import anyio
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Query, Request
 from sqlmodel import Session
 
 from api.calls import metering
-from api.calls.auth import principal_for
 from api.calls.earnings import month_bounds
-from api.deps import Principal
+from api.deps import PrincipalDep
 from api.errors import InvalidRequest
 
 router = APIRouter(prefix="/v1", tags=["usage"])
-MONTH = r"^\d{4}-\d{2}$"
 
 
 def month_or_now(request: Request, month: str | None) -> str:
@@ -32,7 +30,7 @@ def month_or_now(request: Request, month: str | None) -> str:
 @router.get("/usage")
 async def usage(
     request: Request,
-    principal: Annotated[Principal, Depends(principal_for)],
+    principal: PrincipalDep,
     month: Annotated[str | None, Query(max_length=7)] = None,
 ) -> dict[str, Any]:
     """Your organization's units, calls and cost in micro-USD for a month (default: this month)."""

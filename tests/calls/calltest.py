@@ -5,6 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+from sqlmodel import Session, col, func, select
+
+from api.calls.tables import RUNNING, ToolCall
 
 from .stack import Org, Stack
 
@@ -45,3 +48,12 @@ def usage(stack: Stack, org: Org) -> dict[str, Any]:
     assert r.status_code == 200, r.text
     body: dict[str, Any] = r.json()
     return body
+
+
+def running(stack: Stack, org: Org) -> int:
+    """How many calls of an organization hold a slot now."""
+    with Session(stack.engine) as session:
+        count = session.exec(
+            select(func.count()).where(col(ToolCall.org_id) == org.org_id, col(ToolCall.state) == RUNNING)
+        ).one()
+    return int(count)

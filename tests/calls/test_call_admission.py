@@ -58,6 +58,30 @@ def _admit(engine: Engine, org: str, nodes: list[Node], price: int = 0, cap: int
         return f"{exc.code}:{exc.reason or ''}:{exc.retry_after}"
 
 
+def _row(
+    org: str,
+    at: dt.datetime,
+    *,
+    state: str = "running",
+    lease_expires_at: dt.datetime | None = None,
+) -> ToolCall:
+    return ToolCall(
+        id=new_id("tcall"),
+        org_id=org,
+        key_id="k",
+        surface="http",
+        pack="a.b/c",
+        version="1.0.0",
+        action="x",
+        node_id="n1",
+        state=state,
+        timeout_ms=1000,
+        started_at=at,
+        deadline_at=at,
+        lease_expires_at=lease_expires_at or at,
+    )
+
+
 def _nodes(engine: Engine, *ids: str) -> list[Node]:
     with Session(engine) as session:
         return list(session.exec(select(Node).where(col(Node.node_id).in_(ids))).all())
@@ -87,23 +111,7 @@ def test_starts_stop_at_120_a_minute_and_retry_after_is_when_the_oldest_leaves(e
     with Session(engine) as session:
         for i in range(119):
             at = now - dt.timedelta(seconds=59) + dt.timedelta(milliseconds=i)
-            session.add(
-                ToolCall(
-                    id=new_id("tcall"),
-                    org_id="org-r",
-                    key_id="k",
-                    surface="http",
-                    pack="a.b/c",
-                    version="1.0.0",
-                    action="x",
-                    node_id="n1",
-                    state="done",
-                    timeout_ms=1,
-                    started_at=at,
-                    deadline_at=at,
-                    lease_expires_at=at,
-                )
-            )
+            session.add(_row("org-r", at, state="done"))
         session.commit()
     nodes = _nodes(engine, "n1", "n2")
     with ThreadPoolExecutor(4) as pool:
@@ -128,24 +136,9 @@ def test_priced_calls_in_flight_hold_their_price_against_the_quota(engine: Engin
 def test_an_expired_lease_holds_no_slot_and_is_marked_lost(engine: Engine) -> None:
     now = utcnow()
     with Session(engine) as session:
-        for i in range(4):
+        for _ in range(4):
             at = now - dt.timedelta(seconds=50)
-            session.add(
-                ToolCall(
-                    id=f"tcall_dead{i}",
-                    org_id="org-l",
-                    key_id="k",
-                    surface="http",
-                    pack="a.b/c",
-                    version="1.0.0",
-                    action="x",
-                    node_id="n1",
-                    timeout_ms=1000,
-                    started_at=at,
-                    deadline_at=at,
-                    lease_expires_at=now - dt.timedelta(seconds=1),
-                )
-            )
+            session.add(_row("org-l", at, lease_expires_at=now - dt.timedelta(seconds=1)))
         session.commit()
     assert _admit(engine, "org-l", _nodes(engine, "n1")).startswith("ok:")
     with Session(engine) as session:

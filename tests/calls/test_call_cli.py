@@ -13,7 +13,7 @@ from pathlib import Path
 from cli._http import ApiClient, ApiConfig
 from cli.call import call_with_retries
 
-from .calltest import call
+from .calltest import call, running
 from .stack import FREE, NAMESPACE, REPO, Org, Stack
 
 
@@ -86,7 +86,7 @@ def test_b3os_call_waits_exactly_retry_after_and_sends_the_call_again(stack: Sta
             t.join()
 
     try:
-        while not _running(stack, org, 4):
+        while running(stack, org) < 4:
             time.sleep(0.02)
         with ApiClient(ApiConfig(url=stack.url, key=org.key)) as client:
             answer = call_with_retries(
@@ -105,18 +105,6 @@ def test_b3os_call_waits_exactly_retry_after_and_sends_the_call_again(stack: Sta
     assert len(waits) == 1 and 1 <= waits[0] <= 16
     assert said[0].startswith("b3os call: this organization already runs 4 calls at once")
     assert said[0].endswith(f"retrying in {int(waits[0])} s (retry 1 of 3)")
-
-
-def _running(stack: Stack, org: Org, n: int) -> bool:
-    from sqlmodel import Session, col, func, select
-
-    from api.calls.tables import RUNNING, ToolCall
-
-    with Session(stack.engine) as session:
-        count = session.exec(
-            select(func.count()).where(col(ToolCall.org_id) == org.org_id, col(ToolCall.state) == RUNNING)
-        ).one()
-    return int(count) >= n
 
 
 def test_b3os_tool_earnings_shows_the_publisher_its_month(stack: Stack, tmp_path: Path) -> None:

@@ -8,26 +8,16 @@ import threading
 import time
 
 import httpx
-from sqlmodel import Session, col, delete, func, select
+from sqlmodel import Session, col, delete
 
-from api.calls.tables import RUNNING, ToolCall
 from api.models import Node
 from packs.loader import bundle_files, load_built_bundle
 from packs.signing import sign_manifest
 
-from .calltest import call, error
-from .stack import ECHO, FREE, KID, NAMESPACE, Org, Stack, build_variant, publish
+from .calltest import call, error, running
+from .stack import ECHO, FREE, KID, NAMESPACE, Stack, build_variant, publish
 
 SLEEPY = {"mode": "sleep", "seconds": 30}
-
-
-def _running(stack: Stack, org: Org) -> int:
-    with Session(stack.engine) as session:
-        return int(
-            session.exec(
-                select(func.count()).where(col(ToolCall.org_id) == org.org_id, col(ToolCall.state) == RUNNING)
-            ).one()
-        )
 
 
 def test_calls_of_a_crashed_api_process_free_their_slots_and_a_retry_takes_over_the_key(stack: Stack) -> None:
@@ -50,7 +40,7 @@ def test_calls_of_a_crashed_api_process_free_their_slots_and_a_retry_takes_over_
     threads = [threading.Thread(target=doomed, args=(i,)) for i in range(4)]
     for t in threads:
         t.start()
-    while _running(stack, org) < 4:
+    while running(stack, org) < 4:
         time.sleep(0.02)
     proc.popen.send_signal(signal.SIGKILL)
     proc.popen.wait()
