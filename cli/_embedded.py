@@ -44,6 +44,7 @@ REPO = Path(__file__).resolve().parent.parent
 DEFAULT_PORTS = {"api": 8700, "node": 8710, "temporal": 7233, "ui": 8233}
 PORT_FLAGS = {"api": "--port", "node": "--node-port", "temporal": "--temporal-port", "ui": "--ui-port"}
 PORT_ENV = {name: f"B3OS_DEV_{name.upper()}_PORT" for name in DEFAULT_PORTS}
+PORT_USERS = {"api": "the api", "node": "the node", "temporal": "Temporal", "ui": "the Temporal UI"}
 HEARTBEAT_S = "1"
 NAMESPACE = "default"
 
@@ -160,7 +161,8 @@ def check_ports(ports: Mapping[str, int]) -> None:
     for name, port in ports.items():
         if port_taken(port):
             raise StackError(
-                f"port {port} on 127.0.0.1 (for the {name}) is taken: is a stack already running (b3os dev)? "
+                f"port {port} on 127.0.0.1 (for {PORT_USERS[name]}) is taken: "
+                "is a stack already running (b3os dev)? "
                 f"Stop what uses it, or choose another port with {PORT_FLAGS[name]} or {PORT_ENV[name]}."
             )
 

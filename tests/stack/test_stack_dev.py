@@ -1,0 +1,217 @@
+"""`b3os dev` as a user runs it: Temporal, the api, a node and the worker on free loopback ports, a second
+node joining by hand, `b3os routine run` using the live stack, and everything stopped on SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlmodel import Session
+
+from api.db import make_engine
+from api.models import Node
+from cli._http import read_env_file
+from cli.stack import _descendants, port_taken
+
+from .stacktest import REPO, Procs, clean_env, free_port, start_node, wait_until
+
+HELLO = REPO / "examples" / "routines" / "hello.yaml"
+PORT_FLAGS = ("--port", "--node-port", "--temporal-port", "--ui-port")
+
+
+@dataclass
+class Dev:
+    root: Path
+    process: subprocess.Popen[str]
+    ports: dict[str, int]
+    env: dict[str, str]
+    lines: list[str] = field(default_factory=list)
+    ready: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def data_dir(self) -> Path:
+        return self.root / ".b3os"
+
+    @property
+    def dev_env(self) -> dict[str, str]:
+        return read_env_file(self.data_dir / "dev.env")
+
+
+def _read(dev: Dev) -> None:
+    assert dev.process.stdout is not None
+    for line in dev.process.stdout:
+        dev.lines.append(line.rstrip("\n"))
+        if line.startswith("ready:"):
+            dev.ready.set()
+    dev.ready.set()
+
+
+def _b3os(
+    root: Path, env: dict[str, str], *args: str, timeout: float = 90
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "cli", *args],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture(scope="module")
+def dev() -> Iterator[Dev]:
+    root = Path(tempfile.mkdtemp(prefix="b3os-dev-"))
+    os.chmod(root, 0o711)
+    ports = {flag: free_port() for flag in PORT_FLAGS}
+    env = clean_env(B3OS_KEYS_DIR=str(root / "keys"))
+    argv = [
+        sys.executable,
+        "-m",
+        "cli",
+        "dev",
+        *(a for flag, port in ports.items() for a in (flag, str(port))),
+    ]
+    process = subprocess.Popen(
+        argv, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    d = Dev(root=root, process=process, ports=ports, env=env)
+    reader = threading.Thread(target=_read, args=(d,), daemon=True)
+    reader.start()
+    try:
+        assert d.ready.wait(90) and d.lines and d.lines[-1].startswith("ready:"), (d.lines, _stderr(process))
+        yield d
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            process.wait(timeout=30)
+        reader.join(timeout=10)
+        for pipe in (process.stdout, process.stderr):
+            if pipe is not None:
+                pipe.close()
+
+
+def _stderr(process: subprocess.Popen[str]) -> str:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
+    return process.stderr.read() if process.stderr else ""
+
+
+def test_dev_says_where_the_api_the_temporal_ui_and_dev_env_are(dev: Dev) -> None:
+    api, ui = f"http://127.0.0.1:{dev.ports['--port']}", f"http://127.0.0.1:{dev.ports['--ui-port']}"
+    text = "\n".join(dev.lines)
+    assert f"api      {api}" in text and f"UI {ui}" in text and str(dev.data_dir / "dev.env") in text
+    assert "published com.example.tools/echo/echo@1.0.0" in dev.lines
+    assert httpx.get(f"{api}/healthz").status_code == 200
+    assert httpx.get(ui, timeout=10).status_code == 200
+
+
+def test_dev_env_holds_the_shared_tokens_mode_0600_and_they_are_never_printed(dev: Dev) -> None:
+    assert (dev.data_dir / "dev.env").stat().st_mode & 0o777 == 0o600
+    values = dev.dev_env
+    secrets = [values[k] for k in ("B3OS_API_KEY", "B3OS_NODE_TOKEN", "B3OS_WORKER_TOKEN")]
+    assert all(len(s) >= 32 for s in secrets) and len(set(secrets)) == 3
+    assert values["B3OS_TEMPORAL_ADDRESS"] == f"127.0.0.1:{dev.ports['--temporal-port']}"
+    printed = "\n".join(dev.lines) + "".join(
+        p.read_text(errors="replace") for p in dev.data_dir.glob("logs/*")
+    )
+    assert not any(s in printed for s in secrets)
+
+
+def test_the_node_installed_the_echo_tool_from_the_api_feed(dev: Dev) -> None:
+    node = f"http://127.0.0.1:{dev.ports['--node-port']}"
+    status = httpx.get(
+        f"{node}/v1/node/status", headers={"Authorization": f"Bearer {dev.dev_env['B3OS_NODE_TOKEN']}"}
+    )
+    assert status.status_code == 200 and status.json()["installed"] == ["com.example.tools/echo@1.0.0"]
+    tool = (
+        dev.data_dir
+        / "node"
+        / "cache"
+        / "com.example.tools"
+        / "echo"
+        / "1.0.0"
+        / "tool"
+        / "bin"
+        / "echo-tool"
+    )
+    assert tool.is_file()
+
+
+def test_routine_run_uses_the_live_stack_of_dev_env(dev: Dev) -> None:
+    done = _b3os(dev.root, dev.env, "routine", "run", str(HELLO), "--json")
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    assert "no stack is running" not in done.stderr
+    run = json.loads(done.stdout)
+    assert (
+        run["status"] == "succeeded" and run["outputs"]["greeting"] == "hello world, again (3 friends next)"
+    )
+
+
+def test_a_second_node_started_by_hand_with_dev_env_joins_the_same_api(dev: Dev) -> None:
+    procs = Procs(dev.root)
+    port = free_port()
+    env = {**dev.env, **dev.dev_env}
+    start_node(procs, env, f"node-127.0.0.1-{port}", port)
+    engine = make_engine(f"sqlite:///{dev.data_dir / 'b3os.db'}")
+    try:
+
+        def joined() -> bool:
+            with Session(engine) as session:
+                node = session.get(Node, f"node-127.0.0.1-{port}")
+                return node is not None and "com.example.tools/echo@1.0.0" in node.installed
+
+        wait_until("the second node joining", joined, 60.0, procs.log(f"node-127.0.0.1-{port}"))
+    finally:
+        procs.stop()
+        engine.dispose()
+
+
+def test_sigterm_stops_every_child_and_their_children(dev: Dev) -> None:
+    children = _descendants({dev.process.pid})
+    assert len(children) >= 4
+    dev.process.send_signal(signal.SIGTERM)
+    assert dev.process.wait(timeout=30) == 0
+    time.sleep(0.2)
+    assert [pid for pid in children if Path(f"/proc/{pid}").exists()] == []
+    assert [port for port in dev.ports.values() if port_taken(port)] == []
+
+
+def test_a_taken_port_is_refused_with_a_sentence_naming_it(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = clean_env(B3OS_KEYS_DIR=str(tmp_path / "keys"), B3OS_DEV_TEMPORAL_PORT=str(port))
+        done = _b3os(
+            tmp_path,
+            env,
+            "dev",
+            *(a for f in PORT_FLAGS if f != "--temporal-port" for a in (f, str(free_port()))),
+        )
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        f"b3os dev: port {port} on 127.0.0.1 (for Temporal) is taken: is a stack already running "
+        "(b3os dev)? Stop what uses it, or choose another port with --temporal-port or "
+        "B3OS_DEV_TEMPORAL_PORT."
+    )
+    assert not (tmp_path / ".b3os" / "logs").exists()
+
+
+def test_a_port_that_is_not_a_number_is_refused(tmp_path: Path) -> None:
+    done = _b3os(tmp_path, clean_env(B3OS_DEV_NODE_PORT="eighty"), "dev")
+    assert done.returncode == 1
+    assert done.stderr.strip() == "b3os dev: B3OS_DEV_NODE_PORT 'eighty' is not a port number (1 to 65535)"
