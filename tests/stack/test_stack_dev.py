@@ -175,6 +175,11 @@ def test_a_second_node_started_by_hand_with_dev_env_joins_the_same_api(dev: Dev)
                 return node is not None and "com.example.tools/echo@1.0.0" in node.installed
 
         wait_until("the second node joining", joined, 60.0, procs.log(f"node-127.0.0.1-{port}"))
+        procs.stop()
+        with Session(engine) as session:
+            left = session.get(Node, f"node-127.0.0.1-{port}")
+        # a node that stops says so: the api places no call on it while its last heartbeat is still fresh
+        assert left is not None and left.installed == [] and left.slots_free == 0
     finally:
         procs.stop()
         engine.dispose()
