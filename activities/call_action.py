@@ -17,7 +17,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.config import ActivitySettings
-from activities.errors import error_for_answer, network_error
+from activities.errors import error_for_answer, error_for_response, network_error
 from activities.idempotency import step_idempotency_key
 
 CALL_PATH = "/v1/actions/call"
@@ -102,17 +102,15 @@ class ActionActivities:
             response = await self._wait_heartbeating(request)
         except httpx.TransportError as exc:
             raise network_error(exc, self._settings.api_url, attempt=info.attempt) from None
+        if response.status_code // 100 != 2:
+            raise error_for_response(response, attempt=info.attempt, key=key)
         try:
             answer: Any = response.json()
         except (json.JSONDecodeError, UnicodeDecodeError):
             answer = None
-        if response.status_code // 100 != 2:
-            raise error_for_answer(
-                response.status_code, answer, response.headers.get("retry-after"), attempt=info.attempt
-            )
         if not isinstance(answer, dict):
             bad = {"code": "bad_answer", "message": "the api's answer is not a JSON object"}
-            raise error_for_answer(502, bad, None, attempt=info.attempt)
+            raise error_for_answer(502, bad, None, attempt=info.attempt, key=key)
         return CallActionResult(
             output=answer.get("output"),
             attempt=info.attempt,

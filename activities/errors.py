@@ -1,8 +1,9 @@
 """How an answer of `POST /v1/actions/call` becomes a Temporal activity outcome.
 
 Every failure is an `ApplicationError` whose `type` is the error code and whose first detail is
-`{"code", "reason", "message", "status", "attempt", ...}` (the api's own detail fields kept), so the
-workflow can put the code, reason and sentence in the run's result.
+`{"code", "reason", "message", "status", "attempt", "idempotency_key", ...}` (the api's own detail
+fields kept), so the workflow can put the code, reason and sentence in the run's result, and the
+history shows which key each failed attempt sent (a key is derived, never a secret).
 
     429, 503 (with Retry-After)        retryable, next_retry_delay = Retry-After seconds exactly
     tool_failed with retryable: true   retryable with the step's backoff
@@ -15,9 +16,11 @@ workflow can put the code, reason and sentence in the run's result.
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from typing import Any
 
+import httpx
 from temporalio.exceptions import ApplicationError
 
 # Fields of the api's error body copied into the error details (never headers, never the request).
@@ -80,7 +83,29 @@ def problem_fields(status: int, body: Any) -> dict[str, Any]:
     return fields
 
 
-def error_for_answer(status: int, body: Any, retry_after: str | None, *, attempt: int) -> ApplicationError:
+def error_for_response(response: httpx.Response, *, attempt: int, key: str | None = None) -> ApplicationError:
+    """The activity error for a non-2xx answer of the api, read from the HTTP response.
+
+    Args:
+        response: The api's answer (status, JSON body, `Retry-After`).
+        attempt: The activity attempt that got this answer (kept in the details).
+        key: The Idempotency-Key the attempt sent (kept in the details).
+
+    Returns:
+        The `ApplicationError` to raise (see `error_for_answer`).
+    """
+    try:
+        body: Any = response.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        body = None
+    return error_for_answer(
+        response.status_code, body, response.headers.get("retry-after"), attempt=attempt, key=key
+    )
+
+
+def error_for_answer(
+    status: int, body: Any, retry_after: str | None, *, attempt: int, key: str | None = None
+) -> ApplicationError:
     """The activity error for a non-2xx answer of the api.
 
     Args:
@@ -88,12 +113,15 @@ def error_for_answer(status: int, body: Any, retry_after: str | None, *, attempt
         body: The decoded JSON body (or None when it was not JSON).
         retry_after: The `Retry-After` header, when present.
         attempt: The activity attempt that got this answer (kept in the details).
+        key: The Idempotency-Key the attempt sent (kept in the details).
 
     Returns:
         The `ApplicationError` to raise: retryable or not, with `next_retry_delay` from Retry-After.
     """
     fields = problem_fields(status, body)
     fields["attempt"] = attempt
+    if key is not None:
+        fields["idempotency_key"] = key
     code = fields["code"]
     delay = parse_retry_after(retry_after)
     text = _sentence(fields)

@@ -4,7 +4,8 @@ Deterministic code only (the Temporal sandbox re-imports this module): no I/O, c
 Steps run in order. A step's `if:` false marks it skipped; `foreach` runs one `call_action`
 activity per item (at most `FOREACH_PARALLEL` at once, results kept in item order); `timeout`
 bounds each attempt and is sent as the call's `timeout_ms`; `retry` becomes the activity's retry
-policy (the api's Retry-After still wins, through the activity's `next_retry_delay`).
+policy (the api's Retry-After still wins, through the activity's `next_retry_delay`). A cancelled
+run waits for its running activities to stop (they heartbeat each second) before it ends cancelled.
 
 A step that fails without `continue-on-error` fails the run: the workflow raises a non-retryable
 `ApplicationError` of type `StepFailed` whose message reads `step <id> failed: <code> (<reason>):
@@ -28,6 +29,7 @@ from temporalio.exceptions import (
     TimeoutError,
     is_cancelled_exception,
 )
+from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from activities.call_action import CallActionInput, CallActionResult
@@ -225,6 +227,8 @@ class RoutineWorkflow:
                 start_to_close_timeout=timeout + TIMEOUT_SLACK if timeout else DEFAULT_ATTEMPT_TIMEOUT,
                 heartbeat_timeout=HEARTBEAT_TIMEOUT,
                 retry_policy=policy,
+                # a cancelled run waits until the running call has stopped (it heartbeats every second)
+                cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             )
         except ActivityError as exc:
             if is_cancelled_exception(exc):
@@ -238,7 +242,8 @@ def _step_error(exc: ActivityError, policy: TemporalRetryPolicy) -> tuple[StepEr
     if isinstance(cause, ApplicationError) and cause.details and isinstance(cause.details[0], dict):
         fields = dict(cause.details[0])
         attempts = int(fields.pop("attempt", 0) or 0)
-        fields.pop("status", None)
+        for name in ("status", "idempotency_key"):
+            fields.pop(name, None)
         fields.setdefault("code", cause.type or "activity_failed")
         fields.setdefault("message", cause.message)
         return StepError.model_validate(fields), attempts

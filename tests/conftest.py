@@ -46,3 +46,6 @@ def new_worker(temporal_env: WorkflowEnvironment) -> Callable[..., Worker]:
                       workflows=workflows, activities=activities)
 
     return make
+
+
+from realstack import routine_stack  # noqa: E402,F401  (the routine tests' one real stack, session-scoped)

@@ -1,5 +1,9 @@
 """An action call's input: checked against the action's `inputSchema`, defaults filled in, files decoded.
 
+A file value is `{"$bytes", "name", "contentType"?}`; a step's output file value, which also has
+`bytes` (its decoded size), is accepted as it is, so `file: ${{ steps.a.output.file }}` chains: the
+size must equal the decoded length and is then dropped.
+
 Defaults: before validation, every absent property whose schema has a `default` gets a copy of it,
 recursively through nested `properties` of objects the input has, and through `items` of arrays.
 Defaults behind `$ref`, `allOf`, `anyOf` or `oneOf` are not filled (which branch applies is only
@@ -8,6 +12,8 @@ known after validation). The caller's value is never modified.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import copy
 from dataclasses import dataclass, field
 from typing import Any
@@ -87,6 +93,29 @@ def _message(error: ValidationError) -> str:
     return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 3] + "..."
 
 
+def without_size(field: str, value: Any) -> Any:
+    """A file value without its `bytes` key, once that size is found to equal the decoded length.
+
+    An output file value (`{"$bytes", "name", "bytes", "contentType"}`) is thereby an input file value.
+
+    Raises:
+        FileValueError: `bytes` is not the decoded length of `$bytes`.
+    """
+    if not isinstance(value, dict) or "bytes" not in value:
+        return value
+    rest = {k: v for k, v in value.items() if k != "bytes"}
+    size = value["bytes"]
+    raw = rest.get("$bytes")
+    try:
+        data = base64.b64decode(raw if isinstance(raw, str) else "?", validate=True)
+    except (binascii.Error, ValueError):
+        return rest  # parse_input_file names the bad "$bytes"
+    if isinstance(size, bool) or not isinstance(size, int) or size != len(data):
+        shown = repr(size) if len(repr(size)) <= 40 else repr(size)[:37] + "..."
+        raise FileValueError(f"input.{field}.bytes says {shown} but the file has {len(data)} bytes")
+    return rest
+
+
 def check_input(schema: dict[str, Any], value: Any) -> CheckedInput:
     """Validate a call's input against the action's `inputSchema`, filling defaults and decoding files.
 
@@ -115,7 +144,7 @@ def check_input(schema: dict[str, Any], value: Any) -> CheckedInput:
         if name not in filled:
             continue
         try:
-            files.append(parse_input_file(name, filled[name], accept))
+            files.append(parse_input_file(name, without_size(name, filled[name]), accept))
         except FileValueError as exc:
             raise CallInvalid(
                 str(exc), details={"errors": [{"path": f"input.{name}", "message": str(exc)}]}

@@ -44,6 +44,7 @@ from api.config import Settings
 from api.errors import Conflict, InvalidRequest, NotFound, ServiceUnavailable
 from api.models import utcnow
 from api.runs.models import RunError, RunPublic, RunSummary
+from api.runs.resolver import DbResolver
 from api.runs.tables import RoutineRecord, RunRecord
 from engine.routine import Routine
 from engine.runs import (
@@ -98,16 +99,20 @@ class RunsService:
     def store_routine(self, *, org_id: str, source: str) -> RoutineRecord:
         """Validate a routine's YAML and store it, replacing the organization's routine of that name.
 
+        Every `uses:` must resolve in this api's registry, and literal `with:` values must fit the
+        action's inputSchema (`api.runs.resolver.DbResolver`).
+
         Raises:
             InvalidRequest: the YAML has problems (each `line:column: message` in `problems`).
         """
-        try:
-            routine = load_routine(source, "routine.yaml")
-        except RoutineError as exc:
-            lines = exc.lines()
-            raise InvalidRequest(
-                f"The routine has {len(lines)} problem(s): {lines[0]}", field="yaml", problems=lines
-            ) from None
+        with Session(self._engine) as session:  # reads only; closed before the write below
+            try:
+                routine = load_routine(source, "routine.yaml", DbResolver(session))
+            except RoutineError as exc:
+                lines = exc.lines()
+                raise InvalidRequest(
+                    f"The routine has {len(lines)} problem(s): {lines[0]}", field="yaml", problems=lines
+                ) from None
         data = routine.model_dump(mode="json", by_alias=True, exclude_unset=True)
         with Session(self._engine) as session:
             row = session.exec(

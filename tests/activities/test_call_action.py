@@ -1,65 +1,105 @@
-"""The step activity over real HTTP against the STAND-IN api of stand_in_api.py, which scripts each
-error answer; the real POST /v1/actions/call is exercised in tests/engine/test_workflow_e2e.py."""
+"""The step activity against the real POST /v1/actions/call of a real api process and node (the
+session's stack of tests/realstack.py), and its error mapping as a pure function of HTTP answers."""
 
 from __future__ import annotations
 
 import socket
 from datetime import timedelta
+from typing import Any
 
+import httpx
 import pytest
+from calls.stack import WORKER_TOKEN
 from pydantic import SecretStr
-from stand_in_api import Answer, StandInApi, problem
+from realstack import FREE_ECHO, FREE_FAIL, RoutineStack
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.call_action import ActionActivities, CallActionInput
+from activities.call_action import ActionActivities, CallActionInput, CallActionResult
 from activities.config import ActivitySettings
+from activities.errors import error_for_response
 from activities.idempotency import step_idempotency_key
 
-TOKEN = "wkr_s3cret-token-value"
-REF = "com.example.tools/echo/echo@1"
+# ActivityEnvironment runs the activity as if in workflow "test"
+WORKFLOW_ID = "test"
 
 
-def _activities(url: str) -> ActionActivities:
-    return ActionActivities(ActivitySettings(api_url=url, worker_token=SecretStr(TOKEN)))
-
-
-async def _run(url: str, **kw: object) -> object:
-    env = ActivityEnvironment()
-    acts = _activities(url)
-    fields: dict[str, object] = {"ref": REF, "input": {"text": "hi"}, "key_id": "key_123", "step_id": "echo"}
+async def _run(url: str, key_id: str, token: str = WORKER_TOKEN, **kw: Any) -> CallActionResult:
+    acts = ActionActivities(ActivitySettings(api_url=url, worker_token=SecretStr(token)))
+    fields: dict[str, Any] = {"ref": FREE_ECHO, "input": {"text": "hi"}, "key_id": key_id, "step_id": "echo"}
     fields.update(kw)
     try:
-        return await env.run(acts.call_action, CallActionInput.model_validate(fields))
+        result: CallActionResult = await ActivityEnvironment().run(
+            acts.call_action, CallActionInput.model_validate(fields)
+        )
+        return result
     finally:
         await acts.aclose()
 
 
-async def _error(url: str, **kw: object) -> ApplicationError:
+async def _error(url: str, key_id: str, **kw: Any) -> ApplicationError:
     with pytest.raises(ApplicationError) as info:
-        await _run(url, **kw)
+        await _run(url, key_id, **kw)
     return info.value
 
 
-async def test_call_sends_ref_input_worker_token_key_id_and_derived_key(stand_in: StandInApi) -> None:
-    result = await _run(stand_in.url, index=2)
-    assert result.output == {"text": "hi"}  # type: ignore[attr-defined]
-    (req,) = stand_in.requests
-    assert req.body == {"ref": REF, "input": {"text": "hi"}}  # no timeout_ms unless the step sets one
-    assert req.headers["authorization"] == f"Bearer {TOKEN}"
-    assert req.headers["x-b3os-on-behalf-of"] == "key_123"
-    assert req.key == step_idempotency_key("test", "echo", 2)
-    assert req.key.startswith("step_") and len(req.key) == 5 + 64
+async def test_a_call_runs_on_behalf_of_the_key_under_the_derived_key(routine_stack: RoutineStack) -> None:
+    org = routine_stack.runner()
+    result = await _run(routine_stack.url, org.key_id, step_id="say", index=2, timeout_ms=2500)
+    assert result.output == {"text": "hi"} and result.attempt == 1
+    assert result.cost is not None and result.cost["total"] > 0
+    (call,) = routine_stack.calls_of(org)
+    assert (call.id, call.key_id, call.surface, call.timeout_ms) == (
+        result.call_id,
+        org.key_id,
+        "routine",
+        2500,
+    )
+    assert routine_stack.stored_keys(org) == {step_idempotency_key(WORKFLOW_ID, "say", 2): call.id}
+    # the same step again is the same key: the stored answer, no second call
+    again = await _run(routine_stack.url, org.key_id, step_id="say", index=2, timeout_ms=2500)
+    assert again.call_id == call.id and len(routine_stack.calls_of(org)) == 1
 
 
-async def test_step_timeout_is_sent_as_timeout_ms(stand_in: StandInApi) -> None:
-    await _run(stand_in.url, timeout_ms=2500)
-    assert stand_in.requests[0].body["timeout_ms"] == 2500
+async def test_the_apis_refusals_and_tool_errors_become_their_codes(routine_stack: RoutineStack) -> None:
+    org = routine_stack.runner()
+    err = await _error(routine_stack.url, org.key_id, input={"text": 5})
+    assert (err.type, err.non_retryable, err.details[0]["status"]) == ("invalid_request", True, 400)
+    assert err.details[0]["message"] == "input.text: 5 is not of type 'string'"
+    err = await _error(routine_stack.url, org.key_id, ref="com.example.tools/free/nope@1", step_id="b")
+    assert (err.type, err.non_retryable, err.details[0]["status"]) == ("not_found", True, 404)
+    tool_error = {"mode": "tool_error", "code": "busy", "message": "try later", "retryable": True}
+    err = await _error(routine_stack.url, org.key_id, ref=FREE_FAIL, input=tool_error, step_id="c")
+    assert (err.type, err.non_retryable, err.next_retry_delay) == ("tool_failed", False, None)
+    assert (err.details[0]["reason"], err.details[0]["tool_code"]) == ("tool_error", "busy")
+    assert err.details[0]["idempotency_key"] == step_idempotency_key(WORKFLOW_ID, "c", None)
+
+
+async def test_a_wrong_worker_token_is_refused_and_never_shown(routine_stack: RoutineStack) -> None:
+    org = routine_stack.runner()
+    wrong = "wkr_not-the-token-s3cret"
+    with pytest.raises(ApplicationError) as info:
+        await _run(routine_stack.url, org.key_id, token=wrong)
+    err = info.value
+    assert (err.type, err.non_retryable, err.details[0]["status"]) == ("unauthorized", True, 401)
+    assert wrong not in str(err) and wrong not in str(err.details)
+    assert routine_stack.calls_of(org) == []
+
+
+async def test_an_unreachable_api_is_retryable_and_named() -> None:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    sock.close()
+    err = await _error(url, "key_1")
+    assert (err.type, err.non_retryable) == ("api_unreachable", False)
+    assert url in err.message and WORKER_TOKEN not in str(err.details)
 
 
 def test_key_is_stable_and_differs_per_step_and_index() -> None:
     key = step_idempotency_key("routine-hello-r1", "echo", None)
     assert key == step_idempotency_key("routine-hello-r1", "echo", None)
+    assert key.startswith("step_") and len(key) == 5 + 64
     others = {
         step_idempotency_key("routine-hello-r2", "echo", None),
         step_idempotency_key("routine-hello-r1", "echo2", None),
@@ -68,82 +108,73 @@ def test_key_is_stable_and_differs_per_step_and_index() -> None:
     assert key not in others and len(others) == 3
 
 
+# --- the mapping alone: constructed HTTP answers in the api's error shape --------------------------
+
+
+def _answer(status: int, code: str, reason: str | None, message: str, **extra: Any) -> httpx.Response:
+    headers = {"Retry-After": str(extra.pop("retry_after"))} if "retry_after" in extra else {}
+    err: dict[str, Any] = {"code": code, "message": message, **extra}
+    if reason is not None:
+        err["reason"] = reason
+    return httpx.Response(status, json={"error": err}, headers=headers)
+
+
 @pytest.mark.parametrize(
-    ("status", "code"), [(503, "tool_unavailable"), (429, "rate_limited"), (429, "concurrency_limited")]
+    ("status", "code"),
+    [(503, "tool_unavailable"), (429, "rate_limited"), (429, "concurrency_limited"), (429, "quota_exceeded")],
 )
-async def test_busy_answers_retry_after_exactly_their_retry_after(
-    stand_in: StandInApi, status: int, code: str
-) -> None:
-    stand_in.script(REF, [problem(status, code, "no_slot", "no VM is free", retry_after=7)])
-    err = await _error(stand_in.url)
+def test_busy_answers_retry_after_exactly_their_retry_after(status: int, code: str) -> None:
+    err = error_for_response(_answer(status, code, None, "busy", retry_after=7), attempt=3, key="step_k")
     assert not err.non_retryable
     assert err.next_retry_delay == timedelta(seconds=7)
     assert err.type == code
-    assert err.details[0]["retry_after"] == 7
+    assert {k: err.details[0][k] for k in ("retry_after", "attempt", "idempotency_key")} == {
+        "retry_after": 7,
+        "attempt": 3,
+        "idempotency_key": "step_k",
+    }
 
 
 @pytest.mark.parametrize(
-    ("answer", "code", "reason"),
+    ("response", "code", "reason"),
     [
         (
-            problem(400, "invalid_request", None, "input.text: 5 is not of type 'string'"),
+            _answer(400, "invalid_request", None, "input.text: 5 is not of type 'string'"),
             "invalid_request",
             None,
         ),
-        (problem(422, "invalid_input", "schema", "input.text is required"), "invalid_input", "schema"),
         (
-            problem(502, "tool_failed", "exit", "the command exited with 3", exit_code=3),
+            _answer(502, "tool_failed", "exit", "the tool exited with status 3", exit_code=3),
             "tool_failed",
             "exit",
         ),
         (
-            problem(502, "tool_failed", "output_invalid", "output.text is required"),
+            _answer(502, "tool_failed", "output_invalid", "output.x is not allowed"),
             "tool_failed",
             "output_invalid",
         ),
-        (
-            problem(404, "action_not_found", None, "no action com.example.tools/echo/nope@1"),
-            "action_not_found",
-            None,
-        ),
+        (_answer(502, "tool_failed", "tool_error", "no", retryable=False), "tool_failed", "tool_error"),
+        (_answer(404, "not_found", None, "no action com.example.tools/echo/nope@1"), "not_found", None),
+        (_answer(409, "idempotency_in_progress", None, "still running"), "idempotency_in_progress", None),
     ],
 )
-async def test_refusals_and_tool_failures_are_not_retried(
-    stand_in: StandInApi, answer: Answer, code: str, reason: str | None
+def test_refusals_and_tool_failures_are_not_retried(
+    response: httpx.Response, code: str, reason: str | None
 ) -> None:
-    stand_in.script(REF, [answer])
-    err = await _error(stand_in.url)
+    err = error_for_response(response, attempt=1)
     assert err.non_retryable
-    assert err.type == code
     details = err.details[0]
-    assert (details["code"], details["reason"]) == (code, reason)
-    assert details["message"] == answer.body["error"]["message"]  # type: ignore[index]
-    assert details["message"] in str(err)
+    assert (err.type, details["code"], details["reason"]) == (code, code, reason)
+    assert details["message"] == response.json()["error"]["message"] and details["message"] in str(err)
 
 
-async def test_a_tool_error_that_says_retryable_is_retried_with_backoff(stand_in: StandInApi) -> None:
-    stand_in.script(
-        REF, [problem(502, "tool_failed", "tool_error", "upstream busy", retryable=True, tool_code="busy")]
-    )
-    err = await _error(stand_in.url)
-    assert not err.non_retryable and err.next_retry_delay is None
-    assert err.details[0]["tool_code"] == "busy"
-
-
-async def test_api_unreachable_is_retryable_and_names_the_url(stand_in: StandInApi) -> None:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    sock.close()
-    err = await _error(url)
-    assert not err.non_retryable
-    assert err.type == "api_unreachable"
-    assert url in err.message
-    assert TOKEN not in str(err.details)
-
-
-async def test_no_error_carries_the_worker_token(stand_in: StandInApi) -> None:
-    stand_in.script(REF, [problem(401, "unauthorized", None, "the worker token is not valid")])
-    err = await _error(stand_in.url)
-    assert err.non_retryable
-    assert TOKEN not in str(err) and TOKEN not in str(err.details)
+def test_a_tool_error_that_says_retryable_and_other_5xx_retry_with_the_backoff() -> None:
+    retryable = _answer(502, "tool_failed", "tool_error", "upstream busy", retryable=True, tool_code="busy")
+    for response in (
+        retryable,
+        _answer(504, "tool_timed_out", None, "too slow"),
+        httpx.Response(500, text="?"),
+    ):
+        err = error_for_response(response, attempt=1)
+        assert not err.non_retryable and err.next_retry_delay is None, response
+    assert error_for_response(httpx.Response(500, text="?"), attempt=1).details[0]["code"] == "http_500"

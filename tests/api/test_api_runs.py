@@ -1,124 +1,50 @@
-"""The routines and runs API on a real Temporal dev server with a real routine worker.
-
-The worker's calls go to the STAND-IN api of tests/activities/stand_in_api.py (so these tests do not
-need a node); the end-to-end test through the real POST /v1/actions/call and a node lives with the
-workflow tests.
-"""
+"""The routines and runs API of a real api process (uvicorn) with a real Temporal dev server, routine
+worker process, node and echo packs: the session's stack of tests/realstack.py."""
 
 from __future__ import annotations
 
-import asyncio
-import sys
-import threading
-import time
-import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from apitest import Org
-from fastapi import FastAPI
-from pydantic import SecretStr
-from temporalio.testing import WorkflowEnvironment
+from realstack import FREE_ECHO, FREE_FAIL, RUNNER_SCOPES, RoutineStack
 
-from activities.call_action import ActionActivities
-from activities.config import ActivitySettings
-from api.config import Settings
-from engine.worker import build_worker
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "activities"))  # the stand-in's module
-from stand_in_api import Answer, StandInApi, problem  # noqa: E402
-
-ECHO = "com.example.tools/echo/echo@1"
-SLOW = "com.example.tools/slow/run@1"
-HELLO = """\
+HELLO = f"""\
 name: hello
 inputs:
-  who: {type: string}
-  times: {type: integer, default: 2}
+  who: {{type: string}}
+  times: {{type: integer, default: 2}}
 steps:
   - id: greet
-    uses: com.example.tools/echo/echo@1
-    with: {text: "hello ${{ inputs.who }}"}
+    uses: {FREE_ECHO}
+    with: {{text: "hello ${{{{ inputs.who }}}}"}}
   - id: again
-    uses: com.example.tools/echo/echo@1
-    foreach: "${{ [1, 2] }}"
-    with: {text: "${{ steps.greet.output.text }} #${{ item }}"}
+    uses: {FREE_ECHO}
+    foreach: "${{{{ [1, 2] }}}}"
+    with: {{text: "${{{{ steps.greet.output.text }}}} #${{{{ item }}}}"}}
 outputs:
-  greeting: ${{ steps.greet.output.text }}
-  count: ${{ size(steps.again.output) }}
+  greeting: ${{{{ steps.greet.output.text }}}}
+  count: ${{{{ size(steps.again.output) }}}}
 """
 
 
-@pytest.fixture
-def queue() -> str:
-    return f"test-{uuid.uuid4()}"
+def _get(stack: RoutineStack, path: str, headers: dict[str, str], **params: Any) -> httpx.Response:
+    return httpx.get(f"{stack.url}{path}", headers=headers, params=params, timeout=30)
 
 
-@pytest.fixture
-def settings(database_url: str, tmp_path: Path, temporal_env: WorkflowEnvironment, queue: str) -> Settings:
-    return Settings(
-        data_dir=tmp_path / "state",
-        database_url=database_url,
-        temporal_address=temporal_env.client.service_client.config.target_host,
-        temporal_namespace=temporal_env.client.namespace,
-        temporal_task_queue=queue,
-    )
+def _post(stack: RoutineStack, path: str, headers: dict[str, str], body: dict[str, Any]) -> httpx.Response:
+    return httpx.post(f"{stack.url}{path}", headers=headers, json=body, timeout=30)
 
 
-@pytest.fixture
-def stand_in() -> Iterator[StandInApi]:
-    api = StandInApi().start()
-    yield api
-    api.stop()
-
-
-@pytest.fixture
-async def worker(temporal_env: WorkflowEnvironment, stand_in: StandInApi, queue: str) -> AsyncIterator[None]:
-    acts = ActionActivities(ActivitySettings(api_url=stand_in.url, worker_token=SecretStr("wkr")))
-    async with build_worker(temporal_env.client, queue, acts):
-        yield
-    await acts.aclose()
-
-
-@pytest.fixture
-async def http(app: FastAPI, worker: None) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api") as client:
-        yield client
-
-
-@pytest.fixture
-def org(make_org: Callable[..., Org]) -> Org:
-    return make_org(scopes=["routines:run", "routines:read", "actions:call"])
-
-
-async def _store(http: httpx.AsyncClient, org: Org, text: str = HELLO) -> httpx.Response:
-    return await http.post("/v1/routines", json={"yaml": text}, headers=org.headers)
-
-
-async def _wait_final(http: httpx.AsyncClient, org: Org, run_id: str, timeout: float = 20) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        body: dict[str, Any] = (await http.get(f"/v1/runs/{run_id}", headers=org.headers)).json()
-        if body["status"] != "running":
-            return body
-        assert time.monotonic() < deadline, f"run {run_id} still running: {body}"
-        await asyncio.sleep(0.1)
-
-
-async def test_a_stored_routine_runs_and_its_run_reads_back(
-    http: httpx.AsyncClient, org: Org, stand_in: StandInApi, temporal_env: WorkflowEnvironment
-) -> None:
-    stored = await _store(http, org)
+async def test_a_stored_routine_runs_and_its_run_reads_back(routine_stack: RoutineStack) -> None:
+    org = routine_stack.runner()
+    stored = await routine_stack.store(org, HELLO)
     assert stored.status_code == 201, stored.text
     assert stored.json()["name"] == "hello" and stored.json()["steps"] == ["greet", "again"]
+    assert _get(routine_stack, "/v1/routines/hello", org.headers).json()["version"] == 1
 
-    started = await http.post("/v1/routines/hello/runs", json={"inputs": {"who": "ann"}}, headers=org.headers)
-    assert started.status_code == 201, started.text
-    run_id = started.json()["run_id"]
-    run = await _wait_final(http, org, run_id)
+    run_id = await routine_stack.start_run(org, "hello", {"who": "ann"})
+    run = await routine_stack.final(org, run_id)
 
     assert run["status"] == "succeeded"
     assert run["inputs"] == {"who": "ann", "times": 2}  # the default filled in
@@ -130,28 +56,67 @@ async def test_a_stored_routine_runs_and_its_run_reads_back(
         "error": None,
     }
     assert run["steps"]["again"]["output"] == [{"text": "hello ann #1"}, {"text": "hello ann #2"}]
-    assert {r.headers["x-b3os-on-behalf-of"] for r in stand_in.requests} == {org.key_id}
-    listed = (await http.get("/v1/runs", headers=org.headers)).json()["runs"]
+    assert {c.key_id for c in routine_stack.calls_of(org)} == {org.key_id}
+    listed = _get(routine_stack, "/v1/runs", org.headers).json()["runs"]
     assert [(r["run_id"], r["status"]) for r in listed] == [(run_id, "succeeded")]
-    # Temporal UI operators find the run by routine and organization
-    desc = await temporal_env.client.get_workflow_handle(run["workflow_id"]).describe()
-    attrs = {key.name: value for key, value in desc.typed_search_attributes}
-    assert (attrs["B3osRoutine"], attrs["B3osOrg"]) == ("hello", org.org_id)
-    assert run["workflow_id"] == f"routine-hello-{run_id}"
+    assert _get(routine_stack, "/v1/runs", org.headers, routine="other").json()["runs"] == []
 
 
-async def test_a_routine_with_problems_is_refused_with_their_lines(http: httpx.AsyncClient, org: Org) -> None:
+@pytest.mark.parametrize(
+    ("uses", "problem"),
+    [
+        ("com.example.tools/nope/echo@1", "pack com.example.tools/nope is not in the registry"),
+        ("com.example.tools/free/echo@2", "com.example.tools/free has no version 2.x.y (versions: 1.0.0)"),
+        (
+            "com.example.tools/free/echo@1.0.1",
+            "com.example.tools/free has no version 1.0.1 (versions: 1.0.0)",
+        ),
+        (
+            "com.example.tools/free/shout@1",
+            "com.example.tools/free@1.0.0 has no action 'shout' (actions: noop, echo, fail)",
+        ),
+    ],
+)
+async def test_a_routine_whose_uses_does_not_resolve_is_refused_at_its_line(
+    routine_stack: RoutineStack, uses: str, problem: str
+) -> None:
+    org = routine_stack.runner()
+    answer = await routine_stack.store(
+        org, HELLO.replace(f"uses: {FREE_ECHO}\n    foreach", f"uses: {uses}\n    foreach")
+    )
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    assert (error["code"], error["field"]) == ("invalid_request", "yaml")
+    assert error["problems"] == [f"routine.yaml:10:11: step 'again': uses: cannot resolve {uses}: {problem}"]
+    assert _get(routine_stack, "/v1/routines/hello", org.headers).status_code == 404  # nothing stored
+
+
+async def test_literal_inputs_that_do_not_fit_the_action_are_refused_at_their_line(
+    routine_stack: RoutineStack,
+) -> None:
+    org = routine_stack.runner()
+    bad = HELLO.replace('with: {text: "hello ${{ inputs.who }}"}', "with: {text: 5, loud: true}")
+    error = (await routine_stack.store(org, bad)).json()["error"]
+    assert error["problems"] == [
+        "routine.yaml:8:18: step 'greet': with.text: 5 is not of type 'string'",
+        f"routine.yaml:8:21: step 'greet': with: {FREE_ECHO} has no input 'loud' (inputs: text, file)",
+    ]
+
+
+async def test_a_routine_with_problems_is_refused_with_their_lines(routine_stack: RoutineStack) -> None:
+    org = routine_stack.runner()
     bad = HELLO.replace("steps.greet.output.text }} #", "steps.nope.output.text }} #")
-    answer = await _store(http, org, bad)
+    answer = await routine_stack.store(org, bad)
     assert answer.status_code == 400
     error = answer.json()["error"]
     assert error["code"] == "invalid_request" and error["field"] == "yaml"
     assert any(line.startswith("routine.yaml:12:23:") and "nope" in line for line in error["problems"]), error
 
 
-async def test_inputs_that_do_not_fit_are_refused_naming_the_input(http: httpx.AsyncClient, org: Org) -> None:
-    await _store(http, org)
-    answer = await http.post("/v1/routines/hello/runs", json={"inputs": {"times": "x"}}, headers=org.headers)
+async def test_inputs_that_do_not_fit_are_refused_naming_the_input(routine_stack: RoutineStack) -> None:
+    org = routine_stack.runner()
+    await routine_stack.store(org, HELLO)
+    answer = _post(routine_stack, "/v1/routines/hello/runs", org.headers, {"inputs": {"times": "x"}})
     assert answer.status_code == 400
     error = answer.json()["error"]
     assert error["field"] == "inputs"
@@ -161,87 +126,57 @@ async def test_inputs_that_do_not_fit_are_refused_naming_the_input(http: httpx.A
     )
 
 
-async def test_the_same_idempotency_key_gives_the_same_run(http: httpx.AsyncClient, org: Org) -> None:
-    await _store(http, org)
+async def test_the_same_idempotency_key_gives_the_same_run(routine_stack: RoutineStack) -> None:
+    org = routine_stack.runner()
+    await routine_stack.store(org, HELLO)
     headers = {**org.headers, "Idempotency-Key": "deploy-42"}
-    first = await http.post("/v1/routines/hello/runs", json={"inputs": {"who": "a"}}, headers=headers)
-    again = await http.post("/v1/routines/hello/runs", json={"inputs": {"who": "a"}}, headers=headers)
+    first = _post(routine_stack, "/v1/routines/hello/runs", headers, {"inputs": {"who": "a"}})
+    again = _post(routine_stack, "/v1/routines/hello/runs", headers, {"inputs": {"who": "a"}})
     assert (first.status_code, again.status_code) == (201, 200)
     assert first.json()["run_id"] == again.json()["run_id"]
-    other = await http.post("/v1/routines/hello/runs", json={"inputs": {"who": "b"}}, headers=headers)
+    other = _post(routine_stack, "/v1/routines/hello/runs", headers, {"inputs": {"who": "b"}})
     assert other.status_code == 409
     assert other.json()["error"]["code"] == "conflict" and "deploy-42" in other.json()["error"]["message"]
-    assert len((await http.get("/v1/runs", headers=org.headers)).json()["runs"]) == 1
+    assert len(_get(routine_stack, "/v1/runs", org.headers).json()["runs"]) == 1
+    await routine_stack.final(org, first.json()["run_id"])
 
 
 async def test_a_failed_step_fails_the_run_with_its_code_reason_and_sentence(
-    http: httpx.AsyncClient, org: Org, stand_in: StandInApi
+    routine_stack: RoutineStack,
 ) -> None:
-    stand_in.script(ECHO, [problem(502, "tool_failed", "exit", "the command exited with 3", exit_code=3)])
-    await _store(http, org)
-    run_id = (
-        await http.post("/v1/routines/hello/runs", json={"inputs": {"who": "a"}}, headers=org.headers)
-    ).json()["run_id"]
-    run = await _wait_final(http, org, run_id)
+    org = routine_stack.runner()
+    failing = HELLO.replace(
+        f'uses: {FREE_ECHO}\n    with: {{text: "hello ${{{{ inputs.who }}}}"}}',
+        f"uses: {FREE_FAIL}\n    with: {{mode: exit, exitCode: 3}}",
+    )
+    stored = await routine_stack.store(org, failing)
+    assert stored.status_code == 201, stored.text
+    run = await routine_stack.final(org, await routine_stack.start_run(org, "hello", {"who": "a"}))
     assert run["status"] == "failed"
-    assert run["error"] == {
-        "step": "greet",
-        "code": "tool_failed",
-        "reason": "exit",
-        "message": "the command exited with 3",
-    }
+    assert (run["error"]["step"], run["error"]["code"], run["error"]["reason"]) == (
+        "greet",
+        "tool_failed",
+        "exit",
+    )
+    assert run["steps"]["greet"]["error"]["message"] == run["error"]["message"]
     assert run["steps"]["greet"]["status"] == "failed" and run["steps"]["greet"]["attempts"] == 1
     assert run["steps"]["greet"]["error"]["exit_code"] == 3
     assert run["steps"]["again"]["status"] == "pending"
 
 
-async def test_a_run_is_read_mid_way_and_cancelled(
-    http: httpx.AsyncClient, org: Org, stand_in: StandInApi
-) -> None:
-    release = threading.Event()
-    stand_in.script(SLOW, [Answer(hold=release)])
-    await _store(http, org, HELLO.replace(f"uses: {ECHO}\n    foreach", f"uses: {SLOW}\n    foreach"))
-    try:
-        run_id = (
-            await http.post("/v1/routines/hello/runs", json={"inputs": {"who": "a"}}, headers=org.headers)
-        ).json()["run_id"]
-        deadline = time.monotonic() + 10
-        while len(stand_in.requests) < 2:
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.05)
-        mid = (await http.get(f"/v1/runs/{run_id}", headers=org.headers)).json()
-        assert mid["status"] == "running"
-        assert (mid["steps"]["greet"]["status"], mid["steps"]["again"]["status"]) == ("succeeded", "running")
-
-        cancel = await http.post(f"/v1/runs/{run_id}/cancel", headers=org.headers)
-        assert cancel.status_code == 202 and cancel.json() == {"run_id": run_id, "status": "cancelling"}
-        run = await _wait_final(http, org, run_id)
-        assert run["status"] == "cancelled" and run["steps"]["again"]["status"] == "cancelled"
-        again = await http.post(f"/v1/runs/{run_id}/cancel", headers=org.headers)
-        assert again.status_code == 409 and "already ended (cancelled)" in again.json()["error"]["message"]
-    finally:
-        release.set()
-
-
-async def test_scopes_and_organizations_fence_routines_and_runs(
-    http: httpx.AsyncClient, org: Org, make_org: Callable[..., Org], add_key: Callable[..., Org]
-) -> None:
-    await _store(http, org)
-    run_id = (
-        await http.post("/v1/routines/hello/runs", json={"inputs": {"who": "a"}}, headers=org.headers)
-    ).json()["run_id"]
-    reader = add_key(org, ["routines:read"])
-    refused = await http.post(
-        "/v1/routines/hello/runs", json={"inputs": {"who": "a"}}, headers=reader.headers
-    )
+async def test_scopes_and_organizations_fence_routines_and_runs(routine_stack: RoutineStack) -> None:
+    org = routine_stack.runner()
+    await routine_stack.store(org, HELLO)
+    run_id = await routine_stack.start_run(org, "hello", {"who": "a"})
+    reader = routine_stack.add_key(org, scopes=["routines:read"])
+    refused = _post(routine_stack, "/v1/routines/hello/runs", reader.headers, {"inputs": {"who": "a"}})
     assert refused.status_code == 403 and refused.json()["error"]["missing_scope"] == "routines:run"
-    assert (await http.get(f"/v1/runs/{run_id}", headers=reader.headers)).status_code == 200
-    caller = add_key(org, ["routines:run", "routines:read"])
-    refused = await http.post(
-        "/v1/routines/hello/runs", json={"inputs": {"who": "a"}}, headers=caller.headers
-    )
+    assert _get(routine_stack, f"/v1/runs/{run_id}", reader.headers).status_code == 200
+    caller = routine_stack.add_key(org, scopes=["routines:run", "routines:read"])
+    refused = _post(routine_stack, "/v1/routines/hello/runs", caller.headers, {"inputs": {"who": "a"}})
     assert refused.status_code == 403 and refused.json()["error"]["missing_scope"] == "actions:call"
-    other = make_org(scopes=["routines:run", "routines:read", "actions:call"])
-    assert (await http.get(f"/v1/runs/{run_id}", headers=other.headers)).status_code == 404
-    missing = await http.post("/v1/routines/hello/runs", json={}, headers=other.headers)
+    other = routine_stack.org(scopes=RUNNER_SCOPES)
+    assert _get(routine_stack, f"/v1/runs/{run_id}", other.headers).status_code == 404
+    missing = _post(routine_stack, "/v1/routines/hello/runs", other.headers, {})
     assert missing.status_code == 404 and "no routine named 'hello'" in missing.json()["error"]["message"]
+    await routine_stack.final(org, run_id)

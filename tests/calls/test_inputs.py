@@ -151,3 +151,19 @@ def test_a_bad_output_is_a_tool_failure(output: Any, reason: str, sentence: str)
     assert sentence in body["message"]
     if reason == "output_invalid":
         assert body["errors"][0]["path"].startswith("output")
+
+
+def test_a_steps_output_file_value_is_an_input_file_value() -> None:
+    produced = {"$bytes": "aGVsbG8K", "name": "hello.txt", "bytes": 6, "contentType": "text/plain"}
+    checked = check_input(ECHO_IN, {"text": "x", "file": produced})
+    assert checked.wire()["file"] == {"$bytes": "aGVsbG8K", "name": "hello.txt", "contentType": "text/plain"}
+    assert checked.files[0].data == b"hello\n"
+
+
+@pytest.mark.parametrize("size", [5, "6", True, None])
+def test_an_input_file_whose_bytes_is_not_its_decoded_length_is_refused(size: object) -> None:
+    value = {"$bytes": "aGVsbG8K", "name": "hello.txt", "bytes": size}
+    with pytest.raises(CallInvalid) as info:
+        check_input(ECHO_IN, {"text": "x", "file": value})
+    assert str(info.value) == f"input.file.bytes says {size!r} but the file has 6 bytes"
+    assert info.value.detail["errors"] == [{"path": "input.file", "message": str(info.value)}]

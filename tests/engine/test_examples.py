@@ -103,7 +103,7 @@ def test_hello_chains_text_and_file_and_greets_each_friend() -> None:
     assert outputs["greeting"] == "hello Ann, again (2 friends next)"
     assert outputs["file"] == {
         "$bytes": "aGVsbG8K",
-        "name": "again-hello.txt",
+        "name": "hello.txt",
         "bytes": 6,
         "contentType": "text/plain",
     }

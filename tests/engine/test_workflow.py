@@ -1,338 +1,355 @@
-"""The routine workflow on a real Temporal dev server, its activity calling over real HTTP.
+"""The routine workflow through real parts only: the runs API of a real api process starts the run on
+the Temporal dev server, a real worker process runs it, each step calls the real POST
+/v1/actions/call, and a real node runs the echo tool in a VM (tests/realstack.py).
 
-The HTTP server is the STAND-IN api of tests/activities/stand_in_api.py, which scripts answers the
-real api gives only under load or failure (503 with Retry-After: 2, tool errors, a call held open);
-the same workflow through the real POST /v1/actions/call and a node is test_workflow_e2e.py.
+Retry-After, failures and retries are the api's own answers: a real 429 concurrency_limited while
+the organization runs 4 sleeping calls, the echo tool's `fail` action asked for a tool error, a bad
+output, or a long sleep to cancel.
 """
 
 from __future__ import annotations
 
-import sys
-import threading
+import asyncio
 import time
-import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
-from pathlib import Path
+from datetime import UTC
 from typing import Any
 
-import pytest
-from pydantic import SecretStr
+import httpx
+from calls.stack import Org
+from realstack import ECHO_REF, FREE_ECHO, FREE_FAIL, RoutineStack
+from sqlmodel import Session, col, select
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
-from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.exceptions import ApplicationError
-from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Replayer, Worker
+from temporalio.worker import Replayer
 
-from activities.call_action import ActionActivities
-from activities.config import ActivitySettings
 from activities.idempotency import step_idempotency_key
-from engine.routine import Routine
-from engine.runs import RunRoutineInput, RunRoutineResult, routine_workflow_id
-from engine.worker import build_worker
+from api.calls.tables import RUNNING, ToolCall
 from engine.workflow import RoutineWorkflow
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "activities"))  # the stand-in's module
-from stand_in_api import Answer, StandInApi, echo_answer, problem  # noqa: E402
-
-TOKEN = "wkr_never-in-history"
-ECHO = "com.example.tools/echo/echo@1"
-UPPER = "com.example.tools/text/upper@1"
-FLAKY = "com.example.tools/flaky/run@1"
+SCHEDULED = EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+STARTED = EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
 
 
-@pytest.fixture
-def stand_in() -> Iterator[StandInApi]:
-    api = StandInApi().start()
-    yield api
-    api.stop()
+def at(event: HistoryEvent) -> float:
+    return event.event_time.ToDatetime(tzinfo=UTC).timestamp()
 
 
-@pytest.fixture
-async def worker(temporal_env: WorkflowEnvironment, stand_in: StandInApi) -> AsyncIterator[Worker]:
-    acts = ActionActivities(ActivitySettings(api_url=stand_in.url, worker_token=SecretStr(TOKEN)))
-    w = build_worker(temporal_env.client, f"test-{uuid.uuid4()}", acts)
-    async with w:
-        yield w
-    await acts.aclose()
+def events(history: list[HistoryEvent], kind: EventType.ValueType) -> list[HistoryEvent]:
+    return [e for e in history if e.event_type == kind]
 
 
-async def start(client: Client, task_queue: str, routine: dict[str, Any], **inputs: Any) -> WorkflowHandle:
-    model = Routine.model_validate(routine)
-    run_id = uuid.uuid4().hex[:12]
-    return await client.start_workflow(
-        RoutineWorkflow.run,
-        RunRoutineInput(routine=model, inputs=inputs, org_id="org_1", key_id="key_abc", run_id=run_id),
-        id=routine_workflow_id(model.name, run_id),
-        task_queue=task_queue,
-        result_type=RunRoutineResult,
-        search_attributes=TypedSearchAttributes(
-            [
-                SearchAttributePair(SearchAttributeKey.for_keyword("B3osRoutine"), model.name),
-                SearchAttributePair(SearchAttributeKey.for_keyword("B3osOrg"), "org_1"),
-            ]
-        ),
-    )
+def failure_details(event: HistoryEvent) -> dict[str, Any]:
+    """The first detail of the last failure an ActivityTaskStarted event carries."""
+    payloads = event.activity_task_started_event_attributes.last_failure.application_failure_info.details
+    detail: dict[str, Any] = pydantic_data_converter.payload_converter.from_payloads(
+        payloads.payloads, [dict]
+    )[0]
+    return detail
 
 
-async def test_steps_chain_outputs_with_foreach_if_and_continue_on_error(
-    temporal_env: WorkflowEnvironment, worker: Worker, stand_in: StandInApi
-) -> None:
-    stand_in.script(UPPER, [echo_answer({"text": "HELLO"})])
-    stand_in.script(FLAKY, [problem(502, "tool_failed", "exit", "the command exited with 3", exit_code=3)])
-    routine = {
-        "name": "chain",
-        "inputs": {"who": {"type": "string"}, "names": {"type": "array"}, "loud": {"type": "boolean"}},
-        "steps": [
-            {"id": "greet", "uses": ECHO, "with": {"text": "hello ${{ inputs.who }}"}},
-            {"id": "shout", "uses": UPPER, "with": {"text": "${{ steps.greet.output.text }}"}},
-            {
-                "id": "each",
-                "uses": ECHO,
-                "foreach": "${{ inputs.names }}",
-                "with": {"text": "${{ index }}:${{ item }}"},
-            },
-            {"id": "quiet", "uses": ECHO, "if": "${{ !inputs.loud }}", "with": {"text": "never"}},
-            {"id": "flaky", "uses": FLAKY, "continue-on-error": True, "with": {"text": "x"}},
-            {"id": "after", "uses": ECHO, "with": {"text": "${{ steps.flaky.status }}"}},
-        ],
-        "outputs": {
-            "shout": "${{ steps.shout.output.text }}",
-            "each": "${{ steps.each.output }}",
-            "after": "${{ steps.after.output.text }}",
-        },
-    }
-    handle = await start(
-        temporal_env.client, worker.task_queue, routine, who="ann", names=["a", "b", "c"], loud=True
-    )
-    result = await handle.result()
+async def test_steps_chain_outputs_with_foreach_if_and_continue_on_error(routine_stack: RoutineStack) -> None:
+    org = routine_stack.runner()
+    source = f"""\
+name: chain
+inputs:
+  who: {{type: string}}
+  names: {{type: array}}
+  loud: {{type: boolean, default: true}}
+steps:
+  - id: greet
+    uses: {FREE_ECHO}
+    with: {{text: "hello ${{{{ inputs.who }}}}"}}
+  - id: shout
+    uses: {ECHO_REF}
+    with: {{text: "${{{{ steps.greet.output.text }}}}!"}}
+  - id: each
+    uses: {FREE_ECHO}
+    foreach: ${{{{ inputs.names }}}}
+    with: {{text: "${{{{ index }}}}:${{{{ item }}}}"}}
+  - id: quiet
+    uses: {FREE_ECHO}
+    if: ${{{{ !inputs.loud }}}}
+    with: {{text: never}}
+  - id: flaky
+    uses: {FREE_FAIL}
+    continue-on-error: true
+    with: {{mode: tool_error, code: upstream_down, message: the upstream is down}}
+  - id: after
+    uses: {FREE_ECHO}
+    with: {{text: "${{{{ steps.flaky.status }}}}"}}
+outputs:
+  shout: ${{{{ steps.shout.output.text }}}}
+  each: ${{{{ steps.each.output }}}}
+  after: ${{{{ steps.after.output.text }}}}
+"""
+    run = await routine_stack.run(org, source, {"who": "ann", "names": ["a", "b", "c"]})
 
-    assert result.status == "succeeded"
-    assert result.outputs == {
-        "shout": "HELLO",
+    assert run["status"] == "succeeded", run
+    assert run["outputs"] == {
+        "shout": "hello ann!",
         "each": [{"text": "0:a"}, {"text": "1:b"}, {"text": "2:c"}],
         "after": "failed",
     }
-    steps = result.steps
-    assert steps["greet"].output == {"text": "hello ann"} and steps["greet"].attempts == 1
-    assert steps["quiet"].status == "skipped"
-    assert steps["flaky"].status == "failed"
-    assert steps["flaky"].error is not None
-    assert (steps["flaky"].error.code, steps["flaky"].error.reason) == ("tool_failed", "exit")
-    assert steps["flaky"].error.message == "the command exited with 3"
-    # every call on behalf of the starting key, with the worker's token, one key per step and item
-    keys = [r.key for r in stand_in.requests]
-    assert len(keys) == len(set(keys)) == 7
-    assert {r.headers["x-b3os-on-behalf-of"] for r in stand_in.requests} == {"key_abc"}
-    assert {r.headers["authorization"] for r in stand_in.requests} == {f"Bearer {TOKEN}"}
-    assert step_idempotency_key(handle.id, "each", 1) in keys
-    # the query answers the same shape; the UI names each activity by step and uses:
-    assert await handle.query("progress", result_type=RunRoutineResult) == result
-    summaries, history_text = [], ""
-    async for event in handle.fetch_history_events():
-        history_text += str(event)
-        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-            summaries.append(event.user_metadata.summary.data.decode())
-    assert '"greet · com.example.tools/echo/echo@1"' in summaries
-    assert '"each[2] · com.example.tools/echo/echo@1"' in summaries
-    assert TOKEN not in history_text
+    steps = run["steps"]
+    assert steps["greet"] == {
+        "status": "succeeded",
+        "attempts": 1,
+        "output": {"text": "hello ann"},
+        "error": None,
+    }
+    assert steps["quiet"]["status"] == "skipped"
+    flaky = steps["flaky"]
+    assert (flaky["status"], flaky["attempts"]) == ("failed", 1)
+    assert (flaky["error"]["code"], flaky["error"]["reason"]) == ("tool_failed", "tool_error")
+    assert flaky["error"]["tool_code"] == "upstream_down" and flaky["error"]["retryable"] is False
+    assert "the upstream is down" in flaky["error"]["message"]
+    # each call ran once on the node, on behalf of the run's key, under its step's derived key
+    wf = run["workflow_id"]
+    keys = {step_idempotency_key(wf, s, None) for s in ("greet", "shout", "flaky", "after")}
+    keys |= {step_idempotency_key(wf, "each", i) for i in range(3)}
+    stored = routine_stack.stored_keys(org)
+    calls = routine_stack.calls_of(org)
+    assert set(stored) == keys
+    assert sorted(c.id for c in calls) == sorted(stored.values())
+    assert {(c.key_id, c.surface) for c in calls} == {(org.key_id, "routine")}
+    assert [c.price for c in calls if c.pack.endswith("/echo")] == [100]  # shout, the priced echo
     # the history replays without nondeterminism (foreach in parallel included)
+    handle = routine_stack.temporal_client.get_workflow_handle(wf)
     replayer = Replayer(workflows=[RoutineWorkflow], data_converter=pydantic_data_converter)
     await replayer.replay_workflow(await handle.fetch_history())
 
 
-async def test_retry_after_is_waited_exactly_with_the_same_key(
-    temporal_env: WorkflowEnvironment, worker: Worker, stand_in: StandInApi
-) -> None:
-    stand_in.script(ECHO, [problem(503, "tool_unavailable", "no_slot", "no VM is free", retry_after=2)])
-    routine = {"name": "busy", "steps": [{"id": "echo", "uses": ECHO, "with": {"text": "hi"}}]}
-    handle = await start(temporal_env.client, worker.task_queue, routine)
-    result = await handle.result()
-
-    assert result.status == "succeeded" and result.steps["echo"].attempts == 2
-    first, second = stand_in.requests
-    assert first.key == second.key == step_idempotency_key(handle.id, "echo", None)
-    assert 2.0 <= second.at - first.at < 2.5
-    # the history says the same: scheduled once, the attempt that succeeded started 2 s later
-    times: dict[str, float] = {}
-    async for event in handle.fetch_history_events():
-        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-            times["scheduled"] = event.event_time.ToDatetime().timestamp()
-        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
-            times["started"] = event.event_time.ToDatetime().timestamp()
-            assert event.activity_task_started_event_attributes.attempt == 2
-            assert "no VM is free" in event.activity_task_started_event_attributes.last_failure.message
-    assert 2.0 <= times["started"] - times["scheduled"] < 2.5
-
-
-async def test_a_non_retryable_error_stops_the_run_with_its_reason(
-    temporal_env: WorkflowEnvironment, worker: Worker, stand_in: StandInApi
-) -> None:
-    stand_in.script(ECHO, [problem(422, "invalid_input", "schema", "input.text: 5 is not of type 'string'")])
-    routine = {
-        "name": "bad",
-        "steps": [
-            {
-                "id": "echo",
-                "uses": ECHO,
-                "with": {"text": 5},
-                "retry": {"max-attempts": 5, "backoff": "100ms"},
-            },
-            {"id": "never", "uses": ECHO, "with": {"text": "no"}},
-        ],
-    }
-    handle = await start(temporal_env.client, worker.task_queue, routine)
-    with pytest.raises(WorkflowFailureError) as info:
-        await handle.result()
-
-    cause = info.value.cause
-    assert isinstance(cause, ApplicationError) and cause.type == "StepFailed" and cause.non_retryable
-    assert cause.message == "step echo failed: invalid_input (schema): input.text: 5 is not of type 'string'"
-    assert cause.details[0] == {
-        "step": "echo",
-        "code": "invalid_input",
-        "reason": "schema",
-        "message": "input.text: 5 is not of type 'string'",
-    }
-    assert len(stand_in.requests) == 1  # not retried, and the next step never ran
-    progress = await handle.query("progress", result_type=RunRoutineResult)
-    assert progress.status == "failed"
-    assert progress.steps["echo"].status == "failed" and progress.steps["echo"].attempts == 1
-    assert progress.steps["never"].status == "pending"
-
-
-async def test_a_retryable_tool_error_is_retried_with_the_step_backoff(
-    temporal_env: WorkflowEnvironment, worker: Worker, stand_in: StandInApi
-) -> None:
-    busy = problem(502, "tool_failed", "tool_error", "try later", retryable=True, tool_code="busy")
-    stand_in.script(ECHO, [busy, busy])
-    routine = {
-        "name": "flaky",
-        "steps": [
-            {
-                "id": "echo",
-                "uses": ECHO,
-                "with": {"text": "hi"},
-                "retry": {"max-attempts": 3, "backoff": "1s", "backoff-coefficient": 1.5},
-            }
-        ],
-    }
-    result = await (await start(temporal_env.client, worker.task_queue, routine)).result()
-
-    assert result.status == "succeeded" and result.steps["echo"].attempts == 3
-    at = [r.at for r in stand_in.requests]
-    assert 1.0 <= at[1] - at[0] < 1.4 and 1.5 <= at[2] - at[1] < 1.9  # 1 s, then 1.5 s
-
-
-async def test_retries_stop_at_max_attempts_with_the_last_error(
-    temporal_env: WorkflowEnvironment, worker: Worker, stand_in: StandInApi
-) -> None:
-    stand_in.script(ECHO, [problem(429, "rate_limited", None, "120 starts a minute", retry_after=0)] * 2)
-    routine = {
-        "name": "limited",
-        "steps": [{"id": "echo", "uses": ECHO, "with": {"text": "hi"}, "retry": {"max-attempts": 2}}],
-    }
-    handle = await start(temporal_env.client, worker.task_queue, routine)
-    with pytest.raises(WorkflowFailureError):
-        await handle.result()
-    progress = await handle.query("progress", result_type=RunRoutineResult)
-    assert progress.steps["echo"].attempts == 2
-    assert progress.steps["echo"].error is not None and progress.steps["echo"].error.code == "rate_limited"
-
-
-async def test_step_timeout_becomes_the_calls_timeout_ms(
-    temporal_env: WorkflowEnvironment, worker: Worker, stand_in: StandInApi
-) -> None:
-    routine = {
-        "name": "timed",
-        "steps": [
-            {"id": "a", "uses": ECHO, "timeout": "1500ms", "with": {"text": "x"}},
-            {"id": "b", "uses": ECHO, "with": {"text": "y"}},
-        ],
-    }
-    await (await start(temporal_env.client, worker.task_queue, routine)).result()
-    assert stand_in.requests[0].body["timeout_ms"] == 1500
-    assert "timeout_ms" not in stand_in.requests[1].body
-
-
-async def test_a_cancelled_run_cancels_its_running_call(
-    temporal_env: WorkflowEnvironment, worker: Worker, stand_in: StandInApi
-) -> None:
-    release = threading.Event()
-    stand_in.script(ECHO, [Answer(hold=release)])
-    routine = {"name": "cancel", "steps": [{"id": "slow", "uses": ECHO, "with": {"text": "x"}}]}
-    handle = await start(temporal_env.client, worker.task_queue, routine)
-    try:
-        await _until(lambda: len(stand_in.requests) == 1)
-        progress = await handle.query("progress", result_type=RunRoutineResult)
-        assert progress.steps["slow"].status == "running"
-        cancelled_at = time.time()
-        await handle.cancel()
-        with pytest.raises(WorkflowFailureError) as info:
-            await handle.result()
-        assert "cancel" in str(info.value.cause).lower()
-        # the activity heartbeats, learns of the cancel and drops its HTTP call
-        await _until(lambda: stand_in.requests[0].disconnected_at is not None)
-        assert stand_in.requests[0].disconnected_at - cancelled_at < 2.5  # type: ignore[operator]
-        progress = await handle.query("progress", result_type=RunRoutineResult)
-        assert progress.status == "cancelled" and progress.steps["slow"].status == "cancelled"
-    finally:
-        release.set()
-
-
-async def _until(check: Callable[[], bool], timeout: float = 10.0) -> None:
-    import asyncio
-
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError("the condition did not hold in time")
+async def _sleepers(
+    stack: RoutineStack, client: httpx.AsyncClient, org: Org, url: str, n: int
+) -> list[asyncio.Task[httpx.Response]]:
+    """n calls of the free echo's `fail` sleep, each cut at 2 s, started over HTTP; returns once all run."""
+    body = {"ref": FREE_FAIL, "input": {"mode": "sleep", "seconds": 60}, "timeout_ms": 2000}
+    tasks = [
+        asyncio.ensure_future(client.post(f"{url}/v1/actions/call", json=body, headers=org.headers))
+        for _ in range(n)
+    ]
+    deadline = time.monotonic() + 10
+    while _running(stack, org) < n:
+        assert time.monotonic() < deadline, [t.result().text for t in tasks if t.done()]
         await asyncio.sleep(0.02)
+    return tasks
+
+
+def _running(stack: RoutineStack, org: Org) -> int:
+    with Session(stack.engine) as session:
+        return len(
+            session.exec(
+                select(ToolCall.id).where(col(ToolCall.org_id) == org.org_id, col(ToolCall.state) == RUNNING)
+            ).all()
+        )
+
+
+async def test_a_real_429_is_waited_exactly_its_retry_after_with_the_same_key(
+    routine_stack: RoutineStack,
+) -> None:
+    # The sleepers go through an api process whose call overhead is 1 s, so their deadlines (and the
+    # Retry-After computed from them) are 3 s away rather than 12.
+    url, proc = routine_stack.start_api(extra_env={"B3OS_CALL_OVERHEAD_S": "1"}, listed=False)
+    org = routine_stack.runner()
+    sleeper_key = routine_stack.add_key(org)
+    try:
+        async with httpx.AsyncClient(timeout=30) as client:
+            sleepers = await _sleepers(routine_stack, client, sleeper_key, url, 4)
+            soonest = min(c.deadline_at for c in routine_stack.calls_of(org)).timestamp()
+            source = f"name: busy\nsteps:\n  - id: echo\n    uses: {FREE_ECHO}\n    with: {{text: hi}}\n"
+            run = await routine_stack.run(org, source)
+            answers = await asyncio.gather(*sleepers)
+    finally:
+        proc.stop()
+
+    assert [a.status_code for a in answers] == [504] * 4  # the sleepers were cut at their timeout
+    assert run["status"] == "succeeded" and run["steps"]["echo"]["attempts"] == 2, run
+    history = await routine_stack.history(run["workflow_id"])
+    (scheduled,) = events(history, SCHEDULED)
+    (started,) = events(history, STARTED)  # the attempt that succeeded
+    assert started.activity_task_started_event_attributes.attempt == 2
+    first = failure_details(started)  # what attempt 1 got: the api's 429 and its Retry-After
+    assert (first["code"], first["status"], first["attempt"]) == ("concurrency_limited", 429, 1)
+    retry_after = first["retry_after"]
+    last_failure = started.activity_task_started_event_attributes.last_failure
+    assert last_failure.application_failure_info.next_retry_delay.seconds == retry_after
+    assert abs(retry_after - (soonest - at(scheduled))) < 1.5  # computed from the sleepers' deadlines
+    waited = at(started) - at(scheduled)
+    assert retry_after <= waited < retry_after + 1.0, (retry_after, waited)
+    # both attempts sent the step's one key; the org was charged once for the step
+    key = step_idempotency_key(run["workflow_id"], "echo", None)
+    assert first["idempotency_key"] == key
+    step_calls = [c for c in routine_stack.calls_of(org) if c.key_id == org.key_id]
+    assert len(step_calls) == 1 and routine_stack.stored_keys(org) == {key: step_calls[0].id}
+    usage = httpx.get(f"{routine_stack.url}/v1/usage", headers=org.headers, timeout=30).json()
+    assert [k["calls"] for k in usage["keys"] if k["key_id"] == org.key_id] == [1]
+
+
+async def test_a_non_retryable_error_stops_the_run_with_its_code_reason_and_message(
+    routine_stack: RoutineStack,
+) -> None:
+    org = routine_stack.runner()
+    for mode, reason in (("tool_error", "tool_error"), ("bad_output", "output_invalid")):
+        source = f"""\
+name: refused-{mode.replace("_", "-")}
+steps:
+  - id: fail
+    uses: {FREE_FAIL}
+    with: {{mode: {mode}, code: no_way, message: this will never work, retryable: false}}
+    retry: {{max-attempts: 5, backoff: 100ms}}
+  - id: never
+    uses: {FREE_ECHO}
+    with: {{text: no}}
+"""
+        run = await routine_stack.run(org, source)
+        assert run["status"] == "failed", run
+        error = run["error"]
+        assert (error["step"], error["code"], error["reason"]) == ("fail", "tool_failed", reason)
+        assert run["steps"]["fail"]["error"]["message"] == error["message"]
+        if mode == "tool_error":
+            assert "this will never work" in error["message"]
+            assert run["steps"]["fail"]["error"]["tool_code"] == "no_way"
+        assert run["steps"]["fail"]["attempts"] == 1
+        assert run["steps"]["never"]["status"] == "pending"
+        history = await routine_stack.history(run["workflow_id"])
+        (started,) = events(history, STARTED)
+        assert started.activity_task_started_event_attributes.attempt == 1  # never retried
+    assert len(routine_stack.calls_of(org)) == 2  # one call per run; `never` never called
+
+
+async def test_a_retryable_tool_error_is_retried_with_the_step_backoff(routine_stack: RoutineStack) -> None:
+    org = routine_stack.runner()
+    source = f"""\
+name: flaky
+steps:
+  - id: fail
+    uses: {FREE_FAIL}
+    with: {{mode: tool_error, code: busy, message: try later, retryable: true}}
+    retry: {{max-attempts: 2, backoff: 1500ms}}
+"""
+    run = await routine_stack.run(org, source)
+    assert run["status"] == "failed" and run["steps"]["fail"]["attempts"] == 2, run
+    assert (run["error"]["code"], run["steps"]["fail"]["error"]["retryable"]) == ("tool_failed", True)
+    history = await routine_stack.history(run["workflow_id"])
+    (scheduled,) = events(history, SCHEDULED)
+    (started,) = events(history, STARTED)
+    assert started.activity_task_started_event_attributes.attempt == 2
+    first = failure_details(started)
+    assert (first["code"], first["retryable"], first["attempt"]) == ("tool_failed", True, 1)
+    assert "retry_after" not in first  # the step's backoff, not a Retry-After
+    (call,) = routine_stack.calls_of(org)
+    ran_s = (call.finished_at - call.started_at).total_seconds() if call.finished_at else 0.0
+    waited = at(started) - at(scheduled)
+    assert 1.5 <= waited < 1.5 + ran_s + 1.0, (waited, ran_s)
+    # The second attempt carries the same key, so the api answers it with the first call's stored
+    # answer: the tool ran (and was charged) once. See docs/internals.md, "Worker <-> api".
+    assert first["idempotency_key"] == step_idempotency_key(run["workflow_id"], "fail", None)
+
+
+async def test_step_timeout_becomes_the_calls_timeout_ms(routine_stack: RoutineStack) -> None:
+    org = routine_stack.runner()
+    source = f"""\
+name: timed
+steps:
+  - id: a
+    uses: {FREE_ECHO}
+    timeout: 1500ms
+    with: {{text: x}}
+  - id: b
+    uses: {FREE_ECHO}
+    with: {{text: y}}
+"""
+    run = await routine_stack.run(org, source)
+    assert run["status"] == "succeeded"
+    assert [c.timeout_ms for c in routine_stack.calls_of(org)] == [1500, 10000]  # b: the action's own
+
+
+async def test_a_cancelled_run_stops_its_running_step_and_ends_cancelled(routine_stack: RoutineStack) -> None:
+    org = routine_stack.runner()
+    source = f"""\
+name: cancel
+steps:
+  - id: slow
+    uses: {FREE_FAIL}
+    timeout: 4s
+    with: {{mode: sleep, seconds: 30}}
+  - id: never
+    uses: {FREE_ECHO}
+    with: {{text: no}}
+"""
+    stored = await routine_stack.store(org, source)
+    assert stored.status_code == 201, stored.text
+    run_id = await routine_stack.start_run(org, "cancel")
+    deadline = time.monotonic() + 10
+    while _running(routine_stack, org) < 1:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.02)
+    mid = await routine_stack.read(org, run_id)
+    assert mid["status"] == "running" and mid["steps"]["slow"]["status"] == "running"
+
+    cancelled_at = time.time()
+    async with httpx.AsyncClient(base_url=routine_stack.url) as http:
+        answer = await http.post(f"/v1/runs/{run_id}/cancel", headers=org.headers)
+        assert answer.status_code == 202 and answer.json() == {"run_id": run_id, "status": "cancelling"}
+        run = await routine_stack.final(org, run_id)
+        assert run["status"] == "cancelled"
+        assert (run["steps"]["slow"]["status"], run["steps"]["never"]["status"]) == ("cancelled", "pending")
+        again = await http.post(f"/v1/runs/{run_id}/cancel", headers=org.headers)
+        assert again.status_code == 409 and "already ended (cancelled)" in again.json()["error"]["message"]
+    history = await routine_stack.history(run["workflow_id"])
+    (cancelled,) = events(history, EventType.EVENT_TYPE_ACTIVITY_TASK_CANCELED)
+    assert at(cancelled) - cancelled_at < 2.5  # the step's activity heard of the cancel and stopped
+    assert events(history, EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED)
+    assert len(routine_stack.calls_of(org)) == 1
 
 
 async def test_an_expression_that_fails_at_run_time_fails_its_step_with_the_sentence(
-    temporal_env: WorkflowEnvironment, worker: Worker, stand_in: StandInApi
+    routine_stack: RoutineStack,
 ) -> None:
-    routine = {
-        "name": "badexpr",
-        "steps": [
-            {"id": "a", "uses": ECHO, "with": {"text": "x"}},
-            {"id": "b", "uses": ECHO, "with": {"text": "${{ steps.a.output.nope }}"}},
-        ],
-    }
-    handle = await start(temporal_env.client, worker.task_queue, routine)
-    with pytest.raises(WorkflowFailureError) as info:
-        await handle.result()
-    cause = info.value.cause
-    assert isinstance(cause, ApplicationError) and cause.type == "StepFailed"
-    assert cause.details[0]["code"] == "expression_failed" and cause.details[0]["reason"] == "with"
-    assert "steps.a.output.nope" in cause.details[0]["message"]
-    assert len(stand_in.requests) == 1  # step b never called
+    org = routine_stack.runner()
+    source = f"""\
+name: badexpr
+steps:
+  - id: a
+    uses: {FREE_ECHO}
+    with: {{text: x}}
+  - id: b
+    uses: {FREE_ECHO}
+    with: {{text: "${{{{ steps.a.output.nope }}}}"}}
+"""
+    run = await routine_stack.run(org, source)
+    assert run["status"] == "failed"
+    assert (run["error"]["step"], run["error"]["code"], run["error"]["reason"]) == (
+        "b",
+        "expression_failed",
+        "with",
+    )
+    assert "steps.a.output.nope" in run["error"]["message"]
+    assert len(routine_stack.calls_of(org)) == 1  # step b never called
 
 
 async def test_a_failed_foreach_item_fails_the_step_and_keeps_the_other_items(
-    temporal_env: WorkflowEnvironment, worker: Worker, stand_in: StandInApi
+    routine_stack: RoutineStack,
 ) -> None:
-    stand_in.script(
-        UPPER,
-        [echo_answer({"text": "A"}), problem(422, "invalid_input", None, "no b"), echo_answer({"text": "C"})],
+    org = routine_stack.runner()
+    source = f"""\
+name: items
+steps:
+  - id: each
+    uses: {FREE_ECHO}
+    foreach: [a, 5, c]
+    with: {{text: "${{{{ item }}}}"}}
+    continue-on-error: true
+outputs:
+  status: ${{{{ steps.each.status }}}}
+"""
+    run = await routine_stack.run(org, source)
+    each = run["steps"]["each"]
+    assert run["status"] == "succeeded" and run["outputs"] == {"status": "failed"}
+    assert each["status"] == "failed"
+    assert (each["error"]["code"], each["error"]["message"]) == (
+        "invalid_request",
+        "input.text: 5 is not of type 'string'",
     )
-    routine = {
-        "name": "items",
-        "steps": [
-            {
-                "id": "each",
-                "uses": UPPER,
-                "foreach": ["a", "b", "c"],
-                "with": {"text": "${{ item }}"},
-                "continue-on-error": True,
-            }
-        ],
-        "outputs": {"status": "${{ steps.each.status }}"},
-    }
-    result = await (await start(temporal_env.client, worker.task_queue, routine)).result()
-    each = result.steps["each"]
-    assert each.status == "failed" and result.outputs == {"status": "failed"}
-    assert each.error is not None and (each.error.code, each.error.message) == ("invalid_input", "no b")
-    assert sorted(o["text"] for o in each.output if o is not None) == ["A", "C"] and None in each.output
+    assert each["output"] == [{"text": "a"}, None, {"text": "c"}]

@@ -1,40 +1,18 @@
-"""`b3os routine run` as a user runs it: a real process, a real api on uvicorn, Temporal and a worker.
-
-The worker's calls go to the STAND-IN api of tests/activities/stand_in_api.py, which scripts a
-failing step; the real POST /v1/actions/call and a node are exercised in test_workflow_e2e.py.
-"""
+"""`b3os routine run` as a user runs it: a real process against a real api process, Temporal, a routine
+worker process and a node running the echo tool (the session's stack of tests/realstack.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
-import socket
 import sys
-import threading
-import time
-import uuid
-from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import uvicorn
-from pydantic import SecretStr
-from sqlmodel import Session
-from temporalio.testing import WorkflowEnvironment
+from realstack import RoutineStack
 
-from activities.call_action import ActionActivities
-from activities.config import ActivitySettings
-from api import accounts
-from api.config import Settings
-from api.main import create_app
-from engine.worker import build_worker
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "activities"))  # the stand-in's module
-from stand_in_api import StandInApi, problem  # noqa: E402
-
-FLAKY = "com.example.tools/flaky/run@1"
 ROUTINE = """\
 name: greet-all
 inputs:
@@ -43,20 +21,20 @@ inputs:
   loud: {type: boolean, default: false}
 steps:
   - id: greet
-    uses: com.example.tools/echo/echo@1
+    uses: com.example.tools/free/echo@1
     with: {text: "hello ${{ inputs.who }}"}
   - id: each
-    uses: com.example.tools/echo/echo@1
+    uses: com.example.tools/free/echo@1
     foreach: ${{ inputs.names }}
     with: {text: "${{ item }}"}
   - id: shout
-    uses: com.example.tools/echo/echo@1
+    uses: com.example.tools/free/echo@1
     if: ${{ inputs.loud }}
     with: {text: "HELLO"}
   - id: flaky
-    uses: com.example.tools/flaky/run@1
+    uses: com.example.tools/free/fail@1
     continue-on-error: true
-    with: {text: x}
+    with: {mode: exit, exitCode: 3}
 outputs:
   greeting: ${{ steps.greet.output.text }}
   count: ${{ size(steps.each.output) }}
@@ -70,53 +48,8 @@ class Api:
 
 
 @pytest.fixture
-def stand_in() -> Iterator[StandInApi]:
-    api = StandInApi().start()
-    yield api
-    api.stop()
-
-
-@pytest.fixture
-def queue() -> str:
-    return f"test-{uuid.uuid4()}"
-
-
-@pytest.fixture
-def api(tmp_path: Path, temporal_env: WorkflowEnvironment, queue: str) -> Iterator[Api]:
-    settings = Settings(
-        data_dir=tmp_path / "state",
-        temporal_address=temporal_env.client.service_client.config.target_host,
-        temporal_task_queue=queue,
-    )
-    app = create_app(settings)
-    with Session(app.state.engine) as session:
-        org = accounts.create_organization(session, name="cli test")
-        _, secret = accounts.create_api_key(
-            session, org_id=org.id, scopes=["routines:run", "routines:read", "actions:call"]
-        )
-        session.commit()
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", ws="none", lifespan="off"))
-    thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])), daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline, "the api did not start"
-        time.sleep(0.01)
-    yield Api(url=f"http://127.0.0.1:{sock.getsockname()[1]}", key=secret)
-    server.should_exit = True
-    thread.join(timeout=10)
-    sock.close()
-    app.state.engine.dispose()
-
-
-@pytest.fixture
-async def worker(temporal_env: WorkflowEnvironment, stand_in: StandInApi, queue: str) -> AsyncIterator[None]:
-    acts = ActionActivities(ActivitySettings(api_url=stand_in.url, worker_token=SecretStr("wkr")))
-    async with build_worker(temporal_env.client, queue, acts):
-        yield
-    await acts.aclose()
+def api(routine_stack: RoutineStack) -> Api:
+    return Api(url=routine_stack.url, key=routine_stack.runner().key)
 
 
 async def b3os(api: Api, cwd: Path, *args: str) -> tuple[int, str, str]:
@@ -137,10 +70,7 @@ async def b3os(api: Api, cwd: Path, *args: str) -> tuple[int, str, str]:
     return proc.returncode, out.decode(), err.decode()
 
 
-async def test_routine_run_prints_each_step_then_the_outputs(
-    api: Api, worker: None, stand_in: StandInApi, tmp_path: Path
-) -> None:
-    stand_in.script(FLAKY, [problem(502, "tool_failed", "exit", "the command exited with 3", exit_code=3)])
+async def test_routine_run_prints_each_step_then_the_outputs(api: Api, tmp_path: Path) -> None:
     (tmp_path / "greet.yaml").write_text(ROUTINE)
     code, out, err = await b3os(
         api,
@@ -160,13 +90,13 @@ async def test_routine_run_prints_each_step_then_the_outputs(
         '✓ greet (1 attempt): {"text": "hello ann"}',
         '✓ each (1 attempt): [{"text": "x"}, {"text": "y"}, {"text": "z"}]',
         "- shout: skipped",
-        "✗ flaky failed (1 attempt): tool_failed (exit): the command exited with 3",
+        "✗ flaky failed (1 attempt): tool_failed (exit): the tool exited with status 3",
     ]
     assert lines[5] == "outputs:"
     assert json.loads("\n".join(lines[6:])) == {"greeting": "hello ann", "count": 3}
 
 
-async def test_routine_run_json_prints_one_object(api: Api, worker: None, tmp_path: Path) -> None:
+async def test_routine_run_json_prints_one_object(api: Api, tmp_path: Path) -> None:
     (tmp_path / "greet.yaml").write_text(ROUTINE)
     code, out, _ = await b3os(
         api, tmp_path, "routine", "run", "greet.yaml", "-i", 'who="42"', "-i", "loud=true", "--json"
@@ -180,17 +110,16 @@ async def test_routine_run_json_prints_one_object(api: Api, worker: None, tmp_pa
     assert body["steps"]["greet"] == {"status": "succeeded", "attempts": 1, "output": {"text": "hello 42"}}
 
 
-async def test_routine_run_reports_a_failed_run_and_exits_1(
-    api: Api, worker: None, stand_in: StandInApi, tmp_path: Path
-) -> None:
-    stand_in.script(
-        "com.example.tools/echo/echo@1", [problem(422, "invalid_input", "schema", "text is too long")]
+async def test_routine_run_reports_a_failed_run_and_exits_1(api: Api, tmp_path: Path) -> None:
+    failing = ROUTINE.replace(
+        'with: {text: "hello ${{ inputs.who }}"}', "with: {text: '${{ size(inputs.who) }}'}"
     )
-    (tmp_path / "greet.yaml").write_text(ROUTINE)
+    (tmp_path / "greet.yaml").write_text(failing)
     code, out, err = await b3os(api, tmp_path, "routine", "run", "greet.yaml", "--input", "who=ann")
-    assert code == 1
-    assert "✗ greet failed (1 attempt): invalid_input (schema): text is too long" in out
-    assert err.strip().endswith("failed: step greet: invalid_input (schema): text is too long")
+    assert code == 1, err
+    sentence = "invalid_request: input.text: 3 is not of type 'string'"
+    assert f"✗ greet failed (1 attempt): {sentence}" in out, err
+    assert err.strip().endswith(f"failed: step greet: {sentence}")
     assert "Traceback" not in err
 
 

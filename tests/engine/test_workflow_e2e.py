@@ -1,125 +1,167 @@
-"""End to end, nothing stood in: the runs API starts a Temporal run, the routine worker calls the REAL
-POST /v1/actions/call of a real api process, which sends each call to a real node running the echo
-tool in a fresh VM. The stack (api processes, node, published echo packs) is the calls tests' one.
+"""End to end, nothing stood in: the runs API of a real api process starts a Temporal run, a routine
+worker process calls the real POST /v1/actions/call, which sends each call to a real node running the
+echo tool in a fresh VM (the session's stack of tests/realstack.py). Also: a run survives a restart of
+the api process that started it, and what the Temporal UI shows of a run (ids, search attributes,
+activity summaries, and no secret anywhere in the history).
 """
 
 from __future__ import annotations
 
 import asyncio
-import tempfile
+import json
+import signal
+import sys
 import time
-import uuid
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from calls.stack import WORKER_TOKEN, Stack, start_stack
-from pydantic import SecretStr
-from sqlmodel import Session, col, select
-from temporalio.testing import WorkflowEnvironment
+from calls.stack import NODE_TOKEN, WORKER_TOKEN, Org, Proc, free_port, wait_http
+from realstack import FREE_ECHO, FREE_FAIL, RoutineStack, no_traceback
+from temporalio.api.enums.v1 import EventType
 
-from activities.call_action import ActionActivities
-from activities.config import ActivitySettings
 from activities.idempotency import step_idempotency_key
-from api.calls.tables import IdempotencyRecord, ToolCall
-from api.config import Settings
-from api.main import create_app
 
 REPO = Path(__file__).resolve().parents[2]
-SCOPES = ("routines:run", "routines:read", "actions:call")
 
 
 @pytest.fixture(scope="module")
-def stack() -> Iterator[Stack]:
-    s = start_stack(Path(tempfile.mkdtemp(prefix="b3os-e2e-")))
-    yield s
-    s.stop()
-
-
-@pytest.fixture
-async def runs_api(stack: Stack, temporal_env: WorkflowEnvironment) -> AsyncIterator[httpx.AsyncClient]:
-    """The runs API on the stack's database, with a routine worker calling the stack's api."""
-    from engine.worker import build_worker
-
-    queue = f"test-{uuid.uuid4()}"
-    app = create_app(
-        Settings(
-            data_dir=stack.root / "state",
-            database_url=stack.db_url,
-            temporal_address=temporal_env.client.service_client.config.target_host,
-            temporal_task_queue=queue,
-        )
-    )
-    acts = ActionActivities(ActivitySettings(api_url=stack.url, worker_token=SecretStr(WORKER_TOKEN)))
-    async with build_worker(temporal_env.client, queue, acts):
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api") as http:
-            yield http
-    await acts.aclose()
-    app.state.engine.dispose()
-
-
-async def _final(http: httpx.AsyncClient, headers: dict[str, str], run_id: str) -> dict[str, Any]:
-    deadline = time.monotonic() + 60
-    while True:
-        run: dict[str, Any] = (await http.get(f"/v1/runs/{run_id}", headers=headers)).json()
-        if run["status"] != "running":
-            return run
-        assert time.monotonic() < deadline, run
-        await asyncio.sleep(0.1)
+async def hello(routine_stack: RoutineStack) -> tuple[Org, dict[str, Any]]:
+    """examples/routines/hello.yaml run once through the runs API: the org and the finished run."""
+    org = routine_stack.runner()
+    source = (REPO / "examples" / "routines" / "hello.yaml").read_text()
+    stored = await routine_stack.store(org, source)
+    assert stored.status_code == 201, stored.text
+    run_id = await routine_stack.start_run(org, "hello", {"name": "ann"})
+    return org, await routine_stack.final(org, run_id)
 
 
 async def test_the_hello_example_runs_through_the_real_api_and_node(
-    runs_api: httpx.AsyncClient, stack: Stack
+    routine_stack: RoutineStack, hello: tuple[Org, dict[str, Any]]
 ) -> None:
-    org = stack.org(scopes=SCOPES)
-    source = (REPO / "examples" / "routines" / "hello.yaml").read_text()
-    stored = await runs_api.post("/v1/routines", json={"yaml": source}, headers=org.headers)
-    assert stored.status_code == 201, stored.text
-    started = await runs_api.post(
-        "/v1/routines/hello/runs", json={"inputs": {"name": "ann"}}, headers=org.headers
-    )
-    assert started.status_code == 201, started.text
-    run = await _final(runs_api, org.headers, started.json()["run_id"])
-
+    org, run = hello
     assert run["status"] == "succeeded", run
     assert run["outputs"]["greeting"] == "hello ann, again (3 friends next)"
     assert run["outputs"]["friends"] == ["1. hello ada", "2. hello grace", "3. hello linus"]
-    assert run["outputs"]["file"]["name"] == "again-hello.txt"
-    assert run["outputs"]["file"]["$bytes"] == "aGVsbG8K"
+    # the first step's output file went on, as it was, as the second step's input file
+    produced = {"$bytes": "aGVsbG8K", "name": "hello.txt", "bytes": 6, "contentType": "text/plain"}
+    assert run["steps"]["greet"]["output"]["file"] == produced
+    assert run["outputs"]["file"] == produced
     assert all(step["attempts"] == 1 for step in run["steps"].values())
     # every step's call ran once, through the routine surface, under the run's key, with its derived key
-    with Session(stack.engine) as session:
-        calls = session.exec(select(ToolCall).where(col(ToolCall.org_id) == org.org_id)).all()
-        keys = session.exec(
-            select(IdempotencyRecord.key).where(col(IdempotencyRecord.org_id) == org.org_id)
-        ).all()
+    calls = routine_stack.calls_of(org)
     assert len(calls) == 7
     assert {c.surface for c in calls} == {"routine"} and {c.key_id for c in calls} == {org.key_id}
     workflow_id = run["workflow_id"]
-    assert set(keys) == {
+    assert set(routine_stack.stored_keys(org)) == {
         *(step_idempotency_key(workflow_id, s, None) for s in ("greet", "again", "last", "done")),
         *(step_idempotency_key(workflow_id, "friends", i) for i in range(3)),
     }
 
 
-async def test_a_step_the_action_refuses_fails_the_run_with_the_apis_sentence(
-    runs_api: httpx.AsyncClient, stack: Stack
+async def test_the_temporal_ui_shows_the_run_by_name_and_org_and_no_secret(
+    routine_stack: RoutineStack, hello: tuple[Org, dict[str, Any]]
 ) -> None:
-    org = stack.org(scopes=SCOPES)
-    source = """\
+    org, run = hello
+    assert run["workflow_id"] == f"routine-hello-{run['run_id']}"
+    handle = routine_stack.temporal_client.get_workflow_handle(run["workflow_id"])
+    desc = await handle.describe()
+    assert desc.workflow_type == "routine" and desc.task_queue == routine_stack.queue
+    attrs = {key.name: value for key, value in desc.typed_search_attributes}
+    assert (attrs["B3osRoutine"], attrs["B3osOrg"]) == ("hello", org.org_id)
+    assert await desc.static_summary() == f"hello · {run['run_id']}"
+    history = await handle.fetch_history()
+    summaries = [
+        json.loads(e.user_metadata.summary.data)
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ]
+    echo, noop = "com.example.tools/echo/echo@1", "com.example.tools/echo/noop@1"
+    assert sorted(summaries) == sorted(
+        [
+            f"greet · {echo}",
+            f"again · {echo}",
+            f"last · {echo}",
+            *(f"friends[{i}] · {echo}" for i in range(3)),
+            f"done · {noop}",
+        ]
+    )
+    # the whole history, payloads readable (text form) and as JSON: no key secret, no token
+    text = "\n".join(str(e) for e in history.events) + history.to_json()
+    assert "hello ann" in text and org.key_id in text  # the scan reads the payloads
+    for secret in (org.key, WORKER_TOKEN, NODE_TOKEN):
+        assert secret not in text
+
+
+async def test_a_step_the_action_refuses_fails_the_run_with_the_apis_sentence(
+    routine_stack: RoutineStack,
+) -> None:
+    org = routine_stack.runner()
+    source = f"""\
 name: refused
 steps:
   - id: echo
-    uses: com.example.tools/echo/echo@1
-    with: {text: "${{ 'x'.size() > 0 ? 5 : 6 }}"}
+    uses: {FREE_ECHO}
+    with: {{text: "${{{{ 'x'.size() > 0 ? 5 : 6 }}}}"}}
 """
-    await runs_api.post("/v1/routines", json={"yaml": source}, headers=org.headers)
-    started = await runs_api.post("/v1/routines/refused/runs", json={}, headers=org.headers)
-    run = await _final(runs_api, org.headers, started.json()["run_id"])
+    run = await routine_stack.run(org, source)
     assert run["status"] == "failed"
     error = run["error"]
     assert error["step"] == "echo" and error["code"] == "invalid_request"
     assert error["message"] == "input.text: 5 is not of type 'string'"
     assert run["steps"]["echo"]["attempts"] == 1
+
+
+def _api_at(stack: RoutineStack, port: int) -> Proc:
+    argv = [sys.executable, "-m", "uvicorn", "--factory", "api.main:create_app", "--host", "127.0.0.1"]
+    proc = stack.start(f"api-{port}", [*argv, "--port", str(port), "--log-level", "warning"], stack.env())
+    wait_http(f"http://127.0.0.1:{port}/healthz", proc)
+    return proc
+
+
+async def test_a_run_survives_a_restart_of_the_api_process_that_started_it(
+    routine_stack: RoutineStack,
+) -> None:
+    org = routine_stack.runner()
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    api = _api_at(routine_stack, port)
+    source = f"""\
+name: restart
+steps:
+  - id: a
+    uses: {FREE_ECHO}
+    with: {{text: one}}
+  - id: b
+    uses: {FREE_FAIL}
+    with: {{mode: sleep, seconds: 4}}
+  - id: c
+    uses: {FREE_ECHO}
+    with: {{text: "${{{{ steps.a.output.text }}}}-three"}}
+outputs:
+  text: ${{{{ steps.c.output.text }}}}
+"""
+    stored = await routine_stack.store(org, source, url=url)
+    assert stored.status_code == 201, stored.text
+    run_id = await routine_stack.start_run(org, "restart", url=url)
+    deadline = time.monotonic() + 20
+    while not any(c.action == "fail" for c in routine_stack.calls_of(org)):
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.02)
+    api.popen.send_signal(signal.SIGKILL)  # the api that started the run dies mid-run...
+    api.popen.wait(timeout=10)
+    with pytest.raises(httpx.TransportError):
+        await routine_stack.read(org, run_id, url=url)
+    restarted = _api_at(routine_stack, port)  # ...and comes back on the same address
+    try:
+        mid = await routine_stack.read(org, run_id, url=url)
+        assert mid["status"] == "running", mid
+        assert (mid["steps"]["a"]["status"], mid["steps"]["b"]["status"]) == ("succeeded", "running")
+        run = await routine_stack.final(org, run_id, url=url)
+    finally:
+        restarted.stop()
+    assert run["status"] == "succeeded" and run["outputs"] == {"text": "one-three"}, run
+    assert [s["attempts"] for s in run["steps"].values()] == [1, 1, 1]
+    assert len(routine_stack.calls_of(org)) == 3
+    no_traceback([restarted])

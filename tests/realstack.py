@@ -1,0 +1,206 @@
+"""One real stack for the routine tests, for the whole session: nothing of ours stood in.
+
+The Temporal dev server (tests/conftest.py's `temporal_env`), two api processes (uvicorn) on one
+SQLite file that start runs on the session's task queue, a node (bwrap VMs) with the echo tool
+published as calls.stack publishes it (`echo` priced, `pricey` at 1 USD, `free`), and a routine
+worker process (`python -m engine.worker`) that polls that queue and calls the first api.
+
+Helpers: `RoutineStack.api(...)` for HTTP to the api, `store`/`start_run`/`final` for the runs
+API, `history` for a run's Temporal history, `start_worker` for more worker processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from calls.stack import ECHO, FREE, KID, NAMESPACE, PRICEY, Org, Proc, Stack, build_variant, publish
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from sqlmodel import Session, col, select
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+
+from api.calls.tables import IdempotencyRecord, ToolCall
+from api.db import make_engine
+from api.scopes import OWNER_SCOPES
+from packs.signing import public_key_b64
+
+ECHO_REF = f"{ECHO}/echo@1"
+FAIL_REF = f"{ECHO}/fail@1"
+FREE_ECHO = f"{FREE}/echo@1"
+FREE_FAIL = f"{FREE}/fail@1"
+FREE_NOOP = f"{FREE}/noop@1"
+RUNNER_SCOPES = ("routines:run", "routines:read", "actions:call")
+
+
+@dataclass
+class RoutineStack(Stack):
+    """calls.stack's Stack whose api processes start runs on `queue` of the Temporal at `temporal`."""
+
+    temporal: str = ""
+    namespace: str = "default"
+    queue: str = ""
+    client: Client | None = None
+    worker: Proc | None = None
+    workers: list[Proc] = field(default_factory=list)
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = super().env(
+            B3OS_TEMPORAL_ADDRESS=self.temporal,
+            B3OS_TEMPORAL_NAMESPACE=self.namespace,
+            B3OS_TEMPORAL_TASK_QUEUE=self.queue,
+        )
+        env.update(extra)
+        return env
+
+    @property
+    def temporal_client(self) -> Client:
+        assert self.client is not None
+        return self.client
+
+    def start_worker(self, *, queue: str | None = None, name: str = "worker") -> Proc:
+        """A routine worker process polling `queue` (the session's by default), calling the first api."""
+        env = self.env(B3OS_API_URL=self.url, B3OS_TEMPORAL_TASK_QUEUE=queue or self.queue)
+        proc = self.start(f"{name}-{uuid.uuid4().hex[:6]}", [sys.executable, "-m", "engine.worker"], env)
+        deadline = time.monotonic() + 30
+        while b"polling" not in proc.log.read_bytes():
+            if proc.popen.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"the worker did not start:\n{proc.log.read_text()[-3000:]}")
+            time.sleep(0.05)
+        return proc
+
+    def runner(self) -> Org:
+        """A fresh organization with a key that may store and run routines."""
+        return self.org(scopes=RUNNER_SCOPES)
+
+    # --- the runs API over HTTP -----------------------------------------------------------------
+
+    async def store(self, org: Org, source: str, *, url: str | None = None) -> httpx.Response:
+        async with httpx.AsyncClient(base_url=url or self.url, timeout=30) as http:
+            return await http.post("/v1/routines", json={"yaml": source}, headers=org.headers)
+
+    async def start_run(
+        self, org: Org, name: str, inputs: dict[str, Any] | None = None, *, url: str | None = None
+    ) -> str:
+        """Start a run of a stored routine; its run id."""
+        async with httpx.AsyncClient(base_url=url or self.url, timeout=30) as http:
+            r = await http.post(
+                f"/v1/routines/{name}/runs", json={"inputs": inputs or {}}, headers=org.headers
+            )
+        assert r.status_code == 201, r.text
+        run_id: str = r.json()["run_id"]
+        return run_id
+
+    async def run(self, org: Org, source: str, inputs: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Store a routine, run it, and return the finished run as GET /v1/runs/{id} answers it."""
+        stored = await self.store(org, source)
+        assert stored.status_code == 201, stored.text
+        run_id = await self.start_run(org, stored.json()["name"], inputs)
+        return await self.final(org, run_id)
+
+    async def read(self, org: Org, run_id: str, *, url: str | None = None) -> dict[str, Any]:
+        async with httpx.AsyncClient(base_url=url or self.url, timeout=30) as http:
+            r = await http.get(f"/v1/runs/{run_id}", headers=org.headers)
+        assert r.status_code == 200, r.text
+        body: dict[str, Any] = r.json()
+        return body
+
+    async def final(
+        self, org: Org, run_id: str, *, url: str | None = None, timeout_s: float = 60
+    ) -> dict[str, Any]:
+        """Poll GET /v1/runs/{id} until the run has ended."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            run = await self.read(org, run_id, url=url)
+            if run["status"] != "running":
+                return run
+            assert time.monotonic() < deadline, f"run {run_id} still running: {run}"
+            await asyncio.sleep(0.1)
+
+    async def history(self, workflow_id: str) -> list[HistoryEvent]:
+        """The run's Temporal history events."""
+        handle = self.temporal_client.get_workflow_handle(workflow_id)
+        return [event async for event in handle.fetch_history_events()]
+
+    # --- the database ---------------------------------------------------------------------------
+
+    def calls_of(self, org: Org) -> list[ToolCall]:
+        """Every tool call of an organization, oldest first."""
+        with Session(self.engine) as session:
+            stmt = (
+                select(ToolCall).where(col(ToolCall.org_id) == org.org_id).order_by(col(ToolCall.started_at))
+            )
+            return list(session.exec(stmt).all())
+
+    def stored_keys(self, org: Org) -> dict[str, str | None]:
+        """Idempotency-Key -> the call id its stored answer came from, for an organization."""
+        with Session(self.engine) as session:
+            rows = session.exec(select(IdempotencyRecord).where(col(IdempotencyRecord.org_id) == org.org_id))
+            return {r.key: r.call_id for r in rows}
+
+
+def start_routine_stack(root: Path, env: WorkflowEnvironment) -> RoutineStack:
+    """Start api x2, a node and a worker; publish echo, pricey and free; wait for the node to install them."""
+    os.chmod(root, 0o711)  # the VM's user must reach the node's run dir below it
+    (root / "state").mkdir(parents=True)
+    db_url = f"sqlite:///{root / 'state' / 'b3os.db'}"
+    stack = RoutineStack(
+        root=root,
+        db_url=db_url,
+        engine=make_engine(db_url),
+        temporal=env.client.service_client.config.target_host,
+        namespace=env.client.namespace,
+        queue=f"test-routines-{uuid.uuid4().hex[:8]}",
+        client=env.client,
+    )
+    try:
+        stack.start_api()
+        stack.start_api()
+        stack.publisher = stack.org(scopes=OWNER_SCOPES, namespaces=[NAMESPACE])
+        key = stack.signing_key = Ed25519PrivateKey.generate()
+        r = httpx.post(
+            f"{stack.url}/v1/actions/publishers/{NAMESPACE}/keys",
+            headers=stack.publisher.headers,
+            json={"kid": KID, "public_key": public_key_b64(key)},
+        )
+        assert r.status_code in (200, 201), r.text
+        builds = root / "builds"
+        builds.mkdir()
+        for pack, pricing in (
+            (ECHO, {"model": "per_call", "usd": "0.0001"}),
+            (PRICEY, {"model": "per_call", "usd": "1"}),
+            (FREE, {"model": "free"}),
+        ):
+            publish(stack, stack.publisher, build_variant(builds, key, pack=pack, pricing=pricing))
+        stack.start_node("node-a")
+        stack.worker = stack.start_worker()
+        stack.wait_installed("node-a", [f"{p}@1.0.0" for p in (ECHO, PRICEY, FREE)])
+        return stack
+    except BaseException:
+        stack.stop()
+        raise
+
+
+@pytest.fixture(scope="session")
+def routine_stack(temporal_env: WorkflowEnvironment) -> Iterator[RoutineStack]:
+    """The session's one real stack (see the module docstring)."""
+    stack = start_routine_stack(Path(tempfile.mkdtemp(prefix="b3os-routines-")), temporal_env)
+    yield stack
+    stack.stop()
+
+
+def no_traceback(procs: Sequence[Proc]) -> None:
+    """Assert that none of these processes logged a traceback."""
+    for proc in procs:
+        assert b"Traceback" not in proc.log.read_bytes(), proc.log.read_text()[-3000:]
