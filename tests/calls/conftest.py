@@ -1,19 +1,14 @@
-"""Fixtures of the call tests: one real stack (two api processes, one node) for the session."""
+"""Fixtures of the call tests: the session's one real stack (tests/realstack.py: two api processes, one
+node, the echo packs; also the routine tests' Temporal and worker), shared to start it once."""
 
 from __future__ import annotations
 
-import tempfile
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
+from realstack import RoutineStack
 
-from .stack import Stack, start_stack
+from .stack import Stack
 
 
 @pytest.fixture(scope="session")
-def stack() -> Iterator[Stack]:
-    root = Path(tempfile.mkdtemp(prefix="b3os-calls-"))
-    s = start_stack(root)
-    yield s
-    s.stop()
+def stack(routine_stack: RoutineStack) -> Stack:
+    return routine_stack
