@@ -101,9 +101,20 @@ class ActionActivities:
         try:
             response = await self._wait_heartbeating(request)
         except httpx.TransportError as exc:
-            raise network_error(exc, self._settings.api_url, attempt=info.attempt) from None
+            error = network_error(exc, self._settings.api_url, attempt=info.attempt)
+            activity.logger.warning("step %s attempt %d: %s", input.step_id, info.attempt, error)
+            raise error from None
         if response.status_code // 100 != 2:
-            raise error_for_response(response, attempt=info.attempt, key=key)
+            error = error_for_response(response, attempt=info.attempt, key=key)
+            activity.logger.info(
+                "step %s attempt %d: %s answered %d %s",
+                input.step_id,
+                info.attempt,
+                input.ref,
+                response.status_code,
+                error,
+            )
+            raise error
         try:
             answer: Any = response.json()
         except (json.JSONDecodeError, UnicodeDecodeError):

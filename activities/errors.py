@@ -21,7 +21,11 @@ from datetime import timedelta
 from typing import Any
 
 import httpx
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
+
+# An answer of the api is an expected outcome, not a bug: the worker logs it as one line (call_action),
+# and the SDK logs a BENIGN failure without a traceback.
+BENIGN = ApplicationErrorCategory.BENIGN
 
 # Fields of the api's error body copied into the error details (never headers, never the request).
 _DETAIL_FIELDS = (
@@ -133,12 +137,14 @@ def error_for_answer(
             fields,
             type=code,
             next_retry_delay=timedelta(seconds=delay) if delay is not None else None,
+            category=BENIGN,
         )
     if code == "tool_failed":
-        return ApplicationError(text, fields, type=code, non_retryable=fields.get("retryable") is not True)
+        retryable = fields.get("retryable") is True
+        return ApplicationError(text, fields, type=code, non_retryable=not retryable, category=BENIGN)
     if code == "output_invalid" or 400 <= status < 500:
-        return ApplicationError(text, fields, type=code, non_retryable=True)
-    return ApplicationError(text, fields, type=code)
+        return ApplicationError(text, fields, type=code, non_retryable=True, category=BENIGN)
+    return ApplicationError(text, fields, type=code, category=BENIGN)
 
 
 def network_error(exc: Exception, api_url: str, *, attempt: int) -> ApplicationError:
@@ -155,7 +161,7 @@ def network_error(exc: Exception, api_url: str, *, attempt: int) -> ApplicationE
     detail = f": {exc}" if str(exc) else f" ({type(exc).__name__})"
     message = f"the api at {api_url} did not answer{detail}"
     fields = {"code": "api_unreachable", "reason": type(exc).__name__, "message": message, "attempt": attempt}
-    return ApplicationError(message, fields, type="api_unreachable")
+    return ApplicationError(message, fields, type="api_unreachable", category=BENIGN)
 
 
 def _sentence(fields: dict[str, Any]) -> str:

@@ -198,6 +198,8 @@ def routine_stack(temporal_env: WorkflowEnvironment) -> Iterator[RoutineStack]:
     stack = start_routine_stack(Path(tempfile.mkdtemp(prefix="b3os-routines-")), temporal_env)
     yield stack
     stack.stop()
+    assert stack.worker is not None
+    no_traceback([stack.worker])  # a step's failure is one log line, never a traceback
 
 
 def no_traceback(procs: Sequence[Proc]) -> None:
