@@ -43,12 +43,12 @@ class DbResolver:
         version = resolve_ref(self._session, ref=parsed)
         if version is None:
             listed = self._session.exec(
-                select(PackVersion.version).where(col(PackVersion.pack) == parsed.pack)
+                select(PackVersion.version)
+                .where(col(PackVersion.pack) == parsed.pack)
+                .order_by(col(PackVersion.major), col(PackVersion.minor), col(PackVersion.patch))
             ).all()
             if not listed:
                 raise ResolveError(f"pack {parsed.pack} is not in the registry")
             wanted = parsed.version if parsed.is_exact else f"{parsed.major}.x.y"
-            raise ResolveError(
-                f"{parsed.pack} has no version {wanted} (versions: {', '.join(sorted(listed))})"
-            )
+            raise ResolveError(f"{parsed.pack} has no version {wanted} (versions: {', '.join(listed)})")
         return action_input_schema(parsed, version.manifest, version.version)

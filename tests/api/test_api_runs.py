@@ -1,13 +1,22 @@
 """The routines and runs API of a real api process (uvicorn) with a real Temporal dev server, routine
-worker process, node and echo packs: the session's stack of tests/realstack.py."""
+worker process, node and echo packs: the session's stack of tests/realstack.py (SQLite). Storing
+routines (their `uses:` resolved in the registry) also runs in process on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import apitest
 import httpx
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from fastapi.testclient import TestClient
 from realstack import FREE_ECHO, FREE_FAIL, RUNNER_SCOPES, RoutineStack
+
+from cli._http import ApiClient, ApiConfig
+from cli.tool_publish import publish_dir
 
 HELLO = f"""\
 name: hello
@@ -180,3 +189,45 @@ async def test_scopes_and_organizations_fence_routines_and_runs(routine_stack: R
     missing = _post(routine_stack, "/v1/routines/hello/runs", other.headers, {})
     assert missing.status_code == 404 and "no routine named 'hello'" in missing.json()["error"]["message"]
     await routine_stack.final(org, run_id)
+
+
+def test_uses_resolve_in_the_registry_of_the_apis_own_database(
+    client: TestClient, make_org: Callable[..., apitest.Org], tmp_path: Path
+) -> None:
+    """On SQLite and PostgreSQL: `@1` is the newest 1.x.y, exact refs must exist (semver order)."""
+    key = Ed25519PrivateKey.generate()
+    publisher = make_org(namespaces=[apitest.NAMESPACE])
+    apitest.register_key(client, publisher, key)
+    api = ApiClient(ApiConfig(url=str(client.base_url), key=publisher.key), http=client)
+    for version in ("1.10.0", "1.2.0"):
+        fewer = version == "1.10.0"  # the newest 1.x.y has no `fail` action
+
+        def edit(manifest: dict[str, Any], fewer: bool = fewer) -> None:
+            if fewer:
+                manifest["actions"] = [a for a in manifest["actions"] if a["key"] != "fail"]
+
+        publish_dir(
+            api, apitest.build_echo(tmp_path, key, version=version, edit=edit).root, say=lambda _: None
+        )
+    org = make_org(scopes=list(RUNNER_SCOPES))
+    routine = "name: one\nsteps:\n  - id: a\n    uses: {uses}\n    with: {{{with_}}}\n"
+    echo = f"{apitest.NAMESPACE}/echo"
+
+    def store(uses: str, with_: str = "text: hi") -> httpx.Response:
+        yaml = routine.format(uses=uses, with_=with_)
+        return client.post("/v1/routines", json={"yaml": yaml}, headers=org.headers)
+
+    assert store(f"{echo}/echo@1").status_code == 201
+    assert store(f"{echo}/fail@1.2.0", "mode: exit").status_code == 201
+    problems = {
+        f"{echo}/fail@1": f"{echo}@1.10.0 has no action 'fail' (actions: noop, echo)",
+        f"{echo}/echo@1.3.0": f"{echo} has no version 1.3.0 (versions: 1.2.0, 1.10.0)",
+    }
+    for uses, problem in problems.items():
+        answer = store(uses)
+        assert answer.status_code == 400, answer.text
+        assert answer.json()["error"]["problems"] == [
+            f"routine.yaml:4:11: step 'a': uses: cannot resolve {uses}: {problem}"
+        ]
+    listed = client.get("/v1/routines", headers=org.headers).json()["routines"]
+    assert [(r["name"], r["version"], r["steps"]) for r in listed] == [("one", 2, ["a"])]
