@@ -1,4 +1,7 @@
-"""Node call latency and throughput: the echo tool's noop, bare vs. through the VM driver vs. over HTTP.
+"""Node call latency and throughput of a no-op tool, bare vs. through the VM driver vs. over HTTP.
+
+The tool is the echo tool's `noop` (a POSIX sh script, `--tool sh`, the default) or a Python json-stdio
+script that answers `{"output": {}}` (`--tool python`, run by the base's /usr/bin/python3).
 
 Prints per-phase latency (median and p95, ms) and calls per second for:
 - bare: `subprocess.run` of the echo tool's script on the host (no isolation);
@@ -6,7 +9,8 @@ Prints per-phase latency (median and p95, ms) and calls per second for:
   at once;
 - http: `POST /v1/node/calls` to a real node process (`b3os node run`), one at a time and 8 at once.
 
-Run: `.venv/bin/python -m bench node_calls [--calls N]` (root; builds the base template if missing).
+Run: `.venv/bin/python -m bench node_calls [--calls N] [--tool sh|python] [--no-http]` (root; builds the
+base template if missing).
 """
 
 from __future__ import annotations
@@ -39,6 +43,14 @@ from packs.archive import build_archive
 REPO = Path(__file__).resolve().parent.parent
 ECHO_TOOL = REPO / "examples" / "tools" / "echo" / "tool"
 PACK, VERSION = "com.example.tools/echo", "1.0.0"
+PY_PACK = "com.example.bench/pynoop"
+PY_TOOL = """#!/usr/bin/python3
+import json
+import sys
+
+json.load(sys.stdin)
+print(json.dumps({"output": {}}))
+"""
 TOKEN = "bench-node-token"
 REQUEST = {
     "action": "noop",
@@ -48,11 +60,27 @@ REQUEST = {
 }
 
 
-def _call(i: int) -> NodeCall:
+def _call(i: int, tool: str = "sh") -> NodeCall:
+    pack, cmd = (PACK, ["/tool/bin/echo-tool", "noop"]) if tool == "sh" else (PY_PACK, ["/tool/bin/noop"])
     return NodeCall(
-        call_id=f"tcall_bench_{i}", pack=PACK, version=VERSION, action="noop",
-        cmd=["/tool/bin/echo-tool", "noop"], timeout_ms=10_000, input={},
+        call_id=f"tcall_bench_{i}", pack=pack, version=VERSION, action="noop",
+        cmd=cmd, timeout_ms=10_000, input={},
     )  # fmt: skip
+
+
+def _install(cache: InstallCache, tmp: Path) -> tuple[Path, Path]:
+    """Install the echo tool and the Python no-op tool; return their unpacked trees."""
+    data, st = build_archive(ECHO_TOOL)
+    echo = cache.install_archive(PACK, VERSION, data, fmt="tar", max_unpacked_bytes=st.unpacked_bytes,
+                                 max_entries=st.entries)  # fmt: skip
+    tree = tmp / "pynoop"
+    (tree / "bin").mkdir(parents=True)
+    (tree / "bin" / "noop").write_text(PY_TOOL)
+    (tree / "bin" / "noop").chmod(0o755)
+    data, st = build_archive(tree)
+    py = cache.install_archive(PY_PACK, VERSION, data, fmt="tar", max_unpacked_bytes=st.unpacked_bytes,
+                               max_entries=st.entries)  # fmt: skip
+    return echo, py
 
 
 def _stats(values: list[float]) -> tuple[float, float]:
@@ -85,6 +113,8 @@ def _row(name: str, lat: list[float], rate: float) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench node_calls")
     parser.add_argument("--calls", type=int, default=200, help="calls per measurement (default 200)")
+    parser.add_argument("--tool", choices=("sh", "python"), default="sh", help="the no-op tool (default sh)")
+    parser.add_argument("--no-http", action="store_true", help="skip the node-over-HTTP rows")
     args = parser.parse_args(argv)
     n = args.calls
     settings = Settings()
@@ -92,17 +122,18 @@ def main(argv: list[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="b3os-bench-", dir="/tmp"))
     os.chmod(tmp, 0o755)
     cache = InstallCache(tmp / "cache")
-    data, st = build_archive(ECHO_TOOL)
-    tool = cache.install_archive(PACK, VERSION, data, fmt="tar", max_unpacked_bytes=st.unpacked_bytes,
-                                 max_entries=st.entries)  # fmt: skip
+    echo, py = _install(cache, tmp)
+    bare_cmd = (
+        [str(echo / "bin/echo-tool"), "noop"]
+        if args.tool == "sh"
+        else ["/usr/bin/python3", str(py / "bin/noop")]
+    )
     stdin = json.dumps(REQUEST).encode()
     rows: list[str] = []
     try:
 
         def bare(i: int) -> None:
-            subprocess.run(
-                [str(tool / "bin/echo-tool"), "noop"], input=stdin, capture_output=True, check=True
-            )
+            subprocess.run(bare_cmd, input=stdin, capture_output=True, check=True)
 
         _timed(bare, 10, 1)
         lat_bare, rate_bare = _timed(bare, n, 1)
@@ -116,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         phases: dict[str, list[float]] = {}
 
         def via_driver(i: int) -> None:
-            result = runner.call(_call(i))
+            result = runner.call(_call(i, args.tool))
             assert result.ok, result.error
             for k, v in result.timings.items():
                 phases.setdefault(k, []).append(v)
@@ -131,10 +162,11 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(_row("driver, 8 at once", lat_drv8, rate_drv8))
         driver.close()
 
-        rows.extend(_http_rows(n, tmp, cache))
+        if not args.no_http:
+            rows.extend(_http_rows(n, tmp, cache, args.tool))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print(f"echo noop, {n} calls each, {os.cpu_count()} CPUs")
+    print(f"{args.tool} noop tool, {n} calls each, {os.cpu_count()} CPUs")
     print(f"{'':<28}{'median ms':>10}{'p95 ms':>10}{'calls/s':>12}")
     for row in rows:
         print(row)
@@ -143,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _http_rows(n: int, tmp: Path, cache: InstallCache) -> list[str]:
+def _http_rows(n: int, tmp: Path, cache: InstallCache, tool: str) -> list[str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -164,7 +196,7 @@ def _http_rows(n: int, tmp: Path, cache: InstallCache) -> list[str]:
                     time.sleep(0.1)
 
             def via_http(i: int) -> None:
-                resp = client.post(url, content=_call(i).model_dump_json())
+                resp = client.post(url, content=_call(i, tool).model_dump_json())
                 assert resp.status_code == 200 and resp.json()["ok"], resp.text
 
             _timed(via_http, 10, 1)

@@ -2,8 +2,9 @@
 
 Every request needs `Authorization: Bearer <B3OS_NODE_TOKEN>` (401 otherwise; a node without a token refuses
 all). The node runs `slots` calls at once (8); one more is answered at once with 503 `node_busy` and
-`Retry-After: 1`. A call runs in a worker thread; the answer is a `NodeCallResult` with status 200 for every
-outcome of the call itself. A request the node cannot use is 400 `invalid_request` naming the field.
+`Retry-After`: the whole seconds to the soonest deadline of the running calls (at least 1). A call runs in a
+worker thread; the answer is a `NodeCallResult` with status 200 for every outcome of the call itself. A
+request the node cannot use is 400 `invalid_request` naming the field.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from node.vm.base import VmDriver
 from node.vm.bwrap import BwrapDriver, VmLimits
 
 log = logging.getLogger("b3os.node")
-RETRY_AFTER_S = 1
 
 
 def make_driver(settings: Settings) -> VmDriver:
@@ -145,7 +145,7 @@ def create_app(
                     message=f"the node already runs {settings.slots} calls",
                 ),
             )
-            headers = {"Retry-After": str(RETRY_AFTER_S)}
+            headers = {"Retry-After": str(state.runner.retry_after_s())}
             return JSONResponse(busy.model_dump(), status_code=503, headers=headers)
         state.in_flight += 1
         try:

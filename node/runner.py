@@ -8,14 +8,18 @@ stdout is read up to 1 MiB; stderr is discarded. Output files (top-level output 
 
 Outcomes map to the seed's errors: `tool_failed` (`unpack`, `exit`, `signal`, `protocol`, `tool_error`,
 `output_file`, `output_too_large`), `tool_timed_out`, `tool_unavailable` (`no_slot`, `copy`, `exec`) and
-`pack_unavailable` when the version is not installed here. `ran` says whether the command started.
+`pack_unavailable` when the version is not installed here. `ran` says whether the command started. A call
+with less than `MIN_START_MS` of its time left when its command would start is `no_slot` (it could do
+nothing useful, and the reason does not depend on how fast the node was).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import itertools
 import json
+import math
 import mimetypes
 import signal
 import threading
@@ -29,6 +33,7 @@ from node.vm.base import InputFile, OutputFileError, PhaseClock, RunResult, Vm, 
 from packs.names import FILE_NAME_RE
 
 MAX_STDOUT_BYTES = 1024 * 1024
+MIN_START_MS = 5
 DEFAULT_CONTENT_TYPE = "application/octet-stream"
 
 
@@ -92,6 +97,17 @@ class Runner:
         self.slots = slots
         self.memory_mb = memory_mb
         self._sem = threading.BoundedSemaphore(slots)
+        self._deadlines: dict[int, float] = {}
+        self._lock = threading.Lock()
+        self._ids = itertools.count()
+
+    def retry_after_s(self) -> int:
+        """Whole seconds (at least 1) to the soonest deadline of the running calls: a slot is free by then."""
+        with self._lock:
+            soonest = min(self._deadlines.values(), default=None)
+        if soonest is None:
+            return 1
+        return max(1, math.ceil(soonest - time.monotonic()))
 
     def call(self, call: NodeCall, *, received: float | None = None) -> NodeCallResult:
         """Run one call and answer for every outcome (never raises for the tool's behaviour).
@@ -115,6 +131,9 @@ class Runner:
                 ok=False, ran=False, error=_fail("tool_unavailable", "no_slot", "no VM was free in time")
             )
         vm: Vm | None = None
+        token = next(self._ids)
+        with self._lock:
+            self._deadlines[token] = deadline
         try:
             with clock.phase("start"):
                 vm = self.driver.claim(deadline)
@@ -126,7 +145,7 @@ class Runner:
             if exec_error:
                 raise VmError("exec", exec_error)
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if remaining < MIN_START_MS / 1000:
                 raise VmError("no_slot", "the call's time ran out before its command could start")
             request = {
                 "action": call.action,
@@ -150,6 +169,8 @@ class Runner:
             if vm is not None:
                 with clock.phase("delete"):
                     vm.delete()
+            with self._lock:
+                del self._deadlines[token]
             self._sem.release()
         result.timings = clock.as_dict()
         return result

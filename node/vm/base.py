@@ -108,6 +108,9 @@ class Vm(ABC):
 
         Reading stops past `max_stdout` bytes of stdout (then the VM is stopped). Raises nothing about the
         command itself: how it ended is in the result.
+
+        Raises:
+            VmError: reason "no_slot" when the time ran out before the command started.
         """
 
     @abstractmethod

@@ -9,14 +9,20 @@ shell, in `/work`, as uid 1000 inside (the host uid `vm_uid`, never root), with 
 
 Each VM gets its own cgroup (memory with swap, CFS CPU quota, pids) under the node's own cgroup. bwrap is
 started with `--block-fd`: its sandbox init (pid 1 of the VM) waits until the node has moved it into the
-VM's cgroup, so every process of the command is in the group from its first instruction.
+VM's cgroup, so every process of the VM is in the group from its first instruction.
 
-How the command ended comes from bwrap's `--json-status-fd`: an `exit-code` record means the command was
-executed. bwrap reports a command killed by signal N as exit status 128+N (like a shell), so exit statuses
-129..192 are read as signals; a tool that itself exits with such a status is reported as killed by a signal.
+The pool starts VMs ahead of calls: a prepared VM is its directory (tmpfs `in/` and `out/`, and `tool/`, a
+read-only bind of the launcher's directory made a shared mount), its cgroup with limits, and its bwrap with
+the namespaces and mounts made, running the launcher (`launcher.c`) as `/tool/launch`, which waits for the
+command. On claim the node writes the input files to `in/` (the same tmpfs the sandbox sees at /in), mounts
+a read-only copy of the installed tool tree over `tool/` (the mount propagates into the sandbox's /tool, a
+slave of it, and hides the launcher), and hands the command to the launcher, which execve()s it without a
+shell. After the command, every process of the VM is killed at once; its mounts, cgroup and directory are
+removed by a background thread. A VM is still used for one call only. `FILLERS` threads refill the pool.
 
-Prepared VMs (directory, tmpfs mounts, cgroup with limits) are kept in a small pool so that `start` costs a
-queue pop; a VM is still used for one call and deleted.
+How the command ended comes from bwrap's `--json-status-fd`: an `exit-code` record. bwrap reports a command
+killed by signal N as exit status 128+N (like a shell), so exit statuses 129..192 are read as signals; a tool
+that itself exits with such a status is reported as killed by a signal.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import select
 import shutil
 import stat
 import subprocess
+import sys
 import threading
 import time
 from collections import deque
@@ -36,16 +43,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from node.vm import mounts
+from node.vm import mounts, pipes
 from node.vm.base import InputFile, RunResult, Vm, VmDriver, VmError
 from node.vm.cgroups import CallCgroup, CgroupError, CgroupLimits, NodeCgroups
 from node.vm.collect import read_out_files
+from node.vm.launcher import VM_PATH, LauncherError, build_launcher
 from node.vm.usage import UsageMeter
 
 log = logging.getLogger("b3os.node.vm")
 
 SANDBOX_UID = 1000
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
+SETUP_S = 10.0  # how long a VM's sandbox may take to come up
+FILLERS = 2  # VMs prepared at once in the background
+MAX_REMOVING = 16  # VMs whose processes are dead but whose mounts and cgroup the reaper still removes
 
 
 @dataclass(frozen=True)
@@ -76,8 +87,16 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+class SetupError(Exception):
+    """A VM could not be prepared; the message says which step failed."""
+
+
 class BwrapVm(Vm):
-    """One prepared sandbox: a directory with in/, out/ (tmpfs) and tool/, and a cgroup."""
+    """One prepared sandbox: its directory (in/, out/, tool/), its cgroup, and its bwrap waiting to run.
+
+    The sandbox is already set up when the VM is claimed: bwrap has made the namespaces and mounts, is in the
+    VM's cgroup, and runs the launcher, which waits for the call's command on `ctl`.
+    """
 
     def __init__(self, driver: BwrapDriver, vm_id: str, path: Path, cgroup: CallCgroup) -> None:
         self.id = vm_id
@@ -86,6 +105,38 @@ class BwrapVm(Vm):
         self._driver = driver
         self._tool_src: Path | None = None
         self._deleted = False
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.child: int | None = None
+        self._status = self._ctl = self._err = -1
+
+    def start(self, fds: tuple[int, int, int, int]) -> None:
+        """With bwrap just started: put its sandbox in the cgroup, let it go on, wait until the launcher runs.
+
+        Args:
+            fds: the node's ends of bwrap's status pipe, its block pipe, the launcher's ctl and err pipes.
+
+        Raises:
+            SetupError: bwrap or the launcher did not come up.
+        """
+        status_r, block_w, ctl_w, err_r = fds
+        self._status, self._ctl, self._err = status_r, ctl_w, err_r
+        deadline = time.monotonic() + SETUP_S
+        first, _ = pipes.read_until(status_r, deadline, line=True)
+        child = pipes.json_int(first, "child-pid")
+        if child is None:
+            os.close(block_w)
+            raise SetupError("bwrap did not start the sandbox")
+        self.child = child
+        try:
+            self.cgroup.add(child)
+        except CgroupError as exc:
+            os.close(block_w)
+            raise SetupError(f"the VM's cgroup refused its init process: {exc}") from exc
+        os.write(block_w, b"1")
+        os.close(block_w)
+        ready, _ = pipes.read_until(err_r, deadline, size=1)
+        if ready != b"R":
+            raise SetupError("the VM's launcher did not start")
 
     def copy(self, tool_dir: Path, files: Sequence[InputFile]) -> None:
         try:
@@ -107,67 +158,39 @@ class BwrapVm(Vm):
         if src is None or not src.is_dir():
             raise VmError("unpack", "the tool's unpacked files are missing from the node's install cache")
         try:
-            mounts.bind(src, self.path / "tool", read_only=True)
+            mounts.attach_tree(src, self.path / "tool")
         except mounts.MountError as exc:
             raise VmError("unpack", f"the tool's files could not be mounted at /tool: {exc}") from exc
 
     def run(self, cmd: Sequence[str], stdin: bytes, *, timeout_s: float, max_stdout: int) -> RunResult:
-        deadline = time.monotonic() + max(timeout_s, 0.0)
-        status_r, status_w = os.pipe()
-        block_r, block_w = os.pipe()
+        deadline = time.monotonic() + timeout_s
+        proc = self.proc
+        assert proc is not None and proc.stdin is not None and proc.stdout is not None
+        if timeout_s <= 0:
+            raise VmError("no_slot", "the call's time ran out before its command could start")
+        self.cgroup.reset_peak()
+        meter = UsageMeter(self.cgroup)
         try:
-            proc = subprocess.Popen(
-                [*self._driver.bwrap_args(self.path, status_w, block_r), "--", *cmd],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                pass_fds=(status_w, block_r),
-                user=self._driver.vm_uid,
-                group=self._driver.vm_gid,
-                extra_groups=[],
-                start_new_session=True,
-                cwd="/",
-                env={},
+            os.write(self._ctl, b"".join(arg.encode() + b"\0" for arg in cmd))
+        except OSError:
+            return RunResult(started=False, exec_error="the VM stopped before its command could start")
+        finally:
+            os.close(self._ctl)
+            self._ctl = -1
+        got, eof = pipes.read_until(self._err, deadline, size=4)
+        if not eof and len(got) < 4:
+            raise VmError("no_slot", "the call's time ran out before its command could start")
+        if len(got) == 4:
+            err = int.from_bytes(got, sys.byteorder)
+            return RunResult(
+                started=False, exec_error=f"the command could not be executed in the VM: {os.strerror(err)}"
             )
-        except OSError as exc:
-            for fd in (status_r, status_w, block_r, block_w):
-                os.close(fd)
-            return RunResult(started=False, exec_error=f"the sandbox could not be started: {exc.strerror}")
-        os.close(status_w)
-        os.close(block_r)
-        with proc, open(status_r, "rb", buffering=0) as status:
-            return self._supervise(proc, status, block_w, stdin, deadline, max_stdout)
+        return self._supervise(proc, meter, stdin, deadline, max_stdout)
 
     def _supervise(
-        self,
-        proc: subprocess.Popen[bytes],
-        status: object,
-        block_w: int,
-        stdin: bytes,
-        deadline: float,
-        max_stdout: int,
+        self, proc: subprocess.Popen[bytes], meter: UsageMeter, stdin: bytes, deadline: float, max_stdout: int
     ) -> RunResult:
         assert proc.stdin is not None and proc.stdout is not None
-        status_fd = status.fileno()  # type: ignore[attr-defined]
-        first = _read_line(status_fd, deadline)
-        child = _json_int(first, "child-pid")
-        if child is None:
-            os.close(block_w)
-            proc.kill()
-            proc.wait()
-            return RunResult(started=False, exec_error="the sandbox could not be set up")
-        try:
-            self.cgroup.add(child)
-        except CgroupError as exc:
-            os.close(block_w)
-            proc.kill()
-            proc.wait()
-            _reap(child)
-            return RunResult(started=False, exec_error=f"the VM's cgroup refused its init process: {exc}")
-        meter = UsageMeter(self.cgroup)
-        os.write(block_w, b"1")
-        os.close(block_w)
-
         out_fd, in_fd = proc.stdout.fileno(), proc.stdin.fileno()
         os.set_blocking(out_fd, False)
         os.set_blocking(in_fd, False)
@@ -204,7 +227,7 @@ class BwrapVm(Vm):
                             poller.unregister(in_fd)
                             proc.stdin.close()
                     elif fd == out_fd:
-                        data = _read_some(out_fd)
+                        data = pipes.read_some(out_fd)
                         if data is None:
                             poller.unregister(out_fd)
                         else:
@@ -215,11 +238,9 @@ class BwrapVm(Vm):
                     result.stdout_too_large = True
                     break
             meter.finish()
-            self.cgroup.kill()
-            proc.wait()
-            _reap(child)
+            self._stop()
             if not result.stdout_too_large:
-                rest = _drain(out_fd, max_stdout + 1 - size)
+                rest = pipes.drain(out_fd, max_stdout + 1 - size)
                 chunks.append(rest)
                 size += len(rest)
                 result.stdout_too_large = size > max_stdout
@@ -233,7 +254,8 @@ class BwrapVm(Vm):
         result.oom_killed = self.cgroup.oom_kills() > 0
         if result.timed_out or result.stdout_too_large:
             return result
-        code = _json_int(_read_line(status_fd, time.monotonic() + 0.5), "exit-code")
+        line, _ = pipes.read_until(self._status, time.monotonic() + 0.5, line=True)
+        code = pipes.json_int(line, "exit-code")
         if code is None:
             if proc.returncode is not None and proc.returncode < 0:
                 result.lost = True
@@ -245,6 +267,31 @@ class BwrapVm(Vm):
             result.exit_code = code
         return result
 
+    def _stop(self) -> None:
+        """Kill every process of the VM, wait for bwrap and reap the VM's init."""
+        self.cgroup.kill()
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
+            self.proc.wait()
+        if self.child is not None:
+            _reap(self.child)
+            self.child = None
+
+    def close_fds(self) -> None:
+        """Close the node's ends of the VM's pipes (safe to call twice)."""
+        for name in ("_status", "_ctl", "_err"):
+            fd = getattr(self, name)
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+                setattr(self, name, -1)
+        if self.proc is not None:
+            for stream in (self.proc.stdin, self.proc.stdout):
+                if stream is not None and not stream.closed:
+                    with contextlib.suppress(OSError):
+                        stream.close()
+
     def collect(self, names: Sequence[str], *, max_total: int) -> dict[str, bytes]:
         return read_out_files(self.path / "out", names, max_total=max_total)
 
@@ -252,7 +299,7 @@ class BwrapVm(Vm):
         if self._deleted:
             return
         self._deleted = True
-        self._driver.destroy(self)
+        self._driver.destroy(self, wait=False)
 
 
 def _reap(pid: int) -> None:
@@ -261,58 +308,8 @@ def _reap(pid: int) -> None:
         os.waitpid(pid, 0)
 
 
-def _read_some(fd: int) -> bytes | None:
-    try:
-        data = os.read(fd, 65536)
-    except BlockingIOError:
-        return b""
-    return data or None
-
-
-def _drain(fd: int, limit: int) -> bytes:
-    """Read what is left in a pipe whose writers are all dead."""
-    chunks: list[bytes] = []
-    got = 0
-    end = time.monotonic() + 0.5
-    while got < limit and time.monotonic() < end:
-        data = _read_some(fd)
-        if data is None:
-            break
-        if not data:
-            select.select([fd], [], [], 0.01)
-            continue
-        chunks.append(data)
-        got += len(data)
-    return b"".join(chunks)
-
-
-def _read_line(fd: int, deadline: float) -> bytes:
-    buf = b""
-    while b"\n" not in buf:
-        left = deadline - time.monotonic()
-        if left <= 0 or not select.select([fd], [], [], left)[0]:
-            break
-        data = os.read(fd, 4096)
-        if not data:
-            break
-        buf += data
-    return buf
-
-
-def _json_int(line: bytes, key: str) -> int | None:
-    import json
-
-    try:
-        value = json.loads(line.split(b"\n", 1)[0] or b"null")
-    except ValueError:
-        return None
-    if isinstance(value, dict) and isinstance(value.get(key), int):
-        return int(value[key])
-    return None
-
-
 class BwrapDriver(VmDriver):
-    """Hands out bubblewrap VMs from a small pool prepared ahead of calls."""
+    """Hands out bubblewrap VMs from a pool started ahead of calls (bounded, refilled in the background)."""
 
     name = "bwrap"
 
@@ -326,10 +323,10 @@ class BwrapDriver(VmDriver):
         vm_uid: int = 65534,
         vm_gid: int = 65534,
     ) -> None:
-        """Set up the node's directory, mounts and cgroup, and start filling the pool.
+        """Set up the node's directory, mounts, launcher and cgroup, and start filling the pool.
 
         Raises:
-            VmError: reason "no_slot" when bwrap, the base template or cgroups are not usable here.
+            VmError: reason "no_slot" when bwrap, the base template, a C compiler or cgroups are not usable.
         """
         bwrap = shutil.which("bwrap")
         if bwrap is None:
@@ -351,7 +348,9 @@ class BwrapDriver(VmDriver):
         self._pool: deque[BwrapVm] = deque()
         self._cond = threading.Condition()
         self._closed = False
-        self._preparing = False
+        self._preparing = 0
+        self._removing: deque[BwrapVm] = deque()
+        self._remover_busy = False
         run_dir.mkdir(parents=True, exist_ok=True)
         os.chmod(run_dir, 0o711)
         closed = [str(p) for p in run_dir.parents if not p.stat().st_mode & stat.S_IXOTH]
@@ -361,13 +360,19 @@ class BwrapDriver(VmDriver):
         _make_dir(self.node_dir, 0o711)
         _make_dir(self.node_dir / "base", 0o755)
         try:
+            self.launcher_dir = build_launcher(self.node_dir / "launcher")
             mounts.bind(base_rootfs, self.node_dir / "base", read_only=True)
             self.cgroups = NodeCgroups.open(f"b3os-node-{os.getpid()}")
-        except (mounts.MountError, CgroupError) as exc:
+        except (mounts.MountError, CgroupError, LauncherError) as exc:
             self._remove_node_dir()
             raise VmError("no_slot", f"the bwrap driver cannot start: {exc}") from exc
-        self._filler = threading.Thread(target=self._fill, name="b3os-vm-pool", daemon=True)
-        self._filler.start()
+        self._fillers = [
+            threading.Thread(target=self._fill, name=f"b3os-vm-pool-{i}", daemon=True)
+            for i in range(min(FILLERS, pool_size))
+        ]
+        self._remover = threading.Thread(target=self._remove_loop, name="b3os-vm-remover", daemon=True)
+        for thread in (*self._fillers, self._remover):
+            thread.start()
 
     def bwrap_args(self, vm_dir: Path, status_fd: int, block_fd: int) -> list[str]:
         """The bwrap command line for one VM, up to (not including) `--` and the command."""
@@ -399,15 +404,17 @@ class BwrapDriver(VmDriver):
                 raise VmError("no_slot", "the call's time ran out before a VM was free")
             try:
                 vm = self._prepare()
-            except (OSError, mounts.MountError, CgroupError) as exc:
+            except (OSError, mounts.MountError, CgroupError, SetupError) as exc:
                 log.warning("no VM could be prepared: %s", exc)
                 raise VmError("no_slot", "no VM could be prepared on this node") from exc
         return vm
 
     def _prepare(self) -> BwrapVm:
+        """A VM whose sandbox is up and whose launcher waits for a command."""
         vm_id = f"vm-{secrets.token_hex(6)}"
         path = self.node_dir / vm_id
         _make_dir(path, 0o711)
+        vm: BwrapVm | None = None
         try:
             for sub in ("in", "tool", "out"):
                 _make_dir(path / sub, 0o755)
@@ -420,46 +427,132 @@ class BwrapDriver(VmDriver):
                 gid=self.vm_gid,
                 inodes=256,
             )
-            cgroup = self.cgroups.create_call(vm_id, self._cg_limits)
+            # /tool shows the launcher until the call's tree is mounted over it; shared, so that mount
+            # reaches the sandbox's copy (its slave).
+            mounts.bind(self.launcher_dir, path / "tool", read_only=True)
+            mounts.make_shared(path / "tool")
+            vm = BwrapVm(self, vm_id, path, self.cgroups.create_call(vm_id, self._cg_limits))
+            self._spawn(vm)
         except BaseException:
-            self._remove_vm_dir(path)
+            if vm is not None:
+                self.destroy(vm)
+            else:
+                self._remove_vm_dir(path)
             raise
-        return BwrapVm(self, vm_id, path, cgroup)
+        return vm
+
+    def _spawn(self, vm: BwrapVm) -> None:
+        status_r, status_w = os.pipe()
+        block_r, block_w = os.pipe()
+        ctl_r, ctl_w = os.pipe()
+        err_r, err_w = os.pipe()
+        theirs = (status_w, block_r, ctl_r, err_w)
+        try:
+            vm.proc = subprocess.Popen(
+                [*self.bwrap_args(vm.path, status_w, block_r), "--", VM_PATH, str(ctl_r), str(err_w)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                pass_fds=theirs,
+                user=self.vm_uid,
+                group=self.vm_gid,
+                extra_groups=[],
+                start_new_session=True,
+                cwd="/",
+                env={},
+            )
+        except OSError:
+            for fd in (*theirs, status_r, block_w, ctl_w, err_r):
+                os.close(fd)
+            raise
+        finally:
+            if vm.proc is not None:
+                for fd in theirs:
+                    os.close(fd)
+        vm.start((status_r, block_w, ctl_w, err_r))
 
     def _fill(self) -> None:
         while True:
             with self._cond:
-                while not self._closed and len(self._pool) >= self.pool_size:
+                while not self._closed and len(self._pool) + self._preparing >= self.pool_size:
                     self._cond.wait()
                 if self._closed:
                     return
-                self._preparing = True
+                self._preparing += 1
             try:
                 vm = self._prepare()
-            except (OSError, mounts.MountError, CgroupError) as exc:
+            except (OSError, mounts.MountError, CgroupError, SetupError) as exc:
                 log.warning("preparing a VM failed: %s", exc)
                 with self._cond:
-                    self._preparing = False
+                    self._preparing -= 1
+                    self._cond.notify_all()
                 time.sleep(0.5)
                 continue
             with self._cond:
-                self._preparing = False
+                self._preparing -= 1
                 self._cond.notify_all()
-                if self._closed:
-                    self.destroy(vm)
-                    return
-                self._pool.append(vm)
+                if not self._closed:
+                    self._pool.append(vm)
+                    continue
+            self.destroy(vm)
+            return
 
     def settle(self, timeout_s: float = 5.0) -> list[str]:
-        """Wait until the pool is full and idle; return the ids of the prepared VMs (for leak checks)."""
+        """Wait until the pool is full and idle and every used VM is removed; return the prepared VMs' ids."""
         end = time.monotonic() + timeout_s
         with self._cond:
-            while (len(self._pool) < self.pool_size or self._preparing) and time.monotonic() < end:
+            while time.monotonic() < end and (
+                len(self._pool) < self.pool_size or self._preparing or self._removing or self._remover_busy
+            ):
                 self._cond.wait(0.01)
             return [vm.id for vm in self._pool]
 
-    def destroy(self, vm: BwrapVm) -> None:
-        """Kill the VM's processes, remove its cgroup, unmount and remove its directory."""
+    def pool_pids(self) -> set[int]:
+        """The processes of the prepared VMs (their bwrap and their cgroups' processes), for leak checks."""
+        with self._cond:
+            pool = list(self._pool)
+        found: set[int] = set()
+        for vm in pool:
+            if vm.proc is not None:
+                found.add(vm.proc.pid)
+            found.update(vm.cgroup.pids())
+        return found
+
+    def destroy(self, vm: BwrapVm, *, wait: bool = True) -> None:
+        """Kill the VM's processes, then remove its cgroup, unmount and remove its directory.
+
+        With `wait` False only the processes are stopped here (nothing of the VM runs any more when this
+        returns) and the rest is left to the remover thread, unless it is already behind.
+        """
+        try:
+            vm._stop()
+        finally:
+            vm.close_fds()
+        if not wait:
+            with self._cond:
+                if not self._closed and len(self._removing) < MAX_REMOVING:
+                    self._removing.append(vm)
+                    self._cond.notify_all()
+                    return
+        self._remove(vm)
+
+    def _remove_loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed and not self._removing:
+                    self._cond.wait()
+                if not self._removing:
+                    return
+                vm = self._removing.popleft()
+                self._remover_busy = True
+            try:
+                self._remove(vm)
+            finally:
+                with self._cond:
+                    self._remover_busy = False
+                    self._cond.notify_all()
+
+    def _remove(self, vm: BwrapVm) -> None:
         try:
             vm.cgroup.remove()
         except CgroupError as exc:
@@ -467,9 +560,10 @@ class BwrapDriver(VmDriver):
         self._remove_vm_dir(vm.path)
 
     def _remove_vm_dir(self, path: Path) -> None:
-        for point in mounts.mounts_under(path):
+        # What _prepare mounts: in, out, and on tool the launcher's bind and the call's tree over it.
+        for sub, stacked in (("in", 1), ("out", 1), ("tool", 2)):
             try:
-                mounts.unmount(point)
+                mounts.unmount(path / sub, stacked=stacked)
             except mounts.MountError as exc:
                 log.warning("%s", exc)
         try:  # the usual case: only the three empty mount points are left
@@ -477,6 +571,9 @@ class BwrapDriver(VmDriver):
                 os.rmdir(path / sub)
             os.rmdir(path)
         except OSError:
+            for point in mounts.mounts_under(path):
+                with contextlib.suppress(mounts.MountError):
+                    mounts.unmount(point)
             shutil.rmtree(path, ignore_errors=True)
 
     def _remove_node_dir(self) -> None:
@@ -491,7 +588,8 @@ class BwrapDriver(VmDriver):
             pool = list(self._pool)
             self._pool.clear()
             self._cond.notify_all()
-        self._filler.join(timeout=5)
+        for thread in (*self._fillers, self._remover):
+            thread.join(timeout=SETUP_S)
         for vm in pool:
             vm.delete()
         with contextlib.suppress(CgroupError):

@@ -155,6 +155,12 @@ class CallCgroup:
         name = "memory.max_usage_in_bytes" if self.version == 1 else "memory.peak"
         return _read_int(self.dirs["memory"] / name)
 
+    def reset_peak(self) -> None:
+        """Start the peak memory afresh from the usage now (v1 only: v2's memory.peak resets per reader)."""
+        if self.version == 1:
+            with contextlib.suppress(CgroupError):
+                _write(self.dirs["memory"] / "memory.max_usage_in_bytes", "0")
+
     def oom_kills(self) -> int:
         """How many processes of the group the kernel killed for memory."""
         name = "memory.oom_control" if self.version == 1 else "memory.events"

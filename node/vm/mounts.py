@@ -1,5 +1,9 @@
 """Host mounts the bwrap driver makes (as root): bind mounts and size-limited tmpfs, through libc.
 
+`attach_tree` puts a read-only copy of a tree on a shared mount point with the new mount API (open_tree,
+mount_setattr, move_mount): the copy is read-only before it is attached, so the copies the kernel propagates
+into a running VM's mount namespace (a slave of that mount point) are read-only there from the first moment.
+
 Also the one process setting the driver needs: being the child subreaper of its VMs.
 """
 
@@ -18,6 +22,13 @@ MS_REMOUNT = 32
 MS_BIND = 4096
 MS_REC = 16384
 MS_PRIVATE = 1 << 18
+MS_SHARED = 1 << 20
+# The new mount API: the same syscall numbers on every architecture but alpha.
+NR_OPEN_TREE, NR_MOVE_MOUNT, NR_MOUNT_SETATTR = 428, 429, 442
+OPEN_TREE_CLONE, OPEN_TREE_CLOEXEC, AT_RECURSIVE, AT_EMPTY_PATH = 1, 0o2000000, 0x8000, 0x1000
+MOVE_MOUNT_F_EMPTY_PATH = 4
+MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID, MOUNT_ATTR_NODEV = 1, 2, 4
+AT_FDCWD = -100
 MNT_DETACH = 2
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -53,18 +64,62 @@ def bind(source: Path, target: Path, *, read_only: bool) -> None:
         raise
 
 
+def make_shared(target: Path) -> None:
+    """Make the mount at `target` shared (its own peer group): mounts made on it later reach its slaves."""
+    _mount("none", target, None, MS_SHARED, None)
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    ]
+
+
+def attach_tree(source: Path, target: Path) -> None:
+    """Mount a read-only, nosuid, nodev copy of the tree `source` on `target` (over what is there).
+
+    Raises:
+        MountError: a step failed; the message names the step, the paths and the reason.
+    """
+    _libc.syscall.restype = ctypes.c_long
+    fd = _libc.syscall(
+        NR_OPEN_TREE, AT_FDCWD, str(source).encode(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE
+    )
+    if fd < 0:
+        raise MountError(f"cannot copy the tree {source}: {os.strerror(ctypes.get_errno())}")
+    try:
+        attr = _MountAttr(MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, 0, MS_PRIVATE, 0)
+        flags = AT_EMPTY_PATH | AT_RECURSIVE
+        if _libc.syscall(NR_MOUNT_SETATTR, fd, b"", flags, ctypes.byref(attr), ctypes.sizeof(attr)) != 0:
+            raise MountError(f"cannot make {source} read-only: {os.strerror(ctypes.get_errno())}")
+        where = str(target).encode()
+        if _libc.syscall(NR_MOVE_MOUNT, fd, b"", AT_FDCWD, where, MOVE_MOUNT_F_EMPTY_PATH) != 0:
+            raise MountError(f"cannot mount {source} on {target}: {os.strerror(ctypes.get_errno())}")
+    finally:
+        os.close(fd)
+
+
 def tmpfs(target: Path, *, size_bytes: int, uid: int, gid: int, inodes: int, mode: int = 0o700) -> None:
     """Mount a fresh tmpfs of at most `size_bytes` and `inodes` files, owned by uid:gid."""
     opts = f"size={size_bytes},nr_inodes={inodes},mode={mode:o},uid={uid},gid={gid}"
     _mount("b3os-vm", target, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts)
 
 
-def unmount(target: Path) -> None:
-    """Detach whatever is mounted on `target` (nothing to do when nothing is)."""
-    if _libc.umount2(str(target).encode(), MNT_DETACH) != 0:
-        err = ctypes.get_errno()
-        if err not in (22, 2):  # EINVAL: not a mount point; ENOENT: gone
-            raise MountError(f"cannot unmount {target}: {os.strerror(err)}")
+def unmount(target: Path, *, stacked: int = 1) -> None:
+    """Detach what is mounted on `target`, up to `stacked` mounts on top of each other (fewer is fine).
+
+    Raises:
+        MountError: an unmount failed for another reason than "nothing (more) is mounted there".
+    """
+    for _ in range(stacked):
+        if _libc.umount2(str(target).encode(), MNT_DETACH) != 0:
+            err = ctypes.get_errno()
+            if err not in (22, 2):  # EINVAL: not a mount point; ENOENT: gone
+                raise MountError(f"cannot unmount {target}: {os.strerror(err)}")
+            return
 
 
 def mounts_under(prefix: Path) -> list[Path]:
@@ -75,7 +130,8 @@ def mounts_under(prefix: Path) -> list[Path]:
         point = line.split()[4].replace("\\040", " ")
         if point == text or point.startswith(text + "/"):
             found.append(Path(point))
-    return sorted(set(found), key=lambda p: len(p.parts), reverse=True)
+    # A point with mounts stacked on it is listed once per mount, so each unmount takes one of them.
+    return sorted(found, key=lambda p: len(p.parts), reverse=True)
 
 
 def become_subreaper() -> None:

@@ -54,6 +54,7 @@ def test_a_retry_after_answer_is_not_stored_so_the_retry_runs(stack: Stack) -> N
     first = error(call(stack, org, f"{FREE}/noop@1", timeout_ms=1, key="k-4"), 503, "tool_unavailable")
     second = error(call(stack, org, f"{FREE}/noop@1", timeout_ms=1, key="k-4"), 503, "tool_unavailable")
     assert first["call_id"] != second["call_id"]
+    assert first["reason"] == second["reason"] == "no_slot"
 
 
 def test_concurrent_requests_with_one_key_share_one_call_across_api_processes(stack: Stack) -> None:

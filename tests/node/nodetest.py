@@ -76,11 +76,11 @@ def vm_processes() -> list[int]:
 def leftovers(driver: BwrapDriver) -> list[str]:
     """What calls left behind: processes, cgroups, mounts or directories beyond the prepared pool."""
     prepared = set(driver.settle())
-    problems = [f"process {pid}" for pid in vm_processes()]
+    pooled = driver.pool_pids()
+    problems = [f"process {pid}" for pid in vm_processes() if pid not in pooled]
     problems += [f"cgroup {name}" for name in set(driver.cgroups.children()) - prepared]
-    problems += [
-        f"directory {p.name}" for p in driver.node_dir.iterdir() if p.name not in prepared | {"base"}
-    ]
+    own = prepared | {"base", "launcher"}
+    problems += [f"directory {p.name}" for p in driver.node_dir.iterdir() if p.name not in own]
     problems += [
         f"mount {m}"
         for m in mounts.mounts_under(driver.node_dir)

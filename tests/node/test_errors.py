@@ -7,6 +7,7 @@ import shutil
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from nodetest import ECHO, ECHO_TOOL, VERSION, echo_call, install_tree, leftovers, vm_processes
@@ -58,14 +59,21 @@ def test_a_tool_that_breaks_the_contract_fails_with_its_reason(
     assert result.ran and result.usage["vcpu_ms"] >= 1
 
 
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
 def test_a_tool_past_its_time_is_tool_timed_out_and_ran_as_the_vm_user(runner: Runner) -> None:
-    seen: list[int] = []
-    watcher = threading.Timer(0.5, lambda: seen.extend(vm_processes()))
+    seen: list[str] = []
+    watcher = threading.Timer(0.5, lambda: seen.extend(_cmdline(pid) for pid in vm_processes()))
     watcher.start()
     result = runner.call(echo_call("fail", {"mode": "sleep", "seconds": 30}, timeout_ms=1000))
     err = _err(result)
     assert (err["code"], err["message"]) == ("tool_timed_out", "the tool's command did not finish in 1000 ms")
-    assert result.ran and seen, "the tool's processes run as the VM's host uid while it runs"
+    assert result.ran and "sleep 30 " in seen, "the tool's processes run as the VM's host uid while it runs"
     assert 900 <= result.timings["run"] < 2000
 
 
@@ -115,6 +123,32 @@ def test_a_call_whose_time_runs_out_waiting_for_a_vm_is_no_slot(
     err = _err(result)
     assert (result.ran, err["code"], err["reason"]) == (False, "tool_unavailable", "no_slot")
     assert result.usage == {"vcpu_ms": 0, "gib_ms": 0}
+
+
+@pytest.mark.parametrize("timeout_ms", [1, 2, 3, 4])
+def test_a_call_with_too_little_time_to_start_is_always_no_slot(runner: Runner, timeout_ms: int) -> None:
+    for _ in range(5):
+        result = runner.call(echo_call("noop", {}, timeout_ms=timeout_ms))
+        err = _err(result)
+        assert (result.ran, err["code"], err["reason"]) == (False, "tool_unavailable", "no_slot")
+        assert err["message"] in (
+            "the call's time ran out before its command could start",
+            "the call's time ran out before a VM was free",
+        )
+        assert result.usage == {"vcpu_ms": 0, "gib_ms": 0}
+
+
+def test_retry_after_is_the_soonest_deadline_of_the_running_calls(runner: Runner) -> None:
+    assert runner.retry_after_s() == 1
+    slow = threading.Thread(
+        target=runner.call, args=(echo_call("fail", {"mode": "sleep", "seconds": 1}, timeout_ms=4000),)
+    )
+    slow.start()
+    time.sleep(0.3)
+    soonest = runner.retry_after_s()
+    slow.join()
+    assert soonest == 4  # 4 s of time, 0.3 s of it gone: 3.7 s, rounded up
+    assert runner.retry_after_s() == 1
 
 
 def test_two_hundred_calls_leave_nothing_behind(runner: Runner) -> None:

@@ -122,6 +122,10 @@ def test_a_tool_sees_no_host_file_no_node_secret_and_no_other_process(
     uid_map = out["files"]["/proc/self/uid_map"].split()
     assert (len(uid_map), uid_map[0], uid_map[2]) == (3, "1000", "1")  # one uid mapped: 1000
     assert len(out["pids"]) <= 3  # the VM's init, the tool, maybe a reaper: no host process
+    # /tool is the tool's own tree (the pool's launcher under it is hidden), read-only like /in
+    assert out["tool"] == ["run"]
+    assert out["writes"] == {"/tool/new-file": "EROFS", "/in/new-file": "EROFS"}
+    assert out["fds"] == [0, 1, 2, 3]  # stdin, stdout, stderr and the listing's own: nothing of the node
 
 
 def test_other_calls_keep_running_while_hostile_tools_misbehave(runner: Runner) -> None:

@@ -1,0 +1,63 @@
+"""Small helpers for the pipes between the node and a VM: non-blocking reads, lines with a deadline."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import time
+
+
+def read_some(fd: int) -> bytes | None:
+    """What a non-blocking pipe holds now: b"" when nothing, None at end of file."""
+    try:
+        data = os.read(fd, 65536)
+    except BlockingIOError:
+        return b""
+    return data or None
+
+
+def drain(fd: int, limit: int) -> bytes:
+    """Read what is left in a pipe whose writers are all dead (at most `limit` bytes, 0.5 s)."""
+    chunks: list[bytes] = []
+    got = 0
+    end = time.monotonic() + 0.5
+    while got < limit and time.monotonic() < end:
+        data = read_some(fd)
+        if data is None:
+            break
+        if not data:
+            select.select([fd], [], [], 0.01)
+            continue
+        chunks.append(data)
+        got += len(data)
+    return b"".join(chunks)
+
+
+def read_until(fd: int, deadline: float, *, size: int = 0, line: bool = False) -> tuple[bytes, bool]:
+    """Read from a blocking pipe until end of file, `size` bytes or (with `line`) a newline, or the deadline.
+
+    Returns:
+        The bytes read, and whether the pipe reached end of file.
+    """
+    buf = b""
+    while not ((line and b"\n" in buf) or (size and len(buf) >= size)):
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return buf, False
+        data = os.read(fd, 4096)
+        if not data:
+            return buf, True
+        buf += data
+    return buf, False
+
+
+def json_int(line: bytes, key: str) -> int | None:
+    """The integer `key` of the JSON object on the first line of `line` (None when there is none)."""
+    try:
+        value = json.loads(line.split(b"\n", 1)[0] or b"null")
+    except ValueError:
+        return None
+    if isinstance(value, dict) and isinstance(value.get(key), int):
+        return int(value[key])
+    return None
