@@ -10,12 +10,21 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from nodetest import ECHO, ECHO_TOOL, VERSION, echo_call, install_tree, leftovers, vm_processes
+from nodetest import (
+    ECHO,
+    ECHO_TOOL,
+    VERSION,
+    echo_call,
+    hostile_call,
+    install_tree,
+    leftovers,
+    vm_processes,
+)
 
 from node.cache import InstallCache
 from node.models import NodeCallResult
 from node.runner import Runner
-from node.vm.bwrap import BwrapDriver
+from node.vm.bwrap import BwrapDriver, BwrapVm
 
 
 @pytest.fixture(autouse=True)
@@ -167,3 +176,23 @@ def test_two_hundred_calls_leave_nothing_behind(runner: Runner) -> None:
         t.join()
     assert failures == []
     assert VERSION == "1.0.0"
+
+
+def test_a_command_the_vm_cannot_execute_is_tool_unavailable_exec(runner: Runner) -> None:
+    result = runner.call(hostile_call("badinterp"))  # its #! names an interpreter the base does not have
+    err = _err(result)
+    assert (result.ran, err["code"], err["reason"]) == (False, "tool_unavailable", "exec")
+    assert err["message"] == "the command could not be executed in the VM: No such file or directory"
+    assert result.usage == {"vcpu_ms": 0, "gib_ms": 0}
+
+
+def test_a_pooled_vm_is_up_before_its_call_and_an_unused_one_leaves_nothing(driver: BwrapDriver) -> None:
+    driver.settle()
+    vm = driver.claim(time.monotonic() + 5)
+    assert isinstance(vm, BwrapVm)
+    try:
+        # bwrap's sandbox init and the launcher already run in the VM's cgroup, as the VM's host uid
+        assert len(vm.cgroup.pids()) == 2
+        assert set(vm.cgroup.pids()) <= set(vm_processes())
+    finally:
+        vm.delete()
