@@ -5,11 +5,16 @@
    command from CTL_FD (the arguments, each ended by a NUL byte, then end of file), closes every descriptor
    but stdin, stdout, stderr and ERR_FD, and execve()s the command with its own environment (bwrap's
    --clearenv/--setenv one). ERR_FD is close-on-exec: the node reads end of file when the command started,
-   and the errno (4 bytes) when execve failed. An empty command (the node discards the VM) exits 0. */
+   and the errno (4 bytes) when execve failed. An empty command (the node discards the VM) exits 0.
+
+   On the host the node also runs it as `launch --as UID GID PROGRAM ARGS...` to start bwrap as the VM's
+   user: it drops every group and sets the gid and uid (real, effective, saved) before execv(), so the node
+   can spawn with vfork instead of forking its whole Python process to change the user. */
 
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <linux/close_range.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +35,18 @@ static void fail(int err) {
     _exit(127);
 }
 
+static int run_as(char **argv) {
+    uid_t uid = (uid_t)strtoul(argv[2], NULL, 10);
+    gid_t gid = (gid_t)strtoul(argv[3], NULL, 10);
+    if (uid == 0 || gid == 0) _exit(126);
+    if (setgroups(0, NULL) != 0 || setgid(gid) != 0 || setuid(uid) != 0) _exit(126);
+    if (getuid() != uid || geteuid() != uid || getgid() != gid || getegid() != gid) _exit(126);
+    execv(argv[4], argv + 4);
+    _exit(127);
+}
+
 int main(int argc, char **argv) {
+    if (argc >= 5 && strcmp(argv[1], "--as") == 0) return run_as(argv);
     if (argc != 3) _exit(126);
     int ctl_fd = atoi(argv[1]);
     err_fd = atoi(argv[2]);

@@ -84,6 +84,6 @@ def leftovers(driver: BwrapDriver) -> list[str]:
     problems += [
         f"mount {m}"
         for m in mounts.mounts_under(driver.node_dir)
-        if m != driver.node_dir / "base" and m.parent.name not in prepared
+        if m not in (driver.node_dir / "base", driver.node_dir / "launcher") and m.parent.name not in prepared
     ]
     return problems
