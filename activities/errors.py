@@ -5,13 +5,16 @@ Every failure is an `ApplicationError` whose `type` is the error code and whose 
 fields kept), so the workflow can put the code, reason and sentence in the run's result, and the
 history shows which key each failed attempt sent (a key is derived, never a secret).
 
-    429, 503 (with Retry-After)        retryable, next_retry_delay = Retry-After seconds exactly
-    tool_failed with retryable: true   retryable with the step's backoff
-    tool_timed_out, other 5xx          retryable with the step's backoff
+    429, 503 (with Retry-After),
+    409 idempotency_in_progress        retryable, next_retry_delay = Retry-After seconds exactly
+    tool_failed with retryable: true   retryable with the step's backoff (the api keeps no answer
+                                       under the key for it, so the retry runs the tool again)
+    other 5xx                          retryable with the step's backoff
     network errors to the api          retryable with the step's backoff
     400, 422, other 4xx,
     tool_failed not retryable,
-    output_invalid                     non_retryable=True
+    output_invalid, tool_timed_out     non_retryable=True (the api keeps that answer under the step's
+                                       key: a retry would only get it again)
 """
 
 from __future__ import annotations
@@ -129,7 +132,7 @@ def error_for_answer(
     code = fields["code"]
     delay = parse_retry_after(retry_after)
     text = _sentence(fields)
-    if status in (429, 503):
+    if status in (429, 503) or code == "idempotency_in_progress":
         if delay is not None:
             fields["retry_after"] = delay
         return ApplicationError(
@@ -142,7 +145,7 @@ def error_for_answer(
     if code == "tool_failed":
         retryable = fields.get("retryable") is True
         return ApplicationError(text, fields, type=code, non_retryable=not retryable, category=BENIGN)
-    if code == "output_invalid" or 400 <= status < 500:
+    if code in ("output_invalid", "tool_timed_out") or 400 <= status < 500:
         return ApplicationError(text, fields, type=code, non_retryable=True, category=BENIGN)
     return ApplicationError(text, fields, type=code, category=BENIGN)
 

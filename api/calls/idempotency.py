@@ -12,9 +12,10 @@ exactly one claimant win, whatever process it runs in. Then:
   the call itself; a waiter that would wait past its own bound gets `409 idempotency_in_progress`
   with Retry-After.
 
-Answers that say "try again" (429 and 503: nothing ran, nothing was billed) are not stored: the
-claim is released, so the retry the answer asks for can run. Every other answer is stored, in the
-same transaction that records the call's charge.
+Answers that say "try again" are not stored: 429 and 503 (nothing ran, nothing was billed) and a
+`tool_failed` whose tool said `retryable: true` (it ran and was charged once; the retry it asks for
+is a new run). The claim is released, so the retry the answer asks for really runs. Every other
+answer is stored, in the same transaction that records the call's charge, and replayed.
 """
 
 from __future__ import annotations
@@ -34,6 +35,19 @@ from api.calls.tables import DONE, RUNNING, IdempotencyRecord
 
 MAX_KEY_LENGTH = 255
 NOT_STORED = frozenset({429, 503})
+
+
+def is_stored(status: int, body: dict[str, Any]) -> bool:
+    """Whether an answer is final, and so kept under its Idempotency-Key and replayed.
+
+    Answers that ask for a retry are not: 429, 503, and a tool error the tool called retryable.
+    """
+    if status in NOT_STORED:
+        return False
+    error = body.get("error")
+    if not isinstance(error, dict):
+        return True
+    return not (error.get("code") == "tool_failed" and error.get("retryable") is True)
 
 
 @dataclass(frozen=True)

@@ -241,7 +241,7 @@ class CallService:
         if call is not None and outcome is not None:
             metering.record(session, call=call, outcome=outcome, now=now)
         if key is not None:
-            if answer is None or answer.status in idempotency.NOT_STORED:
+            if answer is None or not idempotency.is_stored(answer.status, answer.body):
                 idempotency.release(session, org_id=caller.org_id, key=key)
             else:
                 idempotency.store(

@@ -49,6 +49,18 @@ def test_a_charged_failure_is_stored_too(stack: Stack) -> None:
     assert usage(stack, org)["units"]["actions.tool_call"] == 1
 
 
+def test_a_tool_error_the_tool_calls_retryable_is_not_stored_so_the_retry_runs_again(stack: Stack) -> None:
+    org = stack.org()
+    body = {"mode": "tool_error", "code": "busy", "message": "try later", "retryable": True}
+    first = error(call(stack, org, f"{ECHO}/fail@1", body, key="k-6"), 502, "tool_failed", "tool_error")
+    second = error(call(stack, org, f"{ECHO}/fail@1", body, key="k-6"), 502, "tool_failed", "tool_error")
+    assert first["retryable"] is second["retryable"] is True
+    assert first["call_id"] != second["call_id"]
+    used = usage(stack, org)
+    assert used["units"]["actions.tool_call"] == 2  # two runs, each charged its floor once
+    assert used["units"].get("actions.publisher_microusd", 0) == 0  # a failed call never pays the price
+
+
 def test_a_retry_after_answer_is_not_stored_so_the_retry_runs(stack: Stack) -> None:
     org = stack.org()
     first = error(call(stack, org, f"{FREE}/noop@1", timeout_ms=1, key="k-4"), 503, "tool_unavailable")

@@ -238,12 +238,14 @@ steps:
     first = failure_details(started)
     assert (first["code"], first["retryable"], first["attempt"]) == ("tool_failed", True, 1)
     assert "retry_after" not in first  # the step's backoff, not a Retry-After
-    (call,) = routine_stack.calls_of(org)
-    ran_s = (call.finished_at - call.started_at).total_seconds() if call.finished_at else 0.0
+    # The tool asked for a retry, so its answer is not kept under the step's key: the second attempt,
+    # with the same key, runs the tool again (a new run, charged on its own), and the run fails
+    # after max-attempts. See api/calls/idempotency.py.
+    first_call, second_call = routine_stack.calls_of(org)
+    ran_s = (first_call.finished_at - first_call.started_at).total_seconds() if first_call.finished_at else 0
     waited = at(started) - at(scheduled)
-    assert 1.5 <= waited < 1.5 + ran_s + 1.0, (waited, ran_s)
-    # The second attempt carries the same key, so the api answers it with the first call's stored
-    # answer: the tool ran (and was charged) once. See docs/internals.md, "Worker <-> api".
+    assert 1.5 <= waited < 1.5 + 2 * ran_s + 1.0, (waited, ran_s)
+    assert first_call.id != second_call.id
     assert first["idempotency_key"] == step_idempotency_key(run["workflow_id"], "fail", None)
 
 
