@@ -5,8 +5,8 @@ script that answers `{"output": {}}` (`--tool python`, run by the base's /usr/bi
 
 Prints per-phase latency (median and p95, ms) and calls per second for:
 - bare: `subprocess.run` of the echo tool's script on the host (no isolation);
-- driver: `Runner.call` through the bwrap driver (fresh namespaces + cgroup per call), one at a time and 8
-  at once;
+- driver: `Runner.call` through the bwrap driver (a fresh VM per call from the pool of VMs started ahead,
+  refilled in the background while the calls run), one at a time and 8 at once;
 - http: `POST /v1/node/calls` to a real node process (`b3os node run`), one at a time and 8 at once.
 
 Run: `.venv/bin/python -m bench node_calls [--calls N] [--tool sh|python] [--no-http]` (root; builds the

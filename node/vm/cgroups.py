@@ -127,12 +127,14 @@ class CallCgroup:
             _write(path / "cgroup.procs", str(pid))
 
     def pids(self) -> list[int]:
-        """The processes now in the group."""
-        found: set[int] = set()
-        for path in self.paths:
-            with contextlib.suppress(OSError):
-                found.update(int(p) for p in (path / "cgroup.procs").read_text().split())
-        return sorted(found)
+        """The processes now in the group.
+
+        One hierarchy is enough on v1: the VM's init is put in every one, its descendants inherit them all,
+        and only root can move a process.
+        """
+        with contextlib.suppress(OSError):
+            return sorted(int(p) for p in (self.dirs["pids"] / "cgroup.procs").read_text().split())
+        return []
 
     def cpu_ns(self) -> int:
         """CPU time used by the group so far, in nanoseconds."""
