@@ -139,6 +139,10 @@ class BwrapVm(Vm):
         if ready != b"R":
             raise SetupError("the VM's launcher did not start")
 
+    def alive(self) -> bool:
+        """True while bwrap runs and the launcher still waits (init and launcher in the cgroup)."""
+        return self.proc is not None and self.proc.poll() is None and len(self.cgroup.pids()) >= 2
+
     def copy(self, tool_dir: Path, files: Sequence[InputFile]) -> None:
         try:
             for f in files:
@@ -397,11 +401,19 @@ class BwrapDriver(VmDriver):
         ]  # fmt: skip
 
     def claim(self, deadline: float) -> Vm:
-        with self._cond:
-            if self._closed:
-                raise VmError("no_slot", "the node is shutting down")
-            vm = self._pool.popleft() if self._pool else None
-            self._cond.notify_all()
+        vm: BwrapVm | None = None
+        while vm is None:
+            with self._cond:
+                if self._closed:
+                    raise VmError("no_slot", "the node is shutting down")
+                if not self._pool:
+                    break
+                vm = self._pool.popleft()
+                self._cond.notify_all()
+            if not vm.alive():  # killed while it waited (the OOM killer, an operator): take the next one
+                log.warning("VM %s died in the pool", vm.id)
+                vm.delete()
+                vm = None
         if vm is None:
             if time.monotonic() >= deadline:
                 raise VmError("no_slot", "the call's time ran out before a VM was free")

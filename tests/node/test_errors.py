@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import base64
+import contextlib
+import os
 import shutil
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -196,3 +199,12 @@ def test_a_pooled_vm_is_up_before_its_call_and_an_unused_one_leaves_nothing(driv
         assert set(vm.cgroup.pids()) <= set(vm_processes())
     finally:
         vm.delete()
+
+
+def test_pooled_vms_killed_while_they_wait_are_skipped(runner: Runner, driver: BwrapDriver) -> None:
+    driver.settle()
+    for pid in driver.pool_pids():  # what the OOM killer or an operator could do to a waiting VM
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    result = runner.call(echo_call("noop", {}))
+    assert result.ok and result.output == {}, result.error
