@@ -27,7 +27,8 @@ from nodetest import (
 from node.cache import InstallCache
 from node.models import NodeCallResult
 from node.runner import Runner
-from node.vm.bwrap import BwrapDriver, BwrapVm
+from node.vm.bwrap import BwrapDriver
+from node.vm.bwrap_vm import BwrapVm
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,257 @@
+"""One bubblewrap VM (see `node/vm/bwrap.py` for the driver and the pool): its sandbox, started before its
+call, the hand-over of the command to the launcher, and the supervision of the command until it ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from node.vm import mounts, pipes
+from node.vm.base import InputFile, RunResult, Vm, VmError
+from node.vm.cgroups import CallCgroup, CgroupError
+from node.vm.collect import read_out_files
+from node.vm.usage import UsageMeter
+
+if TYPE_CHECKING:
+    from node.vm.bwrap import BwrapDriver
+
+SETUP_S = 10.0  # how long a VM's sandbox may take to come up
+
+
+def make_dir(path: Path, mode: int) -> None:
+    """Make a directory with exactly `mode` (whatever the umask)."""
+    path.mkdir(mode=mode, exist_ok=True)
+    os.chmod(path, mode)
+
+
+class SetupError(Exception):
+    """A VM could not be prepared; the message says which step failed."""
+
+
+class BwrapVm(Vm):
+    """One prepared sandbox: its directory (in/, out/, tool/), its cgroup, and its bwrap waiting to run.
+
+    The sandbox is already set up when the VM is claimed: bwrap has made the namespaces and mounts, is in the
+    VM's cgroup, and runs the launcher, which waits for the call's command on `ctl`.
+    """
+
+    def __init__(self, driver: BwrapDriver, vm_id: str, path: Path, cgroup: CallCgroup) -> None:
+        self.id = vm_id
+        self.path = path
+        self.cgroup = cgroup
+        self._driver = driver
+        self._tool_src: Path | None = None
+        self._deleted = False
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.child: int | None = None
+        self._status = self._ctl = self._err = -1
+
+    def start(self, fds: tuple[int, int, int, int]) -> None:
+        """With bwrap just started: put its sandbox in the cgroup, let it go on, wait until the launcher runs.
+
+        Args:
+            fds: the node's ends of bwrap's status pipe, its block pipe, the launcher's ctl and err pipes.
+
+        Raises:
+            SetupError: bwrap or the launcher did not come up.
+        """
+        status_r, block_w, ctl_w, err_r = fds
+        self._status, self._ctl, self._err = status_r, ctl_w, err_r
+        deadline = time.monotonic() + SETUP_S
+        first, _ = pipes.read_until(status_r, deadline, line=True)
+        child = pipes.json_int(first, "child-pid")
+        if child is None:
+            os.close(block_w)
+            raise SetupError("bwrap did not start the sandbox")
+        self.child = child
+        try:
+            self.cgroup.add(child)
+        except CgroupError as exc:
+            os.close(block_w)
+            raise SetupError(f"the VM's cgroup refused its init process: {exc}") from exc
+        os.write(block_w, b"1")
+        os.close(block_w)
+        ready, _ = pipes.read_until(err_r, deadline, size=1)
+        if ready != b"R":
+            raise SetupError("the VM's launcher did not start")
+
+    def alive(self) -> bool:
+        """True while bwrap runs and the launcher still waits (init and launcher in the cgroup)."""
+        return self.proc is not None and self.proc.poll() is None and len(self.cgroup.pids()) >= 2
+
+    def copy(self, tool_dir: Path, files: Sequence[InputFile]) -> None:
+        try:
+            for f in files:
+                field_dir = self.path / "in" / f.field
+                make_dir(field_dir, 0o755)
+                target = field_dir / f.name
+                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(f.data)
+        except OSError as exc:
+            raise VmError(
+                "copy", f"the input files could not be put in the VM's /in: {exc.strerror}"
+            ) from exc
+        self._tool_src = tool_dir
+
+    def unpack(self) -> None:
+        src = self._tool_src
+        if src is None or not src.is_dir():
+            raise VmError("unpack", "the tool's unpacked files are missing from the node's install cache")
+        try:
+            mounts.attach_tree(src, self.path / "tool")
+        except mounts.MountError as exc:
+            raise VmError("unpack", f"the tool's files could not be mounted at /tool: {exc}") from exc
+
+    def run(self, cmd: Sequence[str], stdin: bytes, *, timeout_s: float, max_stdout: int) -> RunResult:
+        deadline = time.monotonic() + timeout_s
+        proc = self.proc
+        assert proc is not None and proc.stdin is not None and proc.stdout is not None
+        if timeout_s <= 0:
+            raise VmError("no_slot", "the call's time ran out before its command could start")
+        self.cgroup.reset_peak()
+        meter = UsageMeter(self.cgroup)
+        try:
+            os.write(self._ctl, b"".join(arg.encode() + b"\0" for arg in cmd))
+        except OSError:
+            return RunResult(started=False, exec_error="the VM stopped before its command could start")
+        finally:
+            os.close(self._ctl)
+            self._ctl = -1
+        got, eof = pipes.read_until(self._err, deadline, size=4)
+        if not eof and len(got) < 4:
+            raise VmError("no_slot", "the call's time ran out before its command could start")
+        if len(got) == 4:
+            err = int.from_bytes(got, sys.byteorder)
+            return RunResult(
+                started=False, exec_error=f"the command could not be executed in the VM: {os.strerror(err)}"
+            )
+        return self._supervise(proc, meter, stdin, deadline, max_stdout)
+
+    def _supervise(
+        self, proc: subprocess.Popen[bytes], meter: UsageMeter, stdin: bytes, deadline: float, max_stdout: int
+    ) -> RunResult:
+        assert proc.stdin is not None and proc.stdout is not None
+        out_fd, in_fd = proc.stdout.fileno(), proc.stdin.fileno()
+        os.set_blocking(out_fd, False)
+        os.set_blocking(in_fd, False)
+        pidfd = os.pidfd_open(proc.pid)
+        poller = select.poll()
+        poller.register(out_fd, select.POLLIN)
+        poller.register(pidfd, select.POLLIN)
+        pending = memoryview(stdin)
+        if pending:
+            poller.register(in_fd, select.POLLOUT)
+        else:
+            proc.stdin.close()
+        chunks: list[bytes] = []
+        size = 0
+        result = RunResult(started=True)
+        exited = False
+        try:
+            while not exited:
+                now = time.monotonic()
+                if now >= deadline:
+                    result.timed_out = True
+                    break
+                for fd, _ev in poller.poll(max(1, min(10, int((deadline - now) * 1000) + 1))):
+                    if fd == pidfd:
+                        exited = True
+                    elif fd == in_fd:
+                        try:
+                            pending = pending[os.write(in_fd, pending) :]
+                        except BlockingIOError:
+                            pass
+                        except OSError:  # the tool closed its stdin: it does not want the rest
+                            pending = pending[len(pending) :]
+                        if not pending:
+                            poller.unregister(in_fd)
+                            proc.stdin.close()
+                    elif fd == out_fd:
+                        data = pipes.read_some(out_fd)
+                        if data is None:
+                            poller.unregister(out_fd)
+                        else:
+                            chunks.append(data)
+                            size += len(data)
+                meter.sample()
+                if size > max_stdout:
+                    result.stdout_too_large = True
+                    break
+            meter.finish()
+            self._stop()
+            if not result.stdout_too_large:
+                rest = pipes.drain(out_fd, max_stdout + 1 - size)
+                chunks.append(rest)
+                size += len(rest)
+                result.stdout_too_large = size > max_stdout
+        finally:
+            os.close(pidfd)
+            if not proc.stdin.closed:
+                with contextlib.suppress(OSError):
+                    proc.stdin.close()
+        result.stdout = b"".join(chunks)[: max_stdout + 1]
+        result.usage = meter.usage()
+        result.oom_killed = self.cgroup.oom_kills() > 0
+        if result.timed_out or result.stdout_too_large:
+            return result
+        line, _ = pipes.read_until(self._status, time.monotonic() + 0.5, line=True)
+        code = pipes.json_int(line, "exit-code")
+        if code is None:
+            if proc.returncode is not None and proc.returncode < 0:
+                result.lost = True
+                return result
+            return RunResult(started=False, exec_error="the command could not be executed in the VM")
+        if 128 < code <= 192:
+            result.signal = code - 128
+        else:
+            result.exit_code = code
+        return result
+
+    def _stop(self) -> None:
+        """Kill every process of the VM, wait for bwrap and reap the VM's init."""
+        self.cgroup.kill()
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
+            self.proc.wait()
+        if self.child is not None:
+            reap(self.child)
+            self.child = None
+
+    def close_fds(self) -> None:
+        """Close the node's ends of the VM's pipes (safe to call twice)."""
+        for name in ("_status", "_ctl", "_err"):
+            fd = getattr(self, name)
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+                setattr(self, name, -1)
+        if self.proc is not None:
+            for stream in (self.proc.stdin, self.proc.stdout):
+                if stream is not None and not stream.closed:
+                    with contextlib.suppress(OSError):
+                        stream.close()
+
+    def collect(self, names: Sequence[str], *, max_total: int) -> dict[str, bytes]:
+        return read_out_files(self.path / "out", names, max_total=max_total)
+
+    def delete(self) -> None:
+        if self._deleted:
+            return
+        self._deleted = True
+        self._driver.destroy(self, wait=False)
+
+
+def reap(pid: int) -> None:
+    """Reap the VM's init: when bwrap's monitor exits first it is orphaned to us, the child subreaper."""
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
