@@ -40,7 +40,7 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
-from node.vm import mounts
+from node.vm import mounts, pipes
 from node.vm.base import Vm, VmDriver, VmError
 from node.vm.bwrap_vm import SETUP_S, BwrapVm, SetupError, make_dir
 from node.vm.cgroups import CgroupError, CgroupLimits, NodeCgroups
@@ -129,13 +129,21 @@ class BwrapDriver(VmDriver):
         cleanup_stale(run_dir)
         make_dir(self.node_dir, 0o711)
         make_dir(self.node_dir / "base", 0o755)
+        make_dir(self.node_dir / "nsroot", 0o755)
+        self._holder: subprocess.Popen[bytes] | None = None
+        self._ns_fd = -1
         try:
+            # shared, so that what is mounted under it later reaches the spawning namespace (a slave)
+            mounts.bind(self.node_dir, self.node_dir, read_only=False)
+            mounts.make_shared(self.node_dir)
             self.launcher_dir = build_launcher(self.node_dir / "launcher")
             # read-only, and executable even where the run dir's filesystem is mounted noexec (/run)
             mounts.bind(self.launcher_dir, self.launcher_dir, read_only=True)
             mounts.bind(base_rootfs, self.node_dir / "base", read_only=True)
             self.cgroups = NodeCgroups.open(f"b3os-node-{os.getpid()}")
-        except (mounts.MountError, CgroupError, LauncherError) as exc:
+            self._hold_namespace()
+        except (mounts.MountError, CgroupError, LauncherError, SetupError) as exc:
+            self._stop_holder()
             self._remove_node_dir()
             raise VmError("no_slot", f"the bwrap driver cannot start: {exc}") from exc
         self._fillers = [
@@ -145,6 +153,45 @@ class BwrapDriver(VmDriver):
         self._remover = threading.Thread(target=self._remove_loop, name="b3os-vm-remover", daemon=True)
         for thread in (*self._fillers, self._remover):
             thread.start()
+
+    def _hold_namespace(self) -> None:
+        """Start the process that holds the small mount namespace VMs are spawned in, and open it.
+
+        bwrap copies (and then detaches) the whole mount table of the namespace it starts in: with the
+        host's (hundreds of mounts on a busy machine) that is most of a VM's cost.
+
+        Raises:
+            SetupError: the namespace could not be made.
+        """
+        self._holder = subprocess.Popen(
+            [str(self.launcher_dir / LAUNCHER_NAME), "--hold", str(self.node_dir)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            cwd="/",
+            env={},
+        )
+        assert self._holder.stdout is not None and self._holder.stderr is not None
+        ready, _ = pipes.read_until(self._holder.stdout.fileno(), time.monotonic() + SETUP_S, size=1)
+        if ready != b"R":
+            self._holder.kill()
+            why = self._holder.stderr.read().decode(errors="replace").strip()
+            raise SetupError(f"the VMs' mount namespace could not be made: {why or 'no answer'}")
+        self._ns_fd = os.open(f"/proc/{self._holder.pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+
+    def _stop_holder(self) -> None:
+        if self._ns_fd >= 0:
+            os.close(self._ns_fd)
+            self._ns_fd = -1
+        if self._holder is not None:
+            with contextlib.suppress(ProcessLookupError):
+                self._holder.kill()
+            self._holder.wait()
+            for stream in (self._holder.stdout, self._holder.stderr):
+                if stream is not None:
+                    stream.close()
+            self._holder = None
 
     def bwrap_args(self, vm_dir: Path, status_fd: int, block_fd: int) -> list[str]:
         """The bwrap command line for one VM, up to (not including) `--` and the command."""
@@ -209,7 +256,7 @@ class BwrapDriver(VmDriver):
             )
             # /tool shows the launcher until the call's tree is mounted over it; shared, so that mount
             # reaches the sandbox's copy (its slave).
-            mounts.bind(self.launcher_dir, path / "tool", read_only=True)
+            mounts.attach_tree(self.launcher_dir, path / "tool")
             mounts.make_shared(path / "tool")
             vm = BwrapVm(self, vm_id, path, self.cgroups.create_call(vm_id, self._cg_limits))
             self._spawn(vm)
@@ -230,7 +277,8 @@ class BwrapDriver(VmDriver):
         try:
             # The launcher drops to the VM's user and execs bwrap: Popen can then use vfork (with `user=` it
             # forks the whole node process, about 2 ms of CPU per VM).
-            as_vm_user = [str(self.launcher_dir / LAUNCHER_NAME), "--as", str(self.vm_uid), str(self.vm_gid)]
+            launcher = str(self.launcher_dir / LAUNCHER_NAME)
+            as_vm_user = [launcher, "--as", str(self.vm_uid), str(self.vm_gid), str(self._ns_fd)]
             vm.proc = subprocess.Popen(
                 [
                     *as_vm_user,
@@ -243,7 +291,7 @@ class BwrapDriver(VmDriver):
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
-                pass_fds=theirs,
+                pass_fds=(*theirs, self._ns_fd) if self._ns_fd >= 0 else theirs,
                 start_new_session=True,
                 cwd="/",
                 env={},
@@ -381,6 +429,7 @@ class BwrapDriver(VmDriver):
             vm.delete()
         with contextlib.suppress(CgroupError):
             self.cgroups.remove()
+        self._stop_holder()
         self._remove_node_dir()
 
 

@@ -7,17 +7,30 @@
    --clearenv/--setenv one). ERR_FD is close-on-exec: the node reads end of file when the command started,
    and the errno (4 bytes) when execve failed. An empty command (the node discards the VM) exits 0.
 
-   On the host the node also runs it as `launch --as UID GID PROGRAM ARGS...` to start bwrap as the VM's
-   user: it drops every group and sets the gid and uid (real, effective, saved) before execv(), so the node
-   can spawn with vfork instead of forking its whole Python process to change the user. */
+   On the host the node also runs it as `launch --as UID GID NSFD PROGRAM ARGS...` to start bwrap as the
+   VM's user: it enters the mount namespace NSFD (when not -1), drops every group and sets the gid and uid
+   (real, effective, saved) before execv(), so the node can spawn with vfork instead of forking its whole
+   Python process to change the user.
+
+   And once per node as `launch --hold NODE_DIR`: it makes a small mount namespace (a tmpfs root with /usr,
+   /bin, /sbin, /lib*, /etc, /proc, /dev and NODE_DIR, receiving the host's later mounts under NODE_DIR),
+   writes "R" on stdout and sleeps, so that the node's VMs are spawned in that namespace: bwrap copies the
+   whole mount table of the namespace it starts in, and the host's may be large. It dies with the node. */
 
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <linux/close_range.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #define MAX_CMD (1 << 20)
@@ -38,15 +51,78 @@ static void fail(int err) {
 static int run_as(char **argv) {
     uid_t uid = (uid_t)strtoul(argv[2], NULL, 10);
     gid_t gid = (gid_t)strtoul(argv[3], NULL, 10);
+    int ns_fd = atoi(argv[4]);
     if (uid == 0 || gid == 0) _exit(126);
+    if (ns_fd >= 0) {
+        if (setns(ns_fd, CLONE_NEWNS) != 0 || chdir("/") != 0) _exit(125);
+        close(ns_fd);
+    }
     if (setgroups(0, NULL) != 0 || setgid(gid) != 0 || setuid(uid) != 0) _exit(126);
     if (getuid() != uid || geteuid() != uid || getgid() != gid || getegid() != gid) _exit(126);
-    execv(argv[4], argv + 4);
+    execv(argv[5], argv + 5);
     _exit(127);
 }
 
+static void die(const char *what) {
+    perror(what);
+    _exit(1);
+}
+
+/* mkdir -p under root (a path starting with /) */
+static void make_path(const char *root, const char *path) {
+    char buf[4096];
+    if (snprintf(buf, sizeof buf, "%s%s", root, path) >= (int)sizeof buf) die("path too long");
+    for (char *p = buf + strlen(root) + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST) die(buf);
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST) die(buf);
+}
+
+static void bind_into(const char *root, const char *path) {
+    char dest[4096];
+    struct stat st;
+    if (lstat(path, &st) != 0) return;
+    snprintf(dest, sizeof dest, "%s%s", root, path);
+    if (S_ISLNK(st.st_mode)) {
+        char target[4096];
+        ssize_t n = readlink(path, target, sizeof target - 1);
+        if (n < 0) die(path);
+        target[n] = '\0';
+        if (symlink(target, dest) != 0) die(dest);
+        return;
+    }
+    make_path(root, path);
+    if (mount(path, dest, NULL, MS_BIND | MS_REC, NULL) != 0) die(dest);
+}
+
+static int hold(const char *node_dir) {
+    static const char *const keep[] = {"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
+                                       "/etc", "/proc", "/dev", NULL};
+    char root[4096], old[4200];
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) die("prctl");
+    if (getppid() == 1) _exit(1);
+    if (unshare(CLONE_NEWNS) != 0) die("unshare");
+    if (mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) != 0) die("make-rslave");
+    if (snprintf(root, sizeof root, "%s/nsroot", node_dir) >= (int)sizeof root) die("path too long");
+    if (mount("b3os-ns", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=755,size=64k") != 0) die(root);
+    bind_into(root, node_dir);  /* first: its copy then holds no copy of the others */
+    for (int i = 0; keep[i]; i++) bind_into(root, keep[i]);
+    snprintf(old, sizeof old, "%s/.old", root);
+    if (mkdir(old, 0700) != 0) die(old);
+    if (syscall(SYS_pivot_root, root, old) != 0) die("pivot_root");
+    if (chdir("/") != 0) die("chdir");
+    if (umount2("/.old", MNT_DETACH) != 0) die("umount old root");
+    rmdir("/.old");
+    if (write(1, "R", 1) != 1) _exit(1);
+    for (;;) pause();
+}
+
 int main(int argc, char **argv) {
-    if (argc >= 5 && strcmp(argv[1], "--as") == 0) return run_as(argv);
+    if (argc >= 6 && strcmp(argv[1], "--as") == 0) return run_as(argv);
+    if (argc == 3 && strcmp(argv[1], "--hold") == 0) return hold(argv[2]);
     if (argc != 3) _exit(126);
     int ctl_fd = atoi(argv[1]);
     err_fd = atoi(argv[2]);
