@@ -20,6 +20,11 @@ slave of it, and hides the launcher), and hands the command to the launcher, whi
 shell. After the command, every process of the VM is killed at once; its mounts, cgroup and directory are
 removed by a background thread. A VM is still used for one call only. `FILLERS` threads refill the pool.
 
+bwrap is spawned (with vfork) through the launcher's `--as` mode, which enters the node's own small mount
+namespace (held by `launch --hold`, see `launcher.c`) and drops to the VM's user: bwrap copies the mount
+table of the namespace it starts in, and the host's can be large. The node's directory is a shared mount,
+so the VMs' mounts made under it later reach that namespace and the sandboxes.
+
 How the command ended comes from bwrap's `--json-status-fd`: an `exit-code` record. bwrap reports a command
 killed by signal N as exit status 128+N (like a shell), so exit statuses 129..192 are read as signals; a tool
 that itself exits with such a status is reported as killed by a signal.
