@@ -1,7 +1,7 @@
 # One image for the api, the routine worker and the node (the node needs privileges for namespaces and cgroups).
 FROM python:3.11-slim-bookworm
 RUN apt-get update \
- && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends bubblewrap debootstrap jq \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends bubblewrap debootstrap gcc libc6-dev jq \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
 COPY pyproject.toml README.md ./
