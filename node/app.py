@@ -5,6 +5,10 @@ all). The node runs `slots` calls at once (8); one more is answered at once with
 `Retry-After`: the whole seconds to the soonest deadline of the running calls (at least 1). A call runs in a
 worker thread; the answer is a `NodeCallResult` with status 200 for every outcome of the call itself. A
 request the node cannot use is 400 `invalid_request` naming the field.
+
+`POST /v1/node/calls/{call_id}/cancel` kills that call's VM at once and answers `{"call_id", "state":
+"killed" | "not_started" | "unknown"}` (see `Runner.cancel`); the call's own request then answers how its
+command ended, with `cancelled: true`.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from pydantic import ValidationError
 
 from node.cache import InstallCache
 from node.config import Settings
-from node.models import NodeCall, NodeCallError, NodeCallResult
+from node.models import CALL_ID_RE, NodeCall, NodeCallError, NodeCallResult
 from node.runner import InvalidCall, Runner
 from node.sync import RegistrySync
 from node.template import rootfs_path
@@ -160,6 +164,17 @@ def create_app(
             return JSONResponse(result.model_dump())
         finally:
             state.in_flight -= 1
+
+    @app.post("/v1/node/calls/{call_id}/cancel")
+    async def node_cancel(call_id: str, request: Request) -> Any:
+        """Cancel a call: kill its VM now (the call then answers how its command ended, `cancelled: true`)."""
+        denied = authorized(request)
+        if denied is not None:
+            return denied
+        if CALL_ID_RE.match(call_id) is None:
+            return _error(400, "invalid_request", f"call_id {call_id[:100]!r} is not a call id")
+        state: NodeState = request.app.state.node
+        return {"call_id": call_id, "state": await anyio.to_thread.run_sync(state.runner.cancel, call_id)}
 
     @app.get("/v1/node/status")
     async def node_status(request: Request) -> Any:

@@ -7,6 +7,7 @@ a half-unpacked tool. The cache never holds a version that failed verification.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -34,6 +35,20 @@ class InstallCache:
     def mark_failed(self, pack: str, version: str, reason: str) -> None:
         """Remember why a version was not installed (calls to it answer pack_unavailable with this)."""
         self._failed[f"{pack}@{version}"] = reason
+
+    def forget(self, pack: str, version: str, reason: str) -> None:
+        """Drop an installed version whose files are no longer usable (it then counts as not installed).
+
+        The marker goes first, so the heartbeat stops listing it at once; `reason` answers later calls.
+        """
+        try:
+            vdir = self.version_dir(pack, version)
+        except CacheError:
+            return
+        with contextlib.suppress(FileNotFoundError):
+            (vdir / MARKER).unlink()
+        shutil.rmtree(vdir, ignore_errors=True)
+        self.mark_failed(pack, version, reason)
 
     def failure(self, pack: str, version: str) -> str | None:
         """Why a version was refused, if it was."""

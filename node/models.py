@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pydantic import BaseModel, Field, field_validator
@@ -10,12 +11,13 @@ from packs.names import FILE_NAME_RE, PACK_ID_RE, SEMVER_RE
 
 MAX_TIMEOUT_MS = 60_000
 MAX_OUTPUT_FILE_BYTES = 256 * 1024
+CALL_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
 
 
 class NodeCall(BaseModel):
     """One tool call the api places on this node."""
 
-    call_id: str = Field(pattern=r"^[A-Za-z0-9_-]{1,100}$")
+    call_id: str = Field(pattern=CALL_ID_RE.pattern)
     pack: str
     version: str
     action: str = Field(min_length=1, max_length=64)
@@ -75,3 +77,4 @@ class NodeCallResult(BaseModel):
     error: NodeCallError | None = None
     timings: dict[str, float] = Field(default_factory=dict)
     usage: dict[str, int] = Field(default_factory=lambda: {"vcpu_ms": 0, "gib_ms": 0})
+    cancelled: bool = Field(default=False, description="the call was cancelled while the node held it")

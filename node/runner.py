@@ -11,6 +11,16 @@ Outcomes map to the seed's errors: `tool_failed` (`unpack`, `exit`, `signal`, `p
 `pack_unavailable` when the version is not installed here. `ran` says whether the command started. A call
 with less than `MIN_START_MS` of its time left when its command would start is `no_slot` (it could do
 nothing useful, and the reason does not depend on how fast the node was).
+
+`Runner.cancel(call_id)` kills a running call's VM at once: the call then answers how its command really
+ended (killed by SIGKILL: `tool_failed` / `signal`, `ran: true`), with `cancelled: true` in the result. A call
+cancelled before its command started answers `tool_unavailable` / `exec` (nothing ran); a cancel that comes
+before the call itself is remembered for `CANCEL_MEMORY_S`, and that call is answered so at once.
+
+A version whose installed tree is gone from the cache when a call claims it (an operator deleted it)
+answers `tool_failed` / `unpack` (nothing ran), and the version is dropped from the cache: the next
+heartbeat no longer lists it, so the api stops placing calls here, and later calls answer
+`pack_unavailable` with the reason.
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ import mimetypes
 import signal
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +45,7 @@ from packs.names import FILE_NAME_RE
 
 MAX_STDOUT_BYTES = 1024 * 1024
 MIN_START_MS = 5
+CANCEL_MEMORY_S = 120.0  # longer than any call may wait to reach the node (60 s and the api's slack)
 DEFAULT_CONTENT_TYPE = "application/octet-stream"
 
 
@@ -86,6 +98,14 @@ def _signal_name(num: int) -> str:
         return f"signal {num}"
 
 
+@dataclass
+class _Held:
+    """A call the runner holds: its VM once claimed, and whether it was cancelled."""
+
+    vm: Vm | None = None
+    cancelled: bool = False
+
+
 class Runner:
     """Runs calls on VMs from a driver, at most `slots` at once."""
 
@@ -100,6 +120,30 @@ class Runner:
         self._deadlines: dict[int, float] = {}
         self._lock = threading.Lock()
         self._ids = itertools.count()
+        self._held: dict[str, _Held] = {}
+        self._cancelled_early: dict[str, float] = {}
+
+    def cancel(self, call_id: str) -> str:
+        """Cancel a call: kill its VM if its command runs, else keep it from starting.
+
+        Returns:
+            "killed" (its VM was killed), "not_started" (it will not start) or "unknown" (the call is not
+            here: it already ended, or has not arrived yet; if it arrives within `CANCEL_MEMORY_S` it is
+            answered as cancelled at once).
+        """
+        with self._lock:
+            held = self._held.get(call_id)
+            if held is None:
+                now = time.monotonic()
+                self._cancelled_early = {k: t for k, t in self._cancelled_early.items() if t > now}
+                self._cancelled_early[call_id] = now + CANCEL_MEMORY_S
+                return "unknown"
+            held.cancelled = True
+            vm = held.vm
+        if vm is None:
+            return "not_started"
+        vm.kill()
+        return "killed"
 
     def retry_after_s(self) -> int:
         """Whole seconds (at least 1) to the soonest deadline of the running calls: a slot is free by then."""
@@ -125,6 +169,33 @@ class Runner:
                 f": {why}" if why else ""
             )
             return NodeCallResult(ok=False, ran=False, error=_fail("pack_unavailable", None, message))
+        with self._lock:
+            if self._cancelled_early.pop(call.call_id, 0.0) > time.monotonic():
+                message = "the call was cancelled before it reached this node"
+                error = _fail("tool_unavailable", "exec", message)
+                return NodeCallResult(ok=False, ran=False, error=error, cancelled=True)
+            held = self._held[call.call_id] = _Held()
+        try:
+            result = self._call(call, held, tool_input, files, tool_dir, deadline)
+        finally:
+            with self._lock:
+                if self._held.get(call.call_id) is held:
+                    del self._held[call.call_id]
+        if held.cancelled:
+            result.cancelled = True
+            if result.error is not None:
+                result.error.message += " (the call was cancelled)"
+        return result
+
+    def _call(
+        self,
+        call: NodeCall,
+        held: _Held,
+        tool_input: dict[str, Any],
+        files: list[InputFile],
+        tool_dir: Path,
+        deadline: float,
+    ) -> NodeCallResult:
         clock = PhaseClock()
         if not self._sem.acquire(timeout=max(0.0, deadline - time.monotonic())):
             return NodeCallResult(
@@ -137,6 +208,8 @@ class Runner:
         try:
             with clock.phase("start"):
                 vm = self.driver.claim(deadline)
+            with self._lock:
+                held.vm = vm
             with clock.phase("copy"):
                 vm.copy(tool_dir, files)
             with clock.phase("unpack"):
@@ -144,6 +217,9 @@ class Runner:
             exec_error = self._check_exec(tool_dir, call.cmd[0])
             if exec_error:
                 raise VmError("exec", exec_error)
+            with self._lock:
+                if held.cancelled:
+                    raise VmError("exec", "the call was cancelled before its command started")
             remaining = deadline - time.monotonic()
             if remaining < MIN_START_MS / 1000:
                 raise VmError("no_slot", "the call's time ran out before its command could start")
@@ -164,6 +240,8 @@ class Runner:
                 result = self._answer(call, vm, run)
         except VmError as exc:
             code = "tool_failed" if exc.reason == "unpack" else "tool_unavailable"
+            if exc.reason == "unpack":
+                self.cache.forget(call.pack, call.version, exc.message)
             result = NodeCallResult(ok=False, ran=False, error=_fail(code, exc.reason, exc.message))
         finally:
             if vm is not None:

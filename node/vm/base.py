@@ -122,6 +122,13 @@ class Vm(ABC):
         """
 
     @abstractmethod
+    def kill(self) -> None:
+        """Kill every process of the VM now (called from another thread: the call was cancelled).
+
+        A `run` in progress then returns how the command ended (killed by SIGKILL).
+        """
+
+    @abstractmethod
     def delete(self) -> None:
         """Stop every process of the VM and remove everything it had. Safe to call twice."""
 

@@ -244,6 +244,9 @@ class BwrapVm(Vm):
     def collect(self, names: Sequence[str], *, max_total: int) -> dict[str, bytes]:
         return read_out_files(self.path / "out", names, max_total=max_total)
 
+    def kill(self) -> None:
+        self.cgroup.kill()
+
     def delete(self) -> None:
         if self._deleted:
             return

@@ -1,0 +1,65 @@
+"""Cancelling a call on the node: its VM is killed at once and the call answers how its command ended."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from nodetest import echo_call, leftovers
+
+from node.models import NodeCallResult
+from node.runner import Runner
+from node.vm.bwrap import BwrapDriver
+
+
+@pytest.fixture(autouse=True)
+def nothing_left(driver: BwrapDriver) -> Iterator[None]:
+    yield
+    assert leftovers(driver) == []
+
+
+def _in_background(runner: Runner, call: object) -> tuple[threading.Thread, list[NodeCallResult]]:
+    results: list[NodeCallResult] = []
+    thread = threading.Thread(target=lambda: results.append(runner.call(call)))  # type: ignore[arg-type]
+    thread.start()
+    return thread, results
+
+
+def test_a_cancelled_call_is_killed_at_once_and_answers_sigkill(runner: Runner) -> None:
+    call = echo_call("fail", {"mode": "sleep", "seconds": 30}, timeout_ms=20_000)
+    thread, results = _in_background(runner, call)
+    time.sleep(0.5)  # the command sleeps in its VM
+    cancelled_at = time.monotonic()
+    assert runner.cancel(call.call_id) == "killed"
+    thread.join(timeout=5)
+    assert time.monotonic() - cancelled_at < 2.0
+    (result,) = results
+    assert (result.ok, result.ran, result.cancelled) == (False, True, True)
+    assert result.error is not None
+    assert (result.error.code, result.error.reason, result.error.model_dump()["signal"]) == (
+        "tool_failed",
+        "signal",
+        9,
+    )
+    assert result.error.message == "the tool was killed by signal 9 (SIGKILL) (the call was cancelled)"
+    assert result.usage["vcpu_ms"] >= 1 and result.usage["gib_ms"] >= 1  # it ran: compute is charged
+    assert runner.cancel(call.call_id) == "unknown"  # it has ended
+
+
+def test_a_cancel_that_comes_before_its_call_answers_the_call_at_once(runner: Runner) -> None:
+    call = echo_call("fail", {"mode": "sleep", "seconds": 30}, timeout_ms=20_000)
+    assert runner.cancel(call.call_id) == "unknown"
+    started = time.monotonic()
+    result = runner.call(call)
+    assert time.monotonic() - started < 0.5
+    assert (result.ok, result.ran, result.cancelled) == (False, False, True)
+    assert result.error is not None
+    assert (result.error.code, result.error.reason, result.error.message) == (
+        "tool_unavailable",
+        "exec",
+        "the call was cancelled before it reached this node",
+    )
+    again = runner.call(call.model_copy(update={"input": {"mode": "sleep", "seconds": 0}}))
+    assert (again.ok, again.cancelled) == (True, False)  # a cancel is kept for one call only
