@@ -57,6 +57,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     Migration(2, "action calls: tool_calls, meter_events, idempotency_records", tables=call_tables.TABLES),
     Migration(3, "routines and their runs: routines, routine_runs", tables=run_tables.TABLES),
+    Migration(4, "cancels of running calls: call_cancels", tables=call_tables.CANCEL_TABLES),
 )
 
 

@@ -159,6 +159,15 @@ def store(
     )
 
 
+def link_call(session: Session, *, org_id: str, key: str, call_id: str) -> None:
+    """Name the admitted call of a running claim (in the caller's transaction), so a cancel finds it."""
+    session.execute(
+        update(IdempotencyRecord)
+        .where(*_is(org_id, key), col(IdempotencyRecord.state) == RUNNING)
+        .values(call_id=call_id)
+    )
+
+
 def release(session: Session, *, org_id: str, key: str) -> None:
     """Drop the claim of a key whose answer is not stored (429, 503) in the caller's transaction."""
     session.execute(

@@ -60,3 +60,19 @@ async def send_call(
         result=result,
         retry_after=_retry_after(response.headers.get("retry-after")),
     )
+
+
+async def send_cancel(client: httpx.AsyncClient, *, url: str, token: str | None, call_id: str) -> str:
+    """Ask a node to kill a call's VM; the node's state ("killed", "not_started", "unknown") or
+    "unreachable" when it did not answer."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        response = await client.post(
+            f"{url.rstrip('/')}{NODE_CALLS_PATH}/{call_id}/cancel",
+            headers=headers,
+            timeout=httpx.Timeout(5.0, connect=2.0),
+        )
+        state = response.json().get("state") if response.status_code == 200 else None
+    except (httpx.TransportError, ValueError, AttributeError):
+        return "unreachable"
+    return state if isinstance(state, str) else "unreachable"

@@ -5,7 +5,8 @@
             stored answer in one transaction -> answer
 
 A call that reached a node is finished and recorded even if the client stopped waiting: the work
-runs in its own task, shielded from the request's cancellation.
+runs in its own task, shielded from the request's cancellation. To stop it, cancel it
+(`api.calls.cancel`): its node kills the VM and the call ends with that outcome.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from sqlalchemy import Engine
 from sqlmodel import Session, col, select
 
 from api.accounts import new_id
-from api.calls import idempotency, limits, metering, placement
+from api.calls import cancel, idempotency, limits, metering, placement
 from api.calls.costs import Cost, action_price_microusd, call_cost
 from api.calls.errors import (
     NODE_ERRORS,
@@ -173,6 +174,10 @@ class CallService:
         task = asyncio.ensure_future(self._execute(caller, request, idempotency_key, started))
         return await asyncio.shield(task)
 
+    async def cancel(self, caller: Caller, *, key: str | None = None, call_id: str | None = None) -> Answer:
+        """Cancel a running call of the caller's organization, by its Idempotency-Key or its id."""
+        return await cancel.cancel_call(self, caller, key=key, call_id=call_id)
+
     async def _claim(self, caller: Caller, key: str, digest: str) -> Answer | None:
         hold_s = self.settings.max_call_timeout_ms / 1000 + self.settings.call_overhead_s
         give_up = time.monotonic() + hold_s + self.settings.lease_grace_s
@@ -205,7 +210,7 @@ class CallService:
         call: ToolCall | None = None
         outcome: metering.Outcome | None = None
         try:
-            answer, call, outcome = await self._run(caller, request, started)
+            answer, call, outcome = await self._run(caller, request, key, started)
         except CallError as exc:
             answer = Answer(exc.status, exc.body(), exc.headers)
         except BaseException:
@@ -257,7 +262,7 @@ class CallService:
     # --- one call -------------------------------------------------------------------------------
 
     async def _run(
-        self, caller: Caller, request: CallRequest, started: float
+        self, caller: Caller, request: CallRequest, key: str | None, started: float
     ) -> tuple[Answer, ToolCall | None, metering.Outcome | None]:
         ref = placement.parse_ref(request.ref)
         now = self.clock()
@@ -285,9 +290,17 @@ class CallService:
             price=price,
             timeout_ms=timeout_ms,
         )
-        call: ToolCall = await self._db(
-            lambda s: limits.admit(s, adm=adm, nodes=target.nodes, settings=self.settings, now=self.clock())
-        )
+
+        def admit(session: Session) -> ToolCall:
+            admitted = limits.admit(
+                session, adm=adm, nodes=target.nodes, settings=self.settings, now=self.clock()
+            )
+            if key is not None:  # a cancel by key finds the running call
+                idempotency.link_call(session, org_id=caller.org_id, key=key, call_id=admitted.id)
+                session.commit()
+            return admitted
+
+        call: ToolCall = await self._db(admit)
         node = next(n for n in target.nodes if n.node_id == call.node_id)
         try:
             return await self._on_node(call, node, target, checked, price, validate_s)
@@ -352,8 +365,10 @@ class CallService:
         else:
             error = await self._node_error(reply, call)
         cost_started = time.perf_counter()
+        # a cancelled call is never charged the price, even if its tool answered just before the kill
+        answered = error is None and result.get("cancelled") is not True
         cost = call_cost(
-            self.prices, ran=ran, answered=error is None, vcpu_ms=vcpu_ms, gib_ms=gib_ms, price=price
+            self.prices, ran=ran, answered=answered, vcpu_ms=vcpu_ms, gib_ms=gib_ms, price=price
         )
         phases = {"validate": _ms(validate_s)}
         phases.update({p: round(float(timings.get(p) or 0.0), 3) for p in PHASES})

@@ -9,7 +9,9 @@
   `actions.gib_ms`, `actions.tool_call`, `actions.publisher_microusd`), with the tool's publisher
   namespace for the earnings report.
 - `idempotency_records`: one row per (organization, Idempotency-Key), claimed with an INSERT;
-  it stores the answer (status and body) for at least 24 hours.
+  it stores the answer (status and body) for at least 24 hours. `call_id` names the call as soon
+  as it is admitted, so a cancel by key finds the running call.
+- `call_cancels`: one row per call cancelled while it ran (`POST /v1/actions/call/cancel`).
 """
 
 from __future__ import annotations
@@ -100,4 +102,17 @@ class IdempotencyRecord(SQLModel, table=True):
     body: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
 
 
+class CallCancel(SQLModel, table=True):
+    """A cancel asked for a running call (the call's own row keeps its real outcome and cost)."""
+
+    __tablename__ = "call_cancels"
+
+    call_id: str = Field(primary_key=True, max_length=40)
+    org_id: str = Field(max_length=40)
+    key_id: str = Field(max_length=40, description="the key that asked for the cancel")
+    requested_at: dt.datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+    node_state: str = Field(max_length=20, description="killed, not_started, unknown or unreachable")
+
+
 TABLES = ("tool_calls", "meter_events", "idempotency_records")
+CANCEL_TABLES = ("call_cancels",)

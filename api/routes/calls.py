@@ -1,4 +1,4 @@
-"""`POST /v1/actions/call`: call an action (a hosted tool runs in a fresh VM on a node)."""
+"""`POST /v1/actions/call`: call an action (a hosted tool runs in a fresh VM on a node); cancel one."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from api.calls.auth import caller_for
-from api.calls.errors import BodyTooLarge, CallInvalid
+from api.calls.cancel import parse_cancel
+from api.calls.errors import BodyTooLarge, CallError, CallInvalid
 from api.calls.service import Caller, CallService
 
 router = APIRouter(prefix="/v1/actions", tags=["calls"])
@@ -59,4 +60,44 @@ async def call_action(
     service: CallService = request.app.state.calls
     payload = await read_json(request, service.settings.max_call_body_bytes)
     answer = await service.call(caller, payload, idempotency_key=idempotency_key)
+    return JSONResponse(answer.body, status_code=answer.status, headers=answer.headers)
+
+
+class CancelBody(BaseModel):
+    """Which call to cancel: the Idempotency-Key it was sent with."""
+
+    idempotency_key: str = Field(description="the Idempotency-Key of the running call")
+
+
+@router.post(
+    "/call/cancel",
+    openapi_extra={
+        "requestBody": {"content": {"application/json": {"schema": CancelBody.model_json_schema()}}}
+    },
+)
+async def cancel_call_by_key(
+    request: Request, caller: Annotated[Caller, Depends(http_caller)]
+) -> JSONResponse:
+    """Cancel the running call sent with this Idempotency-Key: its node kills its VM at once.
+
+    202 `{"call_id", "state": "cancelled", "node"}`; 200 `{"state": "finished"}` when it had ended. The
+    call's own request answers how it ended (a killed command: 502 tool_failed / signal), billed compute and
+    the floor, never the price.
+    """
+    service: CallService = request.app.state.calls
+    try:
+        key = parse_cancel(await read_json(request, 4096))
+    except CallError as exc:
+        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+    answer = await service.cancel(caller, key=key)
+    return JSONResponse(answer.body, status_code=answer.status, headers=answer.headers)
+
+
+@router.post("/calls/{call_id}/cancel")
+async def cancel_call_by_id(
+    call_id: str, request: Request, caller: Annotated[Caller, Depends(http_caller)]
+) -> JSONResponse:
+    """Cancel a running call by its id (`tcall_...`): as `POST /v1/actions/call/cancel`."""
+    service: CallService = request.app.state.calls
+    answer = await service.cancel(caller, call_id=call_id)
     return JSONResponse(answer.body, status_code=answer.status, headers=answer.headers)

@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 from calls.stack import Org
-from realstack import ECHO_REF, FREE_ECHO, FREE_FAIL, RoutineStack
+from realstack import ECHO_REF, FAIL_REF, FREE_ECHO, FREE_FAIL, RoutineStack
 from sqlmodel import Session, col, select
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
@@ -24,7 +24,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from activities.idempotency import step_idempotency_key
-from api.calls.tables import RUNNING, ToolCall
+from api.calls.tables import RUNNING, CallCancel, ToolCall
 from engine.workflow import RoutineWorkflow
 
 SCHEDULED = EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
@@ -267,14 +267,13 @@ steps:
     assert [c.timeout_ms for c in routine_stack.calls_of(org)] == [1500, 10000]  # b: the action's own
 
 
-async def test_a_cancelled_run_stops_its_running_step_and_ends_cancelled(routine_stack: RoutineStack) -> None:
+async def test_a_cancelled_run_kills_its_steps_vm_and_ends_cancelled(routine_stack: RoutineStack) -> None:
     org = routine_stack.runner()
     source = f"""\
 name: cancel
 steps:
   - id: slow
-    uses: {FREE_FAIL}
-    timeout: 3s
+    uses: {FAIL_REF}
     with: {{mode: sleep, seconds: 30}}
   - id: never
     uses: {FREE_ECHO}
@@ -287,6 +286,7 @@ steps:
     while _running(routine_stack, org) < 1:
         assert time.monotonic() < deadline
         await asyncio.sleep(0.02)
+    await asyncio.sleep(0.5)  # the command sleeps in its VM (the action's own timeout: 5 s)
     mid = await routine_stack.read(org, run_id)
     assert mid["status"] == "running" and mid["steps"]["slow"]["status"] == "running"
 
@@ -303,12 +303,21 @@ steps:
     (cancelled,) = events(history, EventType.EVENT_TYPE_ACTIVITY_TASK_CANCELED)
     assert at(cancelled) - cancelled_at < 2.5  # the step's activity heard of the cancel and stopped
     assert events(history, EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED)
-    # The api still finishes and records the call that reached the node: its VM sleeps to the timeout.
+    # The activity asked the api to cancel its call: the node killed the VM at once (not at its 5 s timeout).
     deadline = time.monotonic() + 10
     while (calls := routine_stack.calls_of(org))[0].state == RUNNING:
         assert time.monotonic() < deadline
         await asyncio.sleep(0.05)
-    assert [(c.code, c.timeout_ms) for c in calls] == [("tool_timed_out", 3000)]
+    (call,) = calls
+    assert (call.code, call.reason, call.ran, call.timeout_ms) == ("tool_failed", "signal", True, 5000)
+    assert call.finished_at is not None
+    assert call.finished_at.replace(tzinfo=UTC).timestamp() - cancelled_at < 2.5
+    # billed like a failure: compute and the floor, never the publisher's 100 micro-USD
+    assert call.price == 0 and call.compute > 0 and call.floor > 0
+    assert call.total == call.compute + call.floor
+    with Session(routine_stack.engine) as session:
+        cancel = session.get(CallCancel, call.id)
+    assert cancel is not None and (cancel.node_state, cancel.key_id) == ("killed", org.key_id)
 
 
 async def test_an_expression_that_fails_at_run_time_fails_its_step_with_the_sentence(
