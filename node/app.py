@@ -44,6 +44,7 @@ def make_driver(settings: Settings) -> VmDriver:
         vcpu=settings.vcpu,
         pids_max=settings.pids_max,
         work_mb=settings.work_mb,
+        in_kb=settings.in_kb,
         out_kb=settings.out_kb,
     )
     return BwrapDriver(

@@ -39,6 +39,9 @@ class Settings(BaseSettings):
     vcpu: int = Field(default=1, ge=1, le=8, description="vCPUs of one VM (CFS quota).")
     pids_max: int = Field(default=64, ge=8, description="Processes and threads in one VM.")
     work_mb: int = Field(default=64, ge=1, description="Size of /work (tmpfs).")
+    in_kb: int = Field(
+        default=2048, ge=16, description="Size of /in (tmpfs); files that do not fit: tool_unavailable/copy."
+    )
     out_kb: int = Field(
         default=1024, ge=256, description="Size of /out (tmpfs); files over 256 KiB in all are refused."
     )

@@ -139,7 +139,9 @@ class Stack:
             self.api_urls.append(url)
         return url, proc
 
-    def start_node(self, node_id: str, *, api_url: str | None = None) -> Proc:
+    def start_node(
+        self, node_id: str, *, api_url: str | None = None, extra_env: dict[str, str] | None = None
+    ) -> Proc:
         port = free_port()
         run_dir = self.root / f"{node_id}-vms"
         run_dir.mkdir(mode=0o711, exist_ok=True)
@@ -150,6 +152,7 @@ class Stack:
             B3OS_HEARTBEAT_S="0.5",
             B3OS_CACHE_DIR=str(self.root / f"{node_id}-cache"),
             B3OS_RUN_DIR=str(run_dir),
+            **(extra_env or {}),
         )
         return self.start(node_id, [sys.executable, "-m", "cli", "node", "run", "--port", str(port)], env)
 
