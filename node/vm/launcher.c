@@ -13,7 +13,7 @@
    Python process to change the user.
 
    And once per node as `launch --hold NODE_DIR`: it makes a small mount namespace (a tmpfs root with /usr,
-   /bin, /sbin, /lib*, /etc, /proc, /dev and NODE_DIR, receiving the host's later mounts under NODE_DIR),
+   /bin, /sbin, /lib*, /etc, /proc, /dev, an empty /tmp (bwrap's staging point) and NODE_DIR, receiving the host's later mounts under NODE_DIR),
    writes "R" on stdout and sleeps, so that the node's VMs are spawned in that namespace: bwrap copies the
    whole mount table of the namespace it starts in, and the host's may be large. It dies with the node. */
 
@@ -110,6 +110,7 @@ static int hold(const char *node_dir) {
     if (mount("b3os-ns", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=755,size=64k") != 0) die(root);
     bind_into(root, node_dir);  /* first: its copy then holds no copy of the others */
     for (int i = 0; keep[i]; i++) bind_into(root, keep[i]);
+    make_path(root, "/tmp");  /* bwrap stages the sandbox's root on a tmpfs it mounts at /tmp */
     snprintf(old, sizeof old, "%s/.old", root);
     if (mkdir(old, 0700) != 0) die(old);
     if (syscall(SYS_pivot_root, root, old) != 0) die("pivot_root");
