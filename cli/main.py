@@ -21,6 +21,7 @@ COMMANDS: dict[tuple[str | None, str], str] = {
     ("admin", "init"): "cli.admin_init",
     ("node", "run"): "cli.node_run",
     ("node", "build-base"): "cli.node_build_base",
+    ("node", "clean"): "cli.node_clean",
     ("routine", "validate"): "cli.routine_validate",
     ("routine", "schema"): "cli.routine_schema",
     ("routine", "run"): "cli.routine_run",
@@ -34,7 +35,7 @@ GROUP_HELP = {
     "tool": "build, publish and read earnings of hosted tools",
     "pack": "inspect and verify packs",
     "admin": "administer a b3os installation",
-    "node": "run a node worker and build its base template",
+    "node": "run a node worker, build its base template, clean what dead nodes left",
     "routine": "validate, describe and run routines",
 }
 

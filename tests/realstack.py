@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -34,6 +35,7 @@ from temporalio.testing import WorkflowEnvironment
 from api.calls.tables import IdempotencyRecord, ToolCall
 from api.db import make_engine
 from api.scopes import OWNER_SCOPES
+from node.vm import mounts
 from packs.signing import public_key_b64
 
 ECHO_REF = f"{ECHO}/echo@1"
@@ -195,11 +197,14 @@ def start_routine_stack(root: Path, env: WorkflowEnvironment) -> RoutineStack:
 @pytest.fixture(scope="session")
 def routine_stack(temporal_env: WorkflowEnvironment) -> Iterator[RoutineStack]:
     """The session's one real stack (see the module docstring)."""
-    stack = start_routine_stack(Path(tempfile.mkdtemp(prefix="b3os-routines-")), temporal_env)
+    root = Path(tempfile.mkdtemp(prefix="b3os-routines-"))
+    stack = start_routine_stack(root, temporal_env)
     yield stack
-    stack.stop()
+    stack.stop()  # SIGTERM: each node removes its VMs' mounts, cgroups and directories
     assert stack.worker is not None
     no_traceback([stack.worker])  # a step's failure is one log line, never a traceback
+    assert mounts.mounts_under(root) == [], "a node left mounts behind"
+    shutil.rmtree(root)
 
 
 def no_traceback(procs: Sequence[Proc]) -> None:

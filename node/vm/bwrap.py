@@ -51,6 +51,7 @@ from node.vm.bwrap_vm import SETUP_S, BwrapVm, SetupError, make_dir
 from node.vm.cgroups import CgroupError, CgroupLimits, NodeCgroups
 from node.vm.launcher import NAME as LAUNCHER_NAME
 from node.vm.launcher import VM_PATH, LauncherError, build_launcher
+from node.vm.stale import cleanup_stale
 
 log = logging.getLogger("b3os.node.vm")
 
@@ -71,16 +72,6 @@ class VmLimits:
     tmp_mb: int = 16
     out_kb: int = 1024
     in_kb: int = 2048
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class BwrapDriver(VmDriver):
@@ -131,7 +122,8 @@ class BwrapDriver(VmDriver):
         closed = [str(p) for p in run_dir.parents if not p.stat().st_mode & stat.S_IXOTH]
         if closed:
             raise VmError("no_slot", f"the VM's user cannot reach {run_dir}: {closed[0]} is not searchable")
-        cleanup_stale(run_dir)
+        for line in cleanup_stale(run_dir):
+            log.warning("removed what a dead node left: %s", line)
         make_dir(self.node_dir, 0o711)
         make_dir(self.node_dir / "base", 0o755)
         make_dir(self.node_dir / "nsroot", 0o755)
@@ -436,18 +428,3 @@ class BwrapDriver(VmDriver):
             self.cgroups.remove()
         self._stop_holder()
         self._remove_node_dir()
-
-
-def cleanup_stale(run_dir: Path) -> None:
-    """Remove what nodes that died left under `run_dir` and in their cgroups (their pid is in the name)."""
-    if not run_dir.is_dir():
-        return
-    for entry in run_dir.glob("node-*"):
-        pid = entry.name.removeprefix("node-")
-        if pid.isdigit() and not _pid_alive(int(pid)):
-            for point in mounts.mounts_under(entry):
-                with contextlib.suppress(mounts.MountError):
-                    mounts.unmount(point)
-            shutil.rmtree(entry, ignore_errors=True)
-            with contextlib.suppress(CgroupError, OSError):
-                NodeCgroups.open(f"b3os-node-{pid}").remove()

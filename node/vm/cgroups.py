@@ -63,6 +63,12 @@ def _mounts() -> tuple[dict[str, tuple[str, str]], tuple[str, str] | None]:
     return v1, v2
 
 
+def hierarchy_points() -> list[str]:
+    """Where the memory, cpu, cpuacct and pids v1 hierarchies and the v2 hierarchy are mounted."""
+    v1, v2 = _mounts()
+    return sorted({point for point, _ in v1.values()} | ({v2[0]} if v2 else set()))
+
+
 def _own_paths() -> dict[str, str]:
     """Controller (or "" for v2) -> this process's cgroup path, from /proc/self/cgroup."""
     own: dict[str, str] = {}

@@ -28,6 +28,7 @@ from api.models import Node
 from api.scopes import OWNER_SCOPES
 from cli._http import ApiClient, ApiConfig
 from cli.tool_publish import publish_dir
+from node.vm.stale import cleanup_stale
 from packs.build import build_tool
 from packs.signing import public_key_b64
 
@@ -157,8 +158,12 @@ class Stack:
         return self.start(node_id, [sys.executable, "-m", "cli", "node", "run", "--port", str(port)], env)
 
     def stop(self) -> None:
+        """SIGTERM every process (a node then removes its VMs' mounts, cgroups and dirs), then remove what a
+        node that had to be killed left."""
         for proc in reversed(self.procs):
             proc.stop()
+        for run_dir in self.root.glob("*-vms"):
+            cleanup_stale(run_dir)
         self.engine.dispose()
 
     def org(
@@ -185,15 +190,16 @@ class Stack:
 
     def wait_installed(self, node_id: str, tags: Sequence[str], timeout_s: float = 60.0) -> None:
         deadline = time.monotonic() + timeout_s
+        latest = [p for p in self.procs if p.name == node_id][-1:]  # a node of that id may have run before
         while time.monotonic() < deadline:
-            if any(p.popen.poll() is not None for p in self.procs if p.name == node_id):
+            if any(p.popen.poll() is not None for p in latest):
                 break
             with Session(self.engine) as session:
                 node = session.exec(select(Node).where(col(Node.node_id) == node_id)).first()
                 if node is not None and all(t in node.installed for t in tags):
                     return
             time.sleep(0.1)
-        logs = "\n".join(p.log.read_text()[-2000:] for p in self.procs if p.name == node_id)
+        logs = "\n".join(p.log.read_text()[-2000:] for p in latest)
         raise AssertionError(f"node {node_id} did not install {tags}:\n{logs}")
 
 

@@ -6,11 +6,15 @@ import json
 import signal
 import threading
 import time
+from pathlib import Path
 
 import httpx
+import pytest
 from sqlmodel import Session, col, delete
 
 from api.models import Node
+from cli.main import main as b3os_main
+from node.vm import mounts
 from packs.loader import bundle_files, load_built_bundle
 from packs.signing import sign_manifest
 
@@ -71,8 +75,11 @@ def test_a_version_no_node_could_install_is_pack_unavailable(stack: Stack, tmp_p
     assert err["retry_after"] <= 2  # two heartbeats of the nodes
 
 
-def test_a_node_that_died_since_its_heartbeat_is_tool_unavailable_exec_and_free(stack: Stack) -> None:
+def test_a_node_that_died_since_its_heartbeat_is_tool_unavailable_exec_and_free(
+    stack: Stack, capsys: pytest.CaptureFixture[str]
+) -> None:
     node = stack.start_node("node-0")  # sorts before node-a: an idle tie goes to it
+    run_dir = stack.root / "node-0-vms"
     try:
         stack.wait_installed("node-0", [f"{ECHO}@1.0.0"])
         node.popen.send_signal(signal.SIGKILL)
@@ -85,3 +92,11 @@ def test_a_node_that_died_since_its_heartbeat_is_tool_unavailable_exec_and_free(
         with Session(stack.engine) as session:
             session.execute(delete(Node).where(col(Node.node_id) == "node-0"))
             session.commit()
+        # What the killed node left (its pooled VMs' mounts, its cgroups), as an operator removes it.
+        assert mounts.mounts_under(run_dir / f"node-{node.popen.pid}")
+        assert b3os_main(["node", "clean", "--run-dir", str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert f"removed {run_dir / f'node-{node.popen.pid}'} (" in out
+    assert f"/b3os-node-{node.popen.pid}\n" in out  # its cgroup in each hierarchy
+    assert mounts.mounts_under(run_dir) == [] and list(run_dir.iterdir()) == []
+    assert not list(Path("/sys/fs/cgroup").glob(f"*/**/b3os-node-{node.popen.pid}"))

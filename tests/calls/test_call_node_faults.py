@@ -27,9 +27,10 @@ def _only_call(stack: Stack, org_id: str) -> ToolCall:
 
 
 def test_an_input_file_larger_than_the_nodes_in_is_tool_unavailable_copy_and_free(stack: Stack) -> None:
-    node = stack.start_node("node-0", extra_env={"B3OS_IN_KB": "64"})  # sorts first: an idle tie goes to it
+    # "node-0-in" sorts before node-a: an idle tie goes to it
+    node = stack.start_node("node-0-in", extra_env={"B3OS_IN_KB": "64"})
     try:
-        stack.wait_installed("node-0", [f"{ECHO}@1.0.0"])
+        stack.wait_installed("node-0-in", [f"{ECHO}@1.0.0"])
         org = stack.org()
         big = base64.b64encode(b"x" * 100_000).decode()
         r = call(stack, org, f"{ECHO}/echo@1", {"text": "hi", "file": {"$bytes": big, "name": "big.bin"}})
@@ -38,12 +39,12 @@ def test_an_input_file_larger_than_the_nodes_in_is_tool_unavailable_copy_and_fre
         assert err["cost"] == NOTHING
         row = _only_call(stack, org.org_id)
         assert (row.node_id, row.code, row.reason, row.ran, row.total) == (
-            "node-0", "tool_unavailable", "copy", False, 0
+            "node-0-in", "tool_unavailable", "copy", False, 0
         )  # fmt: skip
     finally:
         node.stop()  # SIGTERM: the node removes its VMs and says it is gone
         with Session(stack.engine) as session:
-            session.execute(delete(Node).where(col(Node.node_id) == "node-0"))
+            session.execute(delete(Node).where(col(Node.node_id) == "node-0-in"))
             session.commit()
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -57,27 +59,51 @@ def hostile_call(name: str, input_: dict[str, Any] | None = None, *, timeout_ms:
     )
 
 
-def vm_processes() -> list[int]:
-    """Processes on this machine running as the test VMs' host uid."""
-    found = []
+def _status(pid: str) -> dict[str, str]:
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return {}
+    return dict(line.split(":\t", 1) for line in text.splitlines() if ":\t" in line)
+
+
+def vm_processes(driver: BwrapDriver | None = None) -> list[int]:
+    """Processes of this test process's VMs: running as the test VMs' host uid and descended from this
+    process (the driver runs here and is its VMs' subreaper) or sitting in `driver`'s cgroups. Another
+    test run's VMs on this machine are not counted."""
+    parents: dict[int, int] = {}
+    vm_uid: set[int] = set()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
-        try:
-            status = (entry / "status").read_text()
-        except OSError:
+        status = _status(entry.name)
+        if not status:
             continue
-        uid_line = next((line for line in status.splitlines() if line.startswith("Uid:")), "")
-        if uid_line.split()[1:2] == [str(VM_UID)]:
-            found.append(int(entry.name))
-    return found
+        parents[int(entry.name)] = int(status.get("PPid", "0"))
+        if status.get("Uid", "").split()[:1] == [str(VM_UID)]:
+            vm_uid.add(int(entry.name))
+    me = os.getpid()
+    found = set()
+    for pid in vm_uid:
+        seen, cur = 0, pid
+        while cur > 1 and seen < 64:
+            cur, seen = parents.get(cur, 0), seen + 1
+            if cur == me:
+                found.add(pid)
+                break
+    if driver is not None:
+        for name in driver.cgroups.children():
+            for path in {p / name for p in driver.cgroups.dirs.values()}:
+                with contextlib.suppress(OSError):
+                    found.update(int(p) for p in (path / "cgroup.procs").read_text().split())
+    return sorted(found)
 
 
 def leftovers(driver: BwrapDriver) -> list[str]:
     """What calls left behind: processes, cgroups, mounts or directories beyond the prepared pool."""
     prepared = set(driver.settle())
     pooled = driver.pool_pids()
-    problems = [f"process {pid}" for pid in vm_processes() if pid not in pooled]
+    problems = [f"process {pid}" for pid in vm_processes(driver) if pid not in pooled]
     problems += [f"cgroup {name}" for name in set(driver.cgroups.children()) - prepared]
     own = prepared | {"base", "launcher", "nsroot"}
     problems += [f"directory {p.name}" for p in driver.node_dir.iterdir() if p.name not in own]

@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from cli.main import main as b3os_main
+from node.vm.stale import cleanup_stale
 
 REPO = Path(__file__).resolve().parents[2]
 ECHO_DIR = REPO / "examples" / "tools" / "echo"
@@ -92,6 +93,8 @@ class Procs:
                 popen.kill()
                 popen.wait(timeout=5)
         self.procs.clear()
+        for run_dir in self.root.glob("*-vms"):  # what a node that had to be killed left
+            cleanup_stale(run_dir)
 
 
 def start_api(procs: Procs, env: Mapping[str, str], port: int) -> str:
