@@ -25,8 +25,7 @@ from typing import Any
 
 import httpx
 import pytest
-from calls.stack import ECHO, FREE, KID, NAMESPACE, PRICEY, Org, Proc, Stack, build_variant, publish
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from calls.stack import ECHO, FREE, PRICEY, Org, Proc, Stack, publish_echo_variants
 from sqlmodel import Session, col, select
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
@@ -34,9 +33,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from api.calls.tables import IdempotencyRecord, ToolCall
 from api.db import make_engine
-from api.scopes import OWNER_SCOPES
 from node.vm import mounts
-from packs.signing import public_key_b64
 
 ECHO_REF = f"{ECHO}/echo@1"
 FAIL_REF = f"{ECHO}/fail@1"
@@ -169,22 +166,7 @@ def start_routine_stack(root: Path, env: WorkflowEnvironment) -> RoutineStack:
     try:
         stack.start_api()
         stack.start_api()
-        stack.publisher = stack.org(scopes=OWNER_SCOPES, namespaces=[NAMESPACE])
-        key = stack.signing_key = Ed25519PrivateKey.generate()
-        r = httpx.post(
-            f"{stack.url}/v1/actions/publishers/{NAMESPACE}/keys",
-            headers=stack.publisher.headers,
-            json={"kid": KID, "public_key": public_key_b64(key)},
-        )
-        assert r.status_code in (200, 201), r.text
-        builds = root / "builds"
-        builds.mkdir()
-        for pack, pricing in (
-            (ECHO, {"model": "per_call", "usd": "0.0001"}),
-            (PRICEY, {"model": "per_call", "usd": "1"}),
-            (FREE, {"model": "free"}),
-        ):
-            publish(stack, stack.publisher, build_variant(builds, key, pack=pack, pricing=pricing))
+        publish_echo_variants(stack)
         stack.start_node("node-a")
         stack.worker = stack.start_worker()
         stack.wait_installed("node-a", [f"{p}@1.0.0" for p in (ECHO, PRICEY, FREE)])

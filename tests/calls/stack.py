@@ -235,6 +235,26 @@ def publish(stack: Stack, org: Org, root: Path) -> dict[str, Any]:
         return publish_dir(client, root, say=lambda _: None)
 
 
+def publish_echo_variants(stack: Stack) -> None:
+    """Make the publisher organization and its signing key; publish echo, pricey (1 USD) and free."""
+    stack.publisher = stack.org(scopes=OWNER_SCOPES, namespaces=[NAMESPACE])
+    key = stack.signing_key = Ed25519PrivateKey.generate()
+    r = httpx.post(
+        f"{stack.url}/v1/actions/publishers/{NAMESPACE}/keys",
+        headers=stack.publisher.headers,
+        json={"kid": KID, "public_key": public_key_b64(key)},
+    )
+    assert r.status_code in (200, 201), r.text
+    builds = stack.root / "builds"
+    builds.mkdir()
+    for pack, pricing in (
+        (ECHO, {"model": "per_call", "usd": "0.0001"}),
+        (PRICEY, {"model": "per_call", "usd": "1"}),
+        (FREE, {"model": "free"}),
+    ):
+        publish(stack, stack.publisher, build_variant(builds, key, pack=pack, pricing=pricing))
+
+
 def start_stack(root: Path) -> Stack:
     """Start api x2 and one node on one SQLite file, publish echo, pricey and free, wait for the node."""
     os.chmod(root, 0o711)  # the VM's user must reach the node's run dir below it
@@ -244,22 +264,7 @@ def start_stack(root: Path) -> Stack:
     try:
         stack.start_api()
         stack.start_api()
-        stack.publisher = stack.org(scopes=OWNER_SCOPES, namespaces=[NAMESPACE])
-        key = stack.signing_key = Ed25519PrivateKey.generate()
-        r = httpx.post(
-            f"{stack.url}/v1/actions/publishers/{NAMESPACE}/keys",
-            headers=stack.publisher.headers,
-            json={"kid": KID, "public_key": public_key_b64(key)},
-        )
-        assert r.status_code in (200, 201), r.text
-        builds = root / "builds"
-        builds.mkdir()
-        for pack, pricing in (
-            (ECHO, {"model": "per_call", "usd": "0.0001"}),
-            (PRICEY, {"model": "per_call", "usd": "1"}),
-            (FREE, {"model": "free"}),
-        ):
-            publish(stack, stack.publisher, build_variant(builds, key, pack=pack, pricing=pricing))
+        publish_echo_variants(stack)
         stack.start_node("node-a")
         stack.wait_installed("node-a", [f"{p}@1.0.0" for p in (ECHO, PRICEY, FREE)])
         return stack
