@@ -89,6 +89,14 @@ class Embedded:
         return f"{self.ui_url}/namespaces/{NAMESPACE}/workflows/{workflow_id}"
 
 
+def api_argv(port: int) -> list[str]:
+    """The command line of one api process on 127.0.0.1:`port` (uvicorn over `api.main:create_app`)."""
+    return [
+        sys.executable, "-m", "uvicorn", "--factory", "api.main:create_app",
+        "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
+    ]  # fmt: skip
+
+
 def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags every command that starts the embedded stack takes (ports, data dir, examples)."""
     for name, flag in PORT_FLAGS.items():
@@ -250,19 +258,7 @@ def start_embedded(
     say(f"temporal ready   {emb.temporal_address}, UI {emb.ui_url} ({time.monotonic() - t0:.1f} s)")
     stack.start(
         "api",
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "--factory",
-            "api.main:create_app",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(ports["api"]),
-            "--log-level",
-            "warning",
-        ],  # fmt: skip
+        api_argv(ports["api"]),
         env=env,
         ready=lambda: _healthy(emb.api_url),
         ready_timeout_s=timeout,

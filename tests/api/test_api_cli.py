@@ -19,6 +19,7 @@ from apitest import ECHO, NAMESPACE, REPO
 from fastapi import FastAPI, Response
 from fastapi.testclient import TestClient
 
+from cli._embedded import api_argv
 from cli._http import ApiClient, ApiConfig, CliError
 from cli.main import main
 from packs.hashing import BundleFile
@@ -88,19 +89,7 @@ def b3os_cli(
 def server(env: dict[str, str]) -> Iterator[str]:
     port = _free_port()
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "--factory",
-            "api.main:create_app",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-        ],
+        api_argv(port),
         env=env,
         cwd=REPO,
     )

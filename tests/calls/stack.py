@@ -26,6 +26,7 @@ from api import accounts, publishers
 from api.db import make_engine
 from api.models import Node
 from api.scopes import OWNER_SCOPES
+from cli._embedded import api_argv
 from cli._http import ApiClient, ApiConfig
 from cli.tool_publish import publish_dir
 from node.vm.stale import cleanup_stale
@@ -120,19 +121,7 @@ class Stack:
     def start_api(self, *, extra_env: dict[str, str] | None = None, listed: bool = True) -> tuple[str, Proc]:
         """Start one more api process on the stack's database (listed ones are in `api_urls`)."""
         port = free_port()
-        argv = [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "--factory",
-            "api.main:create_app",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-        ]
+        argv = api_argv(port)
         proc = self.start(f"api-{port}", argv, self.env(**(extra_env or {})))
         url = f"http://127.0.0.1:{port}"
         wait_http(f"{url}/healthz", proc)
