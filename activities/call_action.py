@@ -46,6 +46,7 @@ class CallActionResult(BaseModel):
     output: Any = None
     attempt: int = 1
     call_id: str | None = None
+    ref: str | None = None
     cost: dict[str, Any] | None = None
 
 
@@ -133,6 +134,7 @@ class ActionActivities:
             output=answer.get("output"),
             attempt=info.attempt,
             call_id=answer.get("call_id") or answer.get("id"),
+            ref=answer.get("ref") if isinstance(answer.get("ref"), str) else None,
             cost=answer.get("cost") if isinstance(answer.get("cost"), dict) else None,
         )
 

@@ -7,13 +7,14 @@ history shows which key each failed attempt sent (a key is derived, never a secr
 
     429, 503 (with Retry-After),
     409 idempotency_in_progress        retryable, next_retry_delay = Retry-After seconds exactly
-    tool_failed with retryable: true   retryable with the step's backoff (the api keeps no answer
-                                       under the key for it, so the retry runs the tool again)
+    tool_failed / action_failed        retryable with the step's backoff (the api keeps no answer
+      with retryable: true             under the key for it, so the retry runs the call again)
     other 5xx                          retryable with the step's backoff
     network errors to the api          retryable with the step's backoff
     400, 422, other 4xx,
     tool_failed not retryable,
-    output_invalid, tool_timed_out     non_retryable=True (the api keeps that answer under the step's
+    output_invalid, tool_timed_out,
+    action_timed_out                   non_retryable=True (the api keeps that answer under the step's
                                        key: a retry would only get it again)
 """
 
@@ -40,6 +41,8 @@ _DETAIL_FIELDS = (
     "errors",
     "pack_error",
     "field",
+    "connection",
+    "upstream_status",
 )
 
 
@@ -142,10 +145,10 @@ def error_for_answer(
             next_retry_delay=timedelta(seconds=delay) if delay is not None else None,
             category=BENIGN,
         )
-    if code == "tool_failed":
+    if code in ("tool_failed", "action_failed"):
         retryable = fields.get("retryable") is True
         return ApplicationError(text, fields, type=code, non_retryable=not retryable, category=BENIGN)
-    if code in ("output_invalid", "tool_timed_out") or 400 <= status < 500:
+    if code in ("output_invalid", "tool_timed_out", "action_timed_out") or 400 <= status < 500:
         return ApplicationError(text, fields, type=code, non_retryable=True, category=BENIGN)
     return ApplicationError(text, fields, type=code, category=BENIGN)
 

@@ -37,6 +37,14 @@ class Settings(BaseSettings):
     temporal_address: str = Field(default="127.0.0.1:7233", description="the Temporal frontend, host:port")
     temporal_namespace: str = Field(default="default", description="the Temporal namespace of routine runs")
     temporal_task_queue: str = Field(default="b3os-routines", description="the routine workers' task queue")
+    egress_url: str | None = Field(default=None, description="the egress proxy's base URL (B3OS_EGRESS_URL)")
+    egress_token: str | None = Field(
+        default=None, description="the bearer token the api presents to the egress proxy (B3OS_EGRESS_TOKEN)"
+    )
+    egress_public_key: str | None = Field(
+        default=None,
+        description="the egress proxy's X25519 public key, base64 raw (default: asked from egress_url)",
+    )
 
     def resolved_database_url(self) -> str:
         """The database URL: B3OS_DATABASE_URL, then DATABASE_URL, then SQLite under data_dir."""

@@ -21,7 +21,7 @@ from api.config import Settings
 from api.db import engine_from_settings
 from api.errors import ERROR_RESPONSES, install_error_handlers
 from api.migrations import migrate
-from api.routes import blobs, health, keys, nodes, publishers, registry, routines, runs
+from api.routes import blobs, connections, health, keys, nodes, publishers, registry, routines, runs
 
 BLOB_PREFIX = "/v1/actions/registry/blobs"
 
@@ -44,8 +44,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, exempt_prefixes=(BLOB_PREFIX,))
     app.include_router(health.router)
-    for module in (keys, publishers, blobs, registry, nodes, routines, runs):
+    for module in (keys, publishers, blobs, registry, nodes, routines, runs, connections):
         app.include_router(module.router, responses=ERROR_RESPONSES)
+    app.include_router(registry.resolve_router, responses=ERROR_RESPONSES)
     install_calls(app)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app

@@ -16,6 +16,7 @@ from sqlmodel import Field, SQLModel, select
 
 from api import models  # noqa: F401  (registers the tables in the metadata)
 from api.calls import tables as call_tables
+from api.connections import tables as connection_tables
 from api.db import is_postgres
 from api.models import UTCDateTime, utcnow
 from api.runs import tables as run_tables
@@ -58,6 +59,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(2, "action calls: tool_calls, meter_events, idempotency_records", tables=call_tables.TABLES),
     Migration(3, "routines and their runs: routines, routine_runs", tables=run_tables.TABLES),
     Migration(4, "cancels of running calls: call_cancels", tables=call_tables.CANCEL_TABLES),
+    Migration(5, "connections of declarative packs: connections", tables=connection_tables.TABLES),
 )
 
 

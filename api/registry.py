@@ -1,18 +1,29 @@
 """Reading the registry: packs, their versions by semver, refs resolved to versions, MCP tools.
 
 Packs are a public catalog: any authenticated key reads every pack. Versions order by
-(major, minor, patch); a major ref (`@1`) resolves to the newest 1.x.y, an exact ref to itself.
+(major, minor, patch); refs resolve by the one rule of `packs.resolve` (`resolve` here), over the
+versions in the database. A version's manifest is parsed into `packs.manifest.Manifest` once per
+process (`typed`): versions are immutable, so the parse is cached by content hash.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from threading import Lock
 from typing import Any
 
 from sqlmodel import Session, col, select
 
 from api.errors import NotFound
 from api.models import PackVersion
+from packs import resolve as resolving
+from packs.errors import ManifestError
+from packs.manifest import Manifest, parse_manifest
 from packs.refs import ActionRef
+
+_TYPED_MAX = 512
+_typed: OrderedDict[str, Manifest] = OrderedDict()
+_typed_lock = Lock()
 
 _NEWEST_FIRST = (col(PackVersion.major).desc(), col(PackVersion.minor).desc(), col(PackVersion.patch).desc())
 
@@ -44,12 +55,46 @@ def get_version(session: Session, *, pack: str, version: str) -> PackVersion:
     return row
 
 
-def resolve_ref(session: Session, *, ref: ActionRef) -> PackVersion | None:
-    """The version an action ref names (newest of its major, or exact), or None."""
-    if ref.is_exact:
-        stmt = select(PackVersion).where(PackVersion.pack == ref.pack, PackVersion.version == ref.version)
-        return session.exec(stmt).first()
-    return newest(session, pack=ref.pack, major=ref.major)
+def typed(version: PackVersion) -> Manifest:
+    """The version's manifest as typed models, parsed once per process (keyed by its content hash).
+
+    Raises:
+        ResolveError: the stored manifest no longer fits this engine's models (named, never a 500).
+    """
+    key = f"{version.pack}@{version.version}#{version.content_hash}"
+    with _typed_lock:
+        found = _typed.get(key)
+        if found is not None:
+            _typed.move_to_end(key)
+            return found
+    try:
+        manifest = parse_manifest(version.manifest)
+    except ManifestError as exc:
+        raise resolving.ResolveError(
+            f"{version.pack}@{version.version} cannot be run by this engine: {exc}", missing="version"
+        ) from None
+    with _typed_lock:
+        _typed[key] = manifest
+        while len(_typed) > _TYPED_MAX:
+            _typed.popitem(last=False)
+    return manifest
+
+
+def resolve(session: Session, *, ref: ActionRef) -> tuple[resolving.Resolved, PackVersion]:
+    """Resolve a ref by the one rule over the registry's versions of its pack.
+
+    Raises:
+        ResolveError: no such pack, version or action (`missing` says which), with a sentence.
+    """
+    listed = session.exec(select(PackVersion.version).where(col(PackVersion.pack) == ref.pack)).all()
+    rows: dict[str, PackVersion] = {}
+
+    def manifest_of(version: str) -> Manifest:
+        rows[version] = get_version(session, pack=ref.pack, version=version)
+        return typed(rows[version])
+
+    resolved = resolving.resolve(ref, listed, manifest_of)
+    return resolved, rows[resolved.version]
 
 
 def actions_of(manifest: dict[str, Any]) -> list[dict[str, Any]]:

@@ -19,6 +19,8 @@ ROUTINES_RUN = "routines:run"
 ROUTINES_READ = "routines:read"
 KEYS_ADMIN = "keys:admin"
 PUBLISHERS_ADMIN = "admin:publishers"
+CONNECTIONS_WRITE = "connections:write"
+CONNECTIONS_READ = "connections:read"
 
 KNOWN_SCOPES = (
     ACTIONS_WRITE,
@@ -28,6 +30,8 @@ KNOWN_SCOPES = (
     ROUTINES_READ,
     KEYS_ADMIN,
     PUBLISHERS_ADMIN,
+    CONNECTIONS_WRITE,
+    CONNECTIONS_READ,
 )
 BY_NAME_ONLY = frozenset({TOOLS_PUBLISH})
 OWNER_SCOPES = ["*", TOOLS_PUBLISH]

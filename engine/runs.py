@@ -7,6 +7,7 @@ A run's result has one shape whether it is read mid-run (the `progress` query) o
      "steps": {"<step id>": {
          "status": "pending" | "running" | "succeeded" | "failed" | "skipped" | "cancelled",
          "attempts": 1,
+         "ref": "ns/pack/action@1.2.3" | None,   (the exact pin the step called)
          "output": {...} | [...] | None,
          "error": {"code", "reason", "message"} | None}}}
 
@@ -65,6 +66,7 @@ class StepResult(BaseModel):
 
     status: StepStatus = "pending"
     attempts: int = 0
+    ref: str | None = None
     output: Any = None
     error: StepError | None = None
 
@@ -73,7 +75,8 @@ class RunRoutineInput(BaseModel):
     """The workflow's input: a validated routine and the inputs with defaults applied.
 
     `key_id` is the id of the API key that started the run (never a secret): each step's call is
-    made on its behalf.
+    made on its behalf. `pins` maps each `uses:` ref to the exact version it resolved to when the run
+    started (`ns/pack/action@1.2.3`): the run calls what it was validated against.
     """
 
     routine: Routine
@@ -81,6 +84,7 @@ class RunRoutineInput(BaseModel):
     org_id: str
     key_id: str
     run_id: str
+    pins: dict[str, str] = Field(default_factory=dict)
 
 
 class RunRoutineResult(BaseModel):

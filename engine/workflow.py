@@ -154,9 +154,12 @@ class RoutineWorkflow:
         state.status = "running"
         try:
             if items is None:
+                state.ref = input.pins.get(step.uses, step.uses)
                 result = await self._call(step, input, context, None)
                 state.output, state.attempts = result.output, result.attempt
+                state.ref = result.ref or state.ref
             else:
+                state.ref = input.pins.get(step.uses, step.uses)
                 await self._run_foreach(step, state, input, context, items)
                 return
         except _StepFailure as failure:
@@ -214,7 +217,7 @@ class RoutineWorkflow:
             return await workflow.execute_activity(
                 "call_action",
                 CallActionInput(
-                    ref=step.uses,
+                    ref=input.pins.get(step.uses, step.uses),
                     input=call_input,
                     key_id=input.key_id,
                     step_id=step.id,
@@ -223,7 +226,7 @@ class RoutineWorkflow:
                 ),
                 result_type=CallActionResult,
                 activity_id=step.id if index is None else f"{step.id}-{index}",
-                summary=f"{label} · {step.uses}",
+                summary=f"{label} · {input.pins.get(step.uses, step.uses)}",
                 start_to_close_timeout=timeout + TIMEOUT_SLACK if timeout else DEFAULT_ATTEMPT_TIMEOUT,
                 heartbeat_timeout=HEARTBEAT_TIMEOUT,
                 retry_policy=policy,

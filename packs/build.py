@@ -1,8 +1,12 @@
-"""The tool build: archive tool/, fill tool.bundle.archive, run the publish checks, sign, write.
+"""The pack build: (for a tool pack) archive tool/ and fill tool.bundle.archive, run the publish checks,
+sign, write.
 
-`build_tool(DIR, kid=...)` writes the signed manifest to DIR/b3pack.json and the archive to
-DIR/.b3os-build/tool.tar; with `out_dir` it writes a complete signed copy of the pack there instead
-(b3pack.json, .b3os-build/, tool/, the notices file, fixtures/) and leaves DIR untouched.
+`build_pack(DIR, kid=...)` builds any pack. A tool pack gets its archive in DIR/.b3os-build/tool.tar;
+a declarative pack (no `tool` section) has no archive, and its bundle is NOTICES.md (when present) and
+fixtures/**. The signed manifest goes back to DIR/b3pack.json; with `out_dir` a complete signed copy
+of the pack is written there instead (b3pack.json, .b3os-build/ and tool/ of a tool pack, the notices
+file, fixtures/) and DIR is left untouched. `build_tool` is the same build, refusing a pack with no
+tool section.
 """
 
 from __future__ import annotations
@@ -20,21 +24,37 @@ from packs.archive import build_archive
 from packs.checks import run_checks
 from packs.errors import BuildError, ChecksFailed, ManifestError, SignatureError
 from packs.hashing import BundleFile
-from packs.loader import BUILD_DIR, MANIFEST_NAME, PackDir, bundle_files, load_pack, write_manifest
+from packs.loader import (
+    BUILD_DIR,
+    MANIFEST_NAME,
+    PackDir,
+    bundle_files,
+    load_pack,
+    read_manifest,
+    write_manifest,
+)
 from packs.names import split_kid
 from packs.signing import load_private_key, sign_manifest
 
 
 @dataclass(frozen=True)
 class BuildResult:
-    """What a build wrote: the signed manifest and where, the archive, the bundle files and the hash."""
+    """What a build wrote: the signed manifest and where, the bundle files, the hash, and for a tool
+    pack its archive and where (None for a declarative pack)."""
 
     manifest: dict[str, Any]
     manifest_path: Path
-    archive: bytes
-    archive_path: Path
     files: list[BundleFile]
     hash: str
+    archive: bytes | None = None
+    archive_path: Path | None = None
+
+
+def _no_tool_section(pack: PackDir) -> ManifestError:
+    return ManifestError(
+        f"{pack.root / MANIFEST_NAME} has no tool section: `b3os tool build` builds tool packs; "
+        "build a declarative pack with `b3os pack build`"
+    )
 
 
 def fill_archive(pack: PackDir) -> tuple[dict[str, Any], bytes]:
@@ -47,9 +67,7 @@ def fill_archive(pack: PackDir) -> tuple[dict[str, Any], bytes]:
     manifest = copy.deepcopy(pack.manifest)
     tool = manifest.get("tool")
     if not isinstance(tool, dict):
-        raise ManifestError(
-            f"{pack.root / MANIFEST_NAME} has no tool section: `b3os tool build` builds tool packs"
-        )
+        raise _no_tool_section(pack)
     if pack.tool_dir is None:
         raise ManifestError(f"{pack.root / 'tool'} is missing: a tool pack keeps its files under tool/")
     data, stats = build_archive(pack.tool_dir, pack.archive_format)
@@ -66,7 +84,7 @@ def fill_archive(pack: PackDir) -> tuple[dict[str, Any], bytes]:
     return manifest, data
 
 
-def build_tool(
+def build_pack(
     pack_dir: Path,
     *,
     kid: str,
@@ -74,10 +92,10 @@ def build_tool(
     out_dir: Path | None = None,
     private_key: Ed25519PrivateKey | None = None,
 ) -> BuildResult:
-    """Build, check and sign a tool pack.
+    """Build, check and sign a pack, with a tool or declarative.
 
     Args:
-        pack_dir: the pack directory (b3pack.json, tool/, the notices file, fixtures/).
+        pack_dir: the pack directory (b3pack.json; tool/ of a tool pack; the notices file; fixtures/).
         kid: the signing key id "<namespace>#<name>", of the pack's namespace.
         keys_dir: the key directory (default $B3OS_KEYS_DIR or ~/.b3os/keys).
         out_dir: write a signed copy of the pack there instead of in place.
@@ -89,7 +107,11 @@ def build_tool(
         KeyStoreError, SignatureError: no key for the kid, or a kid outside the pack's namespace.
     """
     pack = load_pack(Path(pack_dir))
-    manifest, archive = fill_archive(pack)
+    archive: bytes | None = None
+    if pack.is_tool:
+        manifest, archive = fill_archive(pack)
+    else:
+        manifest = copy.deepcopy(pack.manifest)
     manifest.pop("signature", None)
     violations = run_checks(manifest)
     if violations:
@@ -103,39 +125,74 @@ def build_tool(
         raise SignatureError(f'key id {kid!r} is not of the pack\'s namespace: use "{pack_ns}#<name>"')
     key = private_key or load_private_key(kid, keys_dir)
     others = pack.other_files()
-    files = bundle_files({**others, pack.archive_name: archive})
+    bundle = {**others, pack.archive_name: archive} if archive is not None else others
+    files = bundle_files(bundle)
     signed = sign_manifest(manifest, files, key, kid)
 
     out = Path(out_dir) if out_dir is not None else pack.root
     if out.resolve() != pack.root.resolve():
         _prepare_out(out)
-        assert pack.tool_dir is not None
-        shutil.copytree(pack.tool_dir, out / "tool", symlinks=True)
+        if pack.tool_dir is not None:
+            shutil.copytree(pack.tool_dir, out / "tool", symlinks=True)
         for rel in others:
             (out / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(pack.root / rel, out / rel)
-    archive_path = out / BUILD_DIR / pack.archive_name
-    archive_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = archive_path.with_name(archive_path.name + ".tmp")
-    tmp.write_bytes(archive)
-    tmp.replace(archive_path)
+    archive_path = None
+    if archive is not None:
+        archive_path = out / BUILD_DIR / pack.archive_name
+        archive_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = archive_path.with_name(archive_path.name + ".tmp")
+        tmp.write_bytes(archive)
+        tmp.replace(archive_path)
     write_manifest(out / MANIFEST_NAME, signed)
     return BuildResult(
         manifest=signed,
         manifest_path=out / MANIFEST_NAME,
-        archive=archive,
-        archive_path=archive_path,
         files=files,
         hash=signed["signature"]["hash"],
+        archive=archive,
+        archive_path=archive_path,
     )
 
 
+def build_tool(
+    pack_dir: Path,
+    *,
+    kid: str,
+    keys_dir: Path | None = None,
+    out_dir: Path | None = None,
+    private_key: Ed25519PrivateKey | None = None,
+) -> BuildResult:
+    """Build, check and sign a tool pack: `build_pack` for a pack that has a tool section.
+
+    Raises:
+        ManifestError: the pack has no tool section (or as `build_pack`).
+        BuildError, ChecksFailed, KeyStoreError, SignatureError: as `build_pack`.
+    """
+    pack = load_pack(Path(pack_dir))
+    if not pack.is_tool:
+        raise _no_tool_section(pack)
+    return build_pack(pack_dir, kid=kid, keys_dir=keys_dir, out_dir=out_dir, private_key=private_key)
+
+
+def _earlier_build(out: Path) -> bool:
+    """Whether `out` holds a build: a b3pack.json with .b3os-build/ (a tool pack) or a signature."""
+    if not (out / MANIFEST_NAME).is_file():
+        return False
+    if (out / BUILD_DIR).is_dir():
+        return True
+    try:
+        return "signature" in read_manifest(out / MANIFEST_NAME)
+    except ManifestError:
+        return False
+
+
 def _prepare_out(out: Path) -> None:
-    """Make `out` an empty directory; it may hold an earlier build (b3pack.json and .b3os-build/)."""
+    """Make `out` an empty directory; it may hold an earlier build, which is removed."""
     if out.exists() and not out.is_dir():
         raise BuildError(f"--out {out} is a file: give a directory")
     if out.is_dir() and any(out.iterdir()):
-        if not (out / MANIFEST_NAME).is_file() or not (out / BUILD_DIR).is_dir():
+        if not _earlier_build(out):
             raise BuildError(f"--out {out} is not empty and holds no earlier build: give an empty directory")
         for child in out.iterdir():
             if child.is_dir() and not child.is_symlink():

@@ -13,8 +13,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from packs.checks_connections import CONNECTION_CHECKS
+from packs.checks_http import HTTP_CHECKS
 from packs.checks_tool import TOOL_CHECKS
-from packs.checks_util import Report, actions_of, is_tool_pack, missing_or, path_of, render
+from packs.checks_util import (
+    HOST_RE,
+    Report,
+    actions_of,
+    check_text,
+    is_tool_pack,
+    missing_or,
+    render,
+    schema_error,
+)
 from packs.names import NAME_HINT, NAMESPACE_HINT, is_name, is_namespace, is_semver
 from packs.semver import ENGINE_VERSION, CaretRange
 
@@ -31,7 +42,8 @@ CHECKS: dict[int, str] = {
     9: "each action has a title, a description, effects.class read, write or pure, impl.kind http or vm, "
     "and only known fields",
     10: 'inputSchema and outputSchema are valid JSON Schemas (2020-12) of type "object"',
-    11: "an http action's impl.request has a method and an https url whose host is in egress",
+    11: "an http action's impl.request has a method and an https url whose host is written out (no ${{ }}) "
+    "and in egress",
     12: 'signature, when present, is {"kid", "alg": "ed25519", "hash", "value"} with a kid of the '
     "pack's namespace",
     13: 'tool.kind is "cli" and tool.base is {"name": "base"}',
@@ -50,6 +62,21 @@ CHECKS: dict[int, str] = {
     22: "tool.bundle.archive has sha256 (64 hex), bytes (1 to 64 MiB), format tar or tar.gz, unpackedBytes "
     "(up to 512 MiB) and entries (1 to 20,000)",
     23: 'tool.upstream is a list of {"name", "license"} and tool.notices a bundle file name',
+    24: 'each connection is {"key", "kind", "title", "hosts", "params"?, "inject"?} with kind api_key, '
+    "bearer, basic or oauth2, a one-line title and params, when present, a JSON Schema (2020-12) of type "
+    '"object"',
+    25: "a connection's hosts are a non-empty list of host names, each within egress",
+    26: 'inject is required for an api_key connection and only there: {"header": NAME} (not Authorization, '
+    'Cookie, Host, Content-Length or a hop-by-hop header) or {"query": NAME}',
+    27: "an action's connections are unique keys of the pack's connections, on http actions only",
+    28: "an http action's impl.request has only method, url, query (text, number or boolean values), headers "
+    "(name to one-line text; not Host, Content-Length or a hop-by-hop header) and body (POST, PUT or PATCH)",
+    29: "no template sets a header or query parameter that one of the action's connections injects",
+    30: "an http impl has only kind, request and response, and response only success (one ${{ }} "
+    "expression), map and errors",
+    31: 'response.errors is a list of {"when": one ${{ }} expression, "code": 1 to 60 of a-z, 0-9, _ and -, '
+    '"message"?: text, "retryable"?: true or false}',
+    32: "every ${{ }} of an http action's request and response parses as CEL",
 }
 
 TOP_LEVEL_FIELDS = (
@@ -81,9 +108,6 @@ ACTION_FIELDS = (
     "connections",
 )
 REFUSED_FEATURES = ("sessions", "setup", "image", "formats")
-_HOST_RE = re.compile(
-    r"^(\*\.)?[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*$"
-)
 
 
 @dataclass(frozen=True)
@@ -105,21 +129,9 @@ def run_checks(manifest: Any) -> list[Violation]:
     if not isinstance(manifest, Mapping):
         report.add(1, "manifest", manifest, "a manifest is a JSON object")
         return report.violations(Violation)
-    for check in (*GENERAL_CHECKS, *TOOL_CHECKS):
+    for check in (*GENERAL_CHECKS, *HTTP_CHECKS, *CONNECTION_CHECKS, *TOOL_CHECKS):
         check(manifest, report)
     return report.violations(Violation)
-
-
-def _text(
-    report: Report, n: int, m: Mapping[str, Any], field: str, prefix: str, limit: int, line: bool
-) -> None:
-    value = m.get(field)
-    ok = isinstance(value, str) and value.strip() != "" and len(value) <= limit
-    if ok and line and isinstance(value, str) and ("\n" in value or "\r" in value):
-        ok = False
-    if not ok:
-        what = f"use a text of 1 to {limit} characters" + (" on one line" if line else "")
-        report.add(n, prefix + field, value, missing_or(field in m, what))
 
 
 def check_pack(m: Mapping[str, Any], r: Report) -> None:
@@ -150,9 +162,9 @@ def check_version(m: Mapping[str, Any], r: Report) -> None:
 
 
 def check_texts(m: Mapping[str, Any], r: Report) -> None:
-    _text(r, 3, m, "title", "", 100, True)
-    _text(r, 3, m, "description", "", 2000, False)
-    _text(r, 3, m, "license", "", 100, True)
+    check_text(r, 3, m, "title", "", 100, True)
+    check_text(r, 3, m, "description", "", 2000, False)
+    check_text(r, 3, m, "license", "", 100, True)
 
 
 def check_publisher(m: Mapping[str, Any], r: Report) -> None:
@@ -164,7 +176,7 @@ def check_publisher(m: Mapping[str, Any], r: Report) -> None:
         return
     if pub.get("id") != ns and is_namespace(ns):
         r.add(4, "publisher.id", pub.get("id"), missing_or("id" in pub, f"use the pack's namespace {shown}"))
-    _text(r, 4, pub, "name", "publisher.", 100, True)
+    check_text(r, 4, pub, "name", "publisher.", 100, True)
     for key in pub:
         if key not in ("id", "name"):
             r.add(4, f"publisher.{key}", pub[key], "a publisher has only id and name")
@@ -205,7 +217,7 @@ def check_declarations(m: Mapping[str, Any], r: Report) -> None:
     else:
         for i, item in enumerate(egress):
             host = item.get("host") if isinstance(item, Mapping) else None
-            if not isinstance(host, str) or _HOST_RE.match(host) is None or set(item) != {"host"}:
+            if not isinstance(host, str) or HOST_RE.match(host) is None or set(item) != {"host"}:
                 r.add(7, f"egress[{i}]", item, 'use {"host": "api.example.com"}, a lowercase host name')
     for field in ("connections", "triggers"):
         value = m.get(field, [])
@@ -240,8 +252,8 @@ def check_actions(m: Mapping[str, Any], r: Report) -> None:
 
 def check_action_fields(m: Mapping[str, Any], r: Report) -> None:
     for p, a in actions_of(m):
-        _text(r, 9, a, "title", p + ".", 100, True)
-        _text(r, 9, a, "description", p + ".", 2000, False)
+        check_text(r, 9, a, "title", p + ".", 100, True)
+        check_text(r, 9, a, "description", p + ".", 2000, False)
         effects = a.get("effects")
         cls = effects.get("class") if isinstance(effects, Mapping) else None
         if cls not in ("read", "write", "pure"):
@@ -272,8 +284,6 @@ def check_action_fields(m: Mapping[str, Any], r: Report) -> None:
 
 
 def check_schemas(m: Mapping[str, Any], r: Report) -> None:
-    from jsonschema import Draft202012Validator, SchemaError
-
     for p, a in actions_of(m):
         for field in ("inputSchema", "outputSchema"):
             schema = a.get(field)
@@ -282,52 +292,13 @@ def check_schemas(m: Mapping[str, Any], r: Report) -> None:
                     10, f"{p}.{field}", schema, missing_or(field in a, 'use a JSON Schema of type "object"')
                 )
                 continue
-            try:
-                Draft202012Validator.check_schema(schema)
-            except SchemaError as exc:
-                where = path_of(exc.path)
-                r.add(
-                    10,
-                    f"{p}.{field}{where}",
-                    exc.instance,
-                    f"it is not valid JSON Schema (2020-12): {exc.message}",
-                )
+            problem = schema_error(schema)
+            if problem is not None:
+                where, instance, why = problem
+                r.add(10, f"{p}.{field}{where}", instance, why)
                 continue
             if schema.get("type") != "object":
                 r.add(10, f"{p}.{field}.type", schema.get("type"), 'use "object" at the top of the schema')
-
-
-def check_http(m: Mapping[str, Any], r: Report) -> None:
-    from urllib.parse import urlsplit
-
-    hosts = (
-        {e.get("host") for e in m.get("egress", []) or [] if isinstance(e, Mapping)}
-        if isinstance(m.get("egress"), list)
-        else set()
-    )
-    for p, a in actions_of(m):
-        impl = a.get("impl")
-        if not isinstance(impl, Mapping) or impl.get("kind") != "http":
-            continue
-        req = impl.get("request")
-        if not isinstance(req, Mapping):
-            r.add(11, f"{p}.impl.request", req, 'use {"method": "GET", "url": "https://..."}')
-            continue
-        if req.get("method") not in ("GET", "POST", "PUT", "PATCH", "DELETE"):
-            r.add(11, f"{p}.impl.request.method", req.get("method"), "use GET, POST, PUT, PATCH or DELETE")
-        url = req.get("url")
-        host = urlsplit(url).hostname if isinstance(url, str) and url.startswith("https://") else None
-        if host is None:
-            r.add(11, f"{p}.impl.request.url", url, "use an https:// URL")
-        elif "${{" not in host and not any(
-            h == host or (str(h).startswith("*.") and host.endswith(str(h)[1:])) for h in hosts
-        ):
-            r.add(
-                11,
-                f"{p}.impl.request.url",
-                url,
-                f'its host {host} is not in egress: add {{"host": "{host}"}}',
-            )
 
 
 def check_signature(m: Mapping[str, Any], r: Report) -> None:
@@ -364,7 +335,6 @@ GENERAL_CHECKS: tuple[Callable[[Mapping[str, Any], Report], None], ...] = (
     check_actions,
     check_action_fields,
     check_schemas,
-    check_http,
     check_signature,
 )
 

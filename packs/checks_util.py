@@ -3,12 +3,32 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Protocol, TypeVar
 
 # Checks whose refusals are values this version does not take (hosted-tools: "checks 13 to 20").
 VERSION_REFUSALS = range(13, 21)
 _MAX_RENDER = 120
+# A host name of egress and of a connection's hosts: lowercase labels, optionally "*." in front.
+HOST_RE = re.compile(
+    r"^(\*\.)?[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*$"
+)
+# An HTTP header name (an RFC 9110 token).
+HEADER_NAME_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,100}$")
+HOP_BY_HOP = (
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+)
+# Headers the HTTP runtime sets itself: no template sets them, no connection injects them.
+RUNTIME_HEADERS = ("host", "content-length", *HOP_BY_HOP)
 
 
 class _Missing(str):
@@ -27,6 +47,30 @@ def render(value: Any) -> str:
     except (TypeError, ValueError):
         text = repr(value)
     return text if len(text) <= _MAX_RENDER else text[: _MAX_RENDER - 1] + "…"
+
+
+def check_text(
+    report: Report, n: int, m: Mapping[str, Any], field: str, prefix: str, limit: int, line: bool
+) -> None:
+    """Refuse `m[field]` under check `n` unless it is a text of 1 to `limit` characters (on one line)."""
+    value = m.get(field)
+    ok = isinstance(value, str) and value.strip() != "" and len(value) <= limit
+    if ok and line and isinstance(value, str) and ("\n" in value or "\r" in value):
+        ok = False
+    if not ok:
+        what = f"use a text of 1 to {limit} characters" + (" on one line" if line else "")
+        report.add(n, prefix + field, value, missing_or(field in m, what))
+
+
+def schema_error(schema: Mapping[str, Any]) -> tuple[str, Any, str] | None:
+    """Why `schema` is not valid JSON Schema (2020-12): (path suffix, value at fault, reason), or None."""
+    from jsonschema import Draft202012Validator, SchemaError
+
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        return path_of(exc.path), exc.instance, f"it is not valid JSON Schema (2020-12): {exc.message}"
+    return None
 
 
 def same(a: Any, b: Any) -> bool:
@@ -56,6 +100,20 @@ def actions_of(m: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
         for i, a in enumerate(actions):
             if isinstance(a, Mapping):
                 yield f"actions[{i}]", a
+
+
+def egress_hosts(m: Mapping[str, Any]) -> list[str]:
+    """The host texts of `egress` (whatever else is wrong with it)."""
+    egress = m.get("egress")
+    items = egress if isinstance(egress, list) else []
+    return [e["host"] for e in items if isinstance(e, Mapping) and isinstance(e.get("host"), str)]
+
+
+def connections_by_key(m: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """The connection objects of the manifest by their (text) key."""
+    conns = m.get("connections")
+    items = conns if isinstance(conns, list) else []
+    return {c["key"]: c for c in items if isinstance(c, Mapping) and isinstance(c.get("key"), str)}
 
 
 class _ViolationType(Protocol):

@@ -2,11 +2,14 @@
 
 A pack directory::
 
-    b3pack.json            the manifest (signed after `b3os tool build`)
+    b3pack.json            the manifest (signed after `b3os pack build` or `b3os tool build`)
     tool/                  the tool's files, unpacked at /tool in the VM (tool packs)
-    NOTICES.md             the notices file that tool.notices names (tool packs)
+    NOTICES.md             the notices file: the one tool.notices names (tool packs), else when present
     fixtures/**            example inputs and outputs, part of the bundle
-    .b3os-build/tool.tar   the archive the build wrote (tool.tar.gz for format "tar.gz")
+    .b3os-build/tool.tar   the archive the build wrote (tool.tar.gz for format "tar.gz"; tool packs)
+
+A declarative pack (no `tool` section) has no archive: its bundle is the manifest, NOTICES.md when
+present and fixtures/**.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from packs.hashing import ARCHIVE_PATHS, BundleFile, check_bundle_path
 
 MANIFEST_NAME = "b3pack.json"
 BUILD_DIR = ".b3os-build"
+NOTICES_NAME = "NOTICES.md"
 MAX_MANIFEST_BYTES = 1024 * 1024
 
 
@@ -34,7 +38,8 @@ class PackDir:
         root: the directory.
         manifest: b3pack.json as a JSON object.
         tool_dir: root/tool when the pack is a tool pack and it exists.
-        notices: the notices file's path relative to root, when the manifest names one.
+        notices: the notices file's path relative to root: tool.notices of a tool pack, NOTICES.md of a
+            declarative pack that has one.
         fixtures: the files under fixtures/, relative POSIX paths, sorted.
     """
 
@@ -134,6 +139,8 @@ def load_pack(root: Path) -> PackDir:
             if not path.is_file() or path.is_symlink():
                 raise ManifestError(f"{path} is missing: tool.notices names {notices!r}, a file of the pack")
             pack.notices = notices
+    elif (root / NOTICES_NAME).is_file() and not (root / NOTICES_NAME).is_symlink():
+        pack.notices = NOTICES_NAME
     pack.fixtures = _fixtures(root)
     return pack
 
@@ -170,8 +177,12 @@ def load_built_bundle(root: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
 
     This is what a publish uploads: each file as a blob, then the manifest with the files' records.
 
+    A tool pack's bundle holds its built archive; a declarative pack's is its signed b3pack.json with
+    NOTICES.md (when present) and fixtures/**.
+
     Raises:
-        ManifestError: the manifest or a file it names is missing, or a tool pack was not built.
+        ManifestError: the manifest or a file it names is missing, a tool pack was not built, or a
+            declarative pack is not signed.
     """
     pack = load_pack(root)
     files = pack.other_files()
@@ -179,7 +190,12 @@ def load_built_bundle(root: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
         path = pack.built_archive_path
         if not path.is_file():
             raise ManifestError(
-                f"{path} is missing: build the pack first with `b3os tool build {root} --kid ...`"
+                f"{path} is missing: build the pack first with `b3os pack build {root} --kid ...`"
             )
         files[pack.archive_name] = path.read_bytes()
+    elif "signature" not in pack.manifest:
+        raise ManifestError(
+            f"{pack.root / MANIFEST_NAME} is not signed: build the pack first with "
+            f"`b3os pack build {root} --kid ...`"
+        )
     return pack.manifest, files

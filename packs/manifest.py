@@ -46,13 +46,53 @@ class Effects(_Model):
     class_: Literal["read", "write", "pure"] = Field(alias="class")
 
 
-class HttpImpl(BaseModel):
-    """A declarative HTTP action: request and response templates (kept as JSON)."""
+HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
+CONNECTION_KINDS = ("api_key", "bearer", "basic", "oauth2")
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+
+class HttpRequest(_Model):
+    """The request template of an HTTP action; text values may hold `${{ }}` CEL expressions.
+
+    `query` values and `headers` values are text templates; `body`, when present, is any JSON value
+    (templates inside it keep their type when they are the whole value) sent as `application/json`.
+    """
+
+    method: Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
+    url: str
+    query: dict[str, Any] = {}
+    headers: dict[str, str] = {}
+    body: Any = None
+
+
+class HttpErrorRule(_Model):
+    """One `response.errors[]` entry: when `when` (CEL) holds for a failed response, the pack's error."""
+
+    when: str
+    code: str
+    message: str | None = None
+    retryable: bool = False
+
+
+class HttpResponse(_Model):
+    """How a response becomes the output: `success` (CEL, default a 2xx status), `map` (default the
+    body) and the pack's `errors`. `has_map` tells an absent map from a `null` one."""
+
+    success: str | None = None
+    map: Any = None
+    errors: list[HttpErrorRule] = []
+
+    @property
+    def has_map(self) -> bool:
+        """Whether the manifest gives a map (else the output is the response body)."""
+        return "map" in self.model_fields_set
+
+
+class HttpImpl(_Model):
+    """A declarative HTTP action: the request template and how its response is read."""
+
     kind: Literal["http"]
-    request: dict[str, Any]
-    response: dict[str, Any] | None = None
+    request: HttpRequest
+    response: HttpResponse = HttpResponse()
 
 
 class VmImpl(_Model):
@@ -77,7 +117,7 @@ class Action(_Model):
     impl: Annotated[HttpImpl | VmImpl, Field(discriminator="kind")]
     execution: Execution = Execution()
     pricing: Pricing | None = None
-    connections: list[Any] | None = None
+    connections: list[str] = []
 
     def file_fields(self, direction: Literal["input", "output"] = "input") -> list[str]:
         """Names of the top-level properties marked x-b3os-file in the input or output schema."""
@@ -88,6 +128,47 @@ class Action(_Model):
 
 class Egress(_Model):
     host: str
+
+
+def host_allowed(host: str, patterns: list[str] | tuple[str, ...]) -> bool:
+    """Whether `host` (lowercase) matches one of `patterns`: an exact host or `*.example.com`, which
+    matches any host under example.com but not example.com itself."""
+    host = host.lower().rstrip(".")
+    for pattern in patterns:
+        if pattern.startswith("*."):
+            if host.endswith(pattern[1:]) and len(host) > len(pattern) - 1:
+                return True
+        elif host == pattern:
+            return True
+    return False
+
+
+class Connection(_Model):
+    """A credential the pack's actions may require: `{"key", "kind", "title", "hosts", "params"?, "inject"?}`.
+
+    `hosts` are the hosts the egress proxy adds the secret to (exact or `*.`, within `egress`);
+    `params` is the JSON Schema of the connection's non-secret values; `inject` (api_key only) says
+    where the key goes: `{"header": NAME}` or `{"query": NAME}`.
+    """
+
+    key: str
+    kind: Literal["api_key", "bearer", "basic", "oauth2"]
+    title: str
+    hosts: list[str]
+    params: dict[str, Any] | None = None
+    inject: dict[str, str] | None = None
+
+    @property
+    def injected_header(self) -> str | None:
+        """The header the proxy sets for this connection (lowercase), or None (a query parameter)."""
+        if self.kind == "api_key":
+            return (self.inject or {}).get("header", "").lower() or None
+        return "authorization"
+
+    @property
+    def injected_query(self) -> str | None:
+        """The query parameter the proxy sets for this connection, or None."""
+        return (self.inject or {}).get("query") if self.kind == "api_key" else None
 
 
 class ArchiveInfo(_Model):
@@ -154,7 +235,7 @@ class Manifest(_Model):
     license: str
     engine: str
     egress: list[Egress] = []
-    connections: list[dict[str, Any]] = []
+    connections: list[Connection] = []
     actions: list[Action]
     triggers: list[dict[str, Any]] = []
     pricing: Pricing | None = None
@@ -174,6 +255,15 @@ class Manifest(_Model):
     def action(self, key: str) -> Action | None:
         """The action of that key, or None."""
         return next((a for a in self.actions if a.key == key), None)
+
+    def connection(self, key: str) -> Connection | None:
+        """The connection of that key, or None."""
+        return next((c for c in self.connections if c.key == key), None)
+
+    @property
+    def egress_hosts(self) -> list[str]:
+        """The hosts of `egress`."""
+        return [e.host for e in self.egress]
 
     def price_micro_usd(self, key: str) -> int:
         """The price of one call of action `key` in micro-USD: its own pricing, else the pack's."""

@@ -2,7 +2,8 @@
 
 The Temporal dev server (tests/conftest.py's `temporal_env`), two api processes (uvicorn) on one
 SQLite file that start runs on the session's task queue, a node (bwrap VMs) with the echo tool
-published as calls.stack publishes it (`echo` priced, `pricey` at 1 USD, `free`), and a routine
+published as calls.stack publishes it (`echo` priced, `pricey` at 1 USD, `free`), the egress proxy in
+front of HTTPS stand-ins of the declarative packs' hosts (the only fakes: the internet), and a routine
 worker process (`python -m engine.worker`) that polls that queue and calls the first api.
 
 Helpers: `RoutineStack.api(...)` for HTTP to the api, `store`/`start_run`/`final` for the runs
@@ -25,7 +26,7 @@ from typing import Any
 
 import httpx
 import pytest
-from calls.stack import ECHO, FREE, PRICEY, Org, Proc, Stack, publish_echo_variants
+from calls.stack import ECHO, FREE, PRICEY, Org, Proc, Stack, publish_echo_variants, publish_http_packs
 from sqlmodel import Session, col, select
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
@@ -164,9 +165,11 @@ def start_routine_stack(root: Path, env: WorkflowEnvironment) -> RoutineStack:
         client=env.client,
     )
     try:
+        stack.start_egress()
         stack.start_api()
         stack.start_api()
         publish_echo_variants(stack)
+        publish_http_packs(stack)
         stack.start_node("node-a")
         stack.worker = stack.start_worker()
         stack.wait_installed("node-a", [f"{p}@1.0.0" for p in (ECHO, PRICEY, FREE)])

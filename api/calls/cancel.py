@@ -1,5 +1,6 @@
 """Cancelling a running call: find it (by its id or the Idempotency-Key it was sent with), record the
-cancel, and ask its node to kill its VM at once.
+cancel, and have its executor stop it: a tool call's node kills its VM at once; an HTTP action's
+request is abandoned by the api process that runs it (`action_failed` / `cancelled`, never priced).
 
 The call itself is not answered here: its own request ends as the node reports it (a command killed
 by SIGKILL is `tool_failed` / `signal`, 502), and the api records and bills that outcome as usual:
@@ -22,9 +23,8 @@ from sqlmodel import Session
 
 from api.calls import idempotency
 from api.calls.errors import CallError, CallInvalid
-from api.calls.nodeclient import send_cancel
+from api.calls.executor import HTTP_LANE
 from api.calls.tables import DONE, RUNNING, CallCancel, IdempotencyRecord, ToolCall
-from api.models import Node
 
 if TYPE_CHECKING:
     from api.calls.service import Answer, Caller, CallService
@@ -93,10 +93,7 @@ async def cancel_call(
     if call is None or call.state != RUNNING:
         found = call.id if call is not None else None
         return Answer(200, {"call_id": found, "state": "finished"})
-    node: Node | None = await service._db(lambda s: s.get(Node, call.node_id))
-    state = "unreachable"
-    if node is not None:
-        state = await send_cancel(service._http(), url=node.url, token=service.node_token, call_id=call.id)
+    state = await service.executor("http" if call.node_id == HTTP_LANE else "vm").cancel(call)
 
     def record(session: Session) -> None:
         session.add(

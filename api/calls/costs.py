@@ -73,14 +73,18 @@ class UnitPrices:
     vcpu_ms_picousd: int
     gib_ms_picousd: int
     tool_call_microusd: int
+    action_call_microusd: int = 10
 
     @classmethod
-    def parse(cls, *, vcpu_ms_usd: str, gib_ms_usd: str, tool_call_usd: str) -> UnitPrices:
+    def parse(
+        cls, *, vcpu_ms_usd: str, gib_ms_usd: str, tool_call_usd: str, action_call_usd: str = "0.00001"
+    ) -> UnitPrices:
         """Build the unit prices from configuration strings in USD per unit."""
         return cls(
             vcpu_ms_picousd=parse_usd(vcpu_ms_usd, places=12, what="the price of actions.vcpu_ms"),
             gib_ms_picousd=parse_usd(gib_ms_usd, places=12, what="the price of actions.gib_ms"),
             tool_call_microusd=parse_usd(tool_call_usd, what="the price of actions.tool_call"),
+            action_call_microusd=parse_usd(action_call_usd, what="the price of actions.call"),
         )
 
 
@@ -129,3 +133,11 @@ def call_cost(
         floor=prices.tool_call_microusd,
         price=price if answered else 0,
     )
+
+
+def http_call_cost(prices: UnitPrices, *, sent: bool, answered: bool, price: int) -> Cost:
+    """The cost of one HTTP action call: the `actions.call` floor once its request was sent, and the
+    publisher's price when it succeeded (its output matched its schema). Nothing before it was sent."""
+    if not sent:
+        return Cost()
+    return Cost(floor=prices.action_call_microusd, price=price if answered else 0)

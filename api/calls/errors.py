@@ -126,6 +126,21 @@ class ToolTimedOut(CallError):
     code = "tool_timed_out"
 
 
+class ActionFailed(CallError):
+    status = 502
+    code = "action_failed"
+
+
+class ActionUnavailable(CallError):
+    status = 503
+    code = "action_unavailable"
+
+
+class ActionTimedOut(CallError):
+    status = 504
+    code = "action_timed_out"
+
+
 NODE_ERRORS: dict[str, type[CallError]] = {
     cls.code: cls for cls in (ToolFailed, ToolUnavailable, PackUnavailable, ToolTimedOut)
 }

@@ -40,14 +40,15 @@ NOT_STORED = frozenset({429, 503})
 def is_stored(status: int, body: dict[str, Any]) -> bool:
     """Whether an answer is final, and so kept under its Idempotency-Key and replayed.
 
-    Answers that ask for a retry are not: 429, 503, and a tool error the tool called retryable.
+    Answers that ask for a retry are not: 429, 503, a tool error the tool called retryable and an HTTP
+    action's pack error the pack called retryable.
     """
     if status in NOT_STORED:
         return False
     error = body.get("error")
     if not isinstance(error, dict):
         return True
-    return not (error.get("code") == "tool_failed" and error.get("retryable") is True)
+    return not (error.get("code") in ("tool_failed", "action_failed") and error.get("retryable") is True)
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,10 @@
 """Admission of a call: the limits checked and the call's lease taken in one database transaction.
 
-Per organization: 4 calls at once, 120 starts in any 60 s, 20 USD a month of publishers' prices
-(priced calls only), and each key's own monthly spend cap. Per node: 8 calls at once, the call going
-to the least loaded node that has the version. The checks and the INSERT of the call's row happen in
-one transaction under a lock, so several api processes sharing one database never over-admit:
+Per organization: 4 tool calls at once and, counted apart, 8 HTTP action calls at once (their lane,
+`http`, holds no node); 120 starts in any 60 s of every kind together, 20 USD a month of publishers'
+prices (priced calls only), and each key's own monthly spend cap. Per node: 8 calls at once, the
+call going to the least loaded node that has the version. The checks and the INSERT of the call's row
+happen in one transaction under a lock, so several api processes sharing one database never over-admit:
 SQLite transactions all begin with `BEGIN IMMEDIATE` (one writer at a time), and on PostgreSQL the
 transaction takes advisory locks on the organization and then on the candidate nodes, in that
 order, so two admissions never wait on each other in a cycle.
@@ -31,6 +32,7 @@ from sqlmodel import Session, col, select
 
 from api.calls.earnings import add_months
 from api.calls.errors import ConcurrencyLimited, QuotaExceeded, RateLimited, ToolUnavailable
+from api.calls.executor import HTTP_LANE
 from api.calls.settings import CallSettings
 from api.calls.tables import LOST, RUNNING, ToolCall
 from api.models import Node
@@ -52,6 +54,12 @@ class Admission:
     action: str
     price: int
     timeout_ms: int
+    lane: str | None = None  # None: a tool call placed on a node; else the lane its row holds (`http`)
+
+    def floor_microusd(self, settings: CallSettings) -> int:
+        """The per-call floor this call is charged once it runs."""
+        prices = settings.unit_prices()
+        return prices.tool_call_microusd if self.lane is None else prices.action_call_microusd
 
 
 def month_start(now: dt.datetime) -> dt.datetime:
@@ -79,11 +87,16 @@ def _soonest_end(calls: Sequence[ToolCall], now: dt.datetime) -> float:
 
 def _check_org(session: Session, adm: Admission, settings: CallSettings, now: dt.datetime) -> None:
     running = _running(session, now, col(ToolCall.org_id) == adm.org_id)
-    if len(running) >= settings.calls_per_org:
+    if adm.lane is None:
+        lane, limit, what = [c for c in running if c.node_id != HTTP_LANE], settings.calls_per_org, "calls"
+    else:
+        lane = [c for c in running if c.node_id == adm.lane]
+        limit, what = settings.http_calls_per_org, "HTTP action calls"
+    if len(lane) >= limit:
         raise ConcurrencyLimited(
-            f"this organization already runs {len(running)} calls at once, the most it may",
-            retry_after=_soonest_end(running, now),
-            details={"limit": settings.calls_per_org},
+            f"this organization already runs {len(lane)} {what} at once, the most it may",
+            retry_after=_soonest_end(lane, now),
+            details={"limit": limit},
         )
     starts = session.exec(
         select(ToolCall.started_at)
@@ -113,10 +126,15 @@ def _check_org(session: Session, adm: Admission, settings: CallSettings, now: dt
             )
     if adm.spend_cap_microusd is not None:
         cap = adm.spend_cap_microusd
-        need = adm.price + settings.unit_prices().tool_call_microusd
+        prices = settings.unit_prices()
+        need = adm.price + adm.floor_microusd(settings)
         spent = _sum(session, ToolCall.total, col(ToolCall.key_id) == adm.key_id, now)
         held = [c for c in running if c.key_id == adm.key_id]
-        reserved = sum(c.price_microusd + settings.unit_prices().tool_call_microusd for c in held)
+        reserved = sum(
+            c.price_microusd
+            + (prices.action_call_microusd if c.node_id == HTTP_LANE else prices.tool_call_microusd)
+            for c in held
+        )
         if spent + reserved + need > cap:
             raise QuotaExceeded(
                 f"this call (at least {need} micro-USD) would take this key past its monthly spend cap of "
@@ -167,7 +185,7 @@ def admit(
     try:
         _lock(session, [f"org:{adm.org_id}", *sorted(f"node:{n.node_id}" for n in nodes)])
         _check_org(session, adm, settings, now)
-        node = _pick_node(session, nodes, settings, now)
+        node_id = adm.lane if adm.lane is not None else _pick_node(session, nodes, settings, now).node_id
         deadline = now + dt.timedelta(milliseconds=adm.timeout_ms, seconds=settings.call_overhead_s)
         call = ToolCall(
             id=adm.call_id,
@@ -177,7 +195,7 @@ def admit(
             pack=adm.pack,
             version=adm.version,
             action=adm.action,
-            node_id=node.node_id,
+            node_id=node_id,
             timeout_ms=adm.timeout_ms,
             price_microusd=adm.price,
             started_at=now,

@@ -21,8 +21,11 @@ from typing import Any
 
 from sqlmodel import Session, col, select
 
+from api import registry
 from api.calls.service import Answer
 from api.models import PackVersion
+from packs.manifest import Action
+from packs.resolve import ResolveError
 
 PROTOCOL_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 SERVER_INFO = {"name": "b3os", "version": "0.1.0"}
@@ -35,20 +38,19 @@ class Tool:
 
     name: str
     ref: str
-    action: dict[str, Any]
+    pin: str
+    action: Action
 
     def describe(self) -> dict[str, Any]:
         """The tool as `tools/list` shows it."""
         tool: dict[str, Any] = {
             "name": self.name,
-            "description": str(self.action.get("description") or self.action.get("title") or self.ref),
-            "inputSchema": self.action.get("inputSchema") or {"type": "object"},
-            "_meta": {"b3os/ref": self.ref},
+            "title": self.action.title,
+            "description": self.action.description or self.action.title,
+            "inputSchema": self.action.input_schema,
+            "outputSchema": self.action.output_schema,
+            "_meta": {"b3os/ref": self.ref, "b3os/pin": self.pin, "b3os/kind": self.action.impl.kind},
         }
-        if self.action.get("title"):
-            tool["title"] = str(self.action["title"])
-        if isinstance(self.action.get("outputSchema"), dict):
-            tool["outputSchema"] = self.action["outputSchema"]
         return tool
 
 
@@ -58,7 +60,7 @@ def tool_name(pack: str, action: str) -> str:
 
 
 def tools(session: Session) -> dict[str, Tool]:
-    """Every tool, by name, from the newest release of each pack."""
+    """Every tool, by name, from the newest release of each pack (what `@<major>` resolves to)."""
     rows = session.exec(select(PackVersion).where(col(PackVersion.prerelease) == "")).all()
     newest: dict[str, PackVersion] = {}
     for v in rows:
@@ -68,12 +70,19 @@ def tools(session: Session) -> dict[str, Tool]:
     found: dict[str, Tool] = {}
     for pack in sorted(newest):
         version = newest[pack]
-        for action in version.manifest.get("actions") or []:
-            if not isinstance(action, dict) or not isinstance(action.get("key"), str):
-                continue
-            name = tool_name(pack, action["key"])
+        try:
+            manifest = registry.typed(version)
+        except ResolveError:
+            continue  # a version this engine cannot run is not offered
+        for action in manifest.actions:
+            name = tool_name(pack, action.key)
             if name not in found:
-                found[name] = Tool(name=name, ref=f"{pack}/{action['key']}@{version.major}", action=action)
+                found[name] = Tool(
+                    name=name,
+                    ref=f"{pack}/{action.key}@{version.major}",
+                    pin=f"{pack}/{action.key}@{version.version}",
+                    action=action,
+                )
     return found
 
 

@@ -9,8 +9,11 @@ Units, under the caller's key:
 | `actions.tool_call` | the command ran | 1 (the per-call floor) |
 | `actions.publisher_microusd` | the tool answered, its output matched its schema and | the price |
 |   | its files were read | |
+| `actions.call` | an HTTP action's request was sent to its upstream | 1 (the per-call floor) |
 
-A call that failed before its command ran records no unit. A tool call records no `actions.call`.
+An HTTP action records `actions.call` and, on success, `actions.publisher_microusd`. A call that
+failed before its command ran (or before its request was sent) records no unit. A tool call records
+no `actions.call`. Which units a call records is its executor's word (`Execution.units`).
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ VCPU_MS = "actions.vcpu_ms"
 GIB_MS = "actions.gib_ms"
 TOOL_CALL = "actions.tool_call"
 PUBLISHER_MICROUSD = "actions.publisher_microusd"
-UNITS = (VCPU_MS, GIB_MS, TOOL_CALL, PUBLISHER_MICROUSD)
+ACTION_CALL = "actions.call"
+UNITS = (VCPU_MS, GIB_MS, TOOL_CALL, PUBLISHER_MICROUSD, ACTION_CALL)
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,7 @@ class Outcome:
     vcpu_ms: int
     gib_ms: int
     cost: Cost
+    units: tuple[tuple[str, int], ...] = ()
 
 
 def record(session: Session, *, call: ToolCall, outcome: Outcome, now: dt.datetime) -> None:
@@ -66,13 +71,8 @@ def record(session: Session, *, call: ToolCall, outcome: Outcome, now: dt.dateti
             total=outcome.cost.total,
         )
     )
-    if not outcome.ran:
-        return
     namespace = call.pack.split("/", 1)[0]
-    quantities = [(VCPU_MS, outcome.vcpu_ms), (GIB_MS, outcome.gib_ms), (TOOL_CALL, 1)]
-    if outcome.cost.price > 0:
-        quantities.append((PUBLISHER_MICROUSD, outcome.cost.price))
-    for unit, quantity in quantities:
+    for unit, quantity in outcome.units:
         session.add(
             MeterEvent(
                 call_id=call.id,

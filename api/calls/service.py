@@ -1,12 +1,14 @@
-"""The call service: one action call from request to answer, for every surface (HTTP, MCP, routines).
+"""The call service: one action call from request to answer, for every surface (HTTP, MCP, routines)
+and every action kind.
 
-    request -> idempotency claim -> resolve the ref -> check the input -> admit (limits, node, lease)
-            -> the node runs it -> check the output -> cost -> record the charge, the units and the
-            stored answer in one transaction -> answer
+    request -> idempotency claim -> resolve the ref (api.registry, the one rule) -> check the input
+            -> price and time it -> the executor prepares (vm: nodes; http: connections, request)
+            -> admit (limits, lease) -> the executor runs it -> record the charge, the units and the
+            stored answer in one transaction -> answer `{call_id, ref, tier, output, cost, timings}`
 
-A call that reached a node is finished and recorded even if the client stopped waiting: the work
+A call that was admitted is finished and recorded even if the client stopped waiting: the work
 runs in its own task, shielded from the request's cancellation. To stop it, cancel it
-(`api.calls.cancel`): its node kills the VM and the call ends with that outcome.
+(`api.calls.cancel`): its executor stops it and the call ends with that outcome.
 """
 
 from __future__ import annotations
@@ -21,29 +23,21 @@ from typing import Any
 import anyio
 import httpx
 from sqlalchemy import Engine
-from sqlmodel import Session, col, select
+from sqlmodel import Session
 
+from api import registry
 from api.accounts import new_id
-from api.calls import cancel, idempotency, limits, metering, placement
-from api.calls.costs import Cost, action_price_microusd, call_cost
-from api.calls.errors import (
-    NODE_ERRORS,
-    CallError,
-    CallInvalid,
-    IdempotencyInProgress,
-    ToolTimedOut,
-    ToolUnavailable,
-)
-from api.calls.inputs import CheckedInput, check_input
-from api.calls.nodeclient import NodeAnswer, send_call
-from api.calls.outputs import check_output
+from api.calls import cancel, idempotency, limits, metering
+from api.calls.costs import Cost, action_price_microusd
+from api.calls.errors import CallError, CallInvalid, IdempotencyInProgress, PackUnavailable, RefNotFound
+from api.calls.executor import HTTP_LANE, Execution, Executor, Prepared
+from api.calls.inputs import check_input
 from api.calls.settings import CallSettings
-from api.calls.tables import RUNNING, ToolCall
-from api.models import Node, utcnow
+from api.calls.tables import ToolCall
+from api.models import utcnow
+from packs.resolve import Resolved, ResolveError
 
-PHASES = ("start", "copy", "unpack", "run", "collect", "delete")
 MAINTENANCE_S = 600.0
-_NODE_FIELDS_SKIPPED = ("code", "reason", "message", "retry_after")
 
 
 @dataclass(frozen=True)
@@ -111,6 +105,16 @@ def parse_request(payload: Any) -> CallRequest:
     return CallRequest(ref=ref, input=value, timeout_ms=timeout_ms)
 
 
+def parse_ref(text: Any) -> Any:
+    """Parse the request's `ref`, refusing a bad one with `400 invalid_request` naming it."""
+    from packs.resolve import parse_ref as parse
+
+    try:
+        return parse(text)
+    except ResolveError as exc:
+        raise CallInvalid(str(exc), details={"field": "ref"}) from None
+
+
 def _ms(seconds: float) -> float:
     return round(seconds * 1000, 3)
 
@@ -124,6 +128,8 @@ class CallService:
         engine: Engine,
         settings: CallSettings,
         node_token: str | None,
+        egress_url: str | None = None,
+        egress_token: str | None = None,
         clock: Callable[[], dt.datetime] = utcnow,
     ) -> None:
         """Keep the engine, settings and node token; the HTTP client is made on first use."""
@@ -134,6 +140,13 @@ class CallService:
         self.prices = settings.unit_prices()
         self._client: httpx.AsyncClient | None = None
         self._next_maintenance = 0.0
+        from api.calls.http_action import HttpExecutor
+        from api.calls.vm import VmExecutor
+
+        self.executors: dict[str, Executor] = {
+            "vm": VmExecutor(self),
+            "http": HttpExecutor(self, egress_url=egress_url, egress_token=egress_token),
+        }
 
     async def aclose(self) -> None:
         """Close the HTTP client to the nodes."""
@@ -261,39 +274,59 @@ class CallService:
 
     # --- one call -------------------------------------------------------------------------------
 
+    async def _prepare(self, caller: Caller, request: CallRequest) -> Prepared:
+        """Resolve the ref, check the input, price and time the call, then its executor's preparation."""
+        ref = parse_ref(request.ref)
+
+        def find(session: Session) -> tuple[Resolved, dict[str, Any]]:
+            try:
+                resolved, row = registry.resolve(session, ref=ref)
+            except ResolveError as exc:
+                raise RefNotFound(f"{ref}: {exc}", details={"ref": str(ref)}) from None
+            return resolved, row.manifest
+
+        resolved, raw = await self._db(find)
+        checked = check_input(resolved.action.input_schema, request.input)
+        price = action_price_microusd(raw, registry.find_action(raw, ref.action) or {})
+        prepared = Prepared(
+            resolved=resolved,
+            checked=checked,
+            price=price,
+            timeout_ms=self._timeout_ms(resolved, request, price),
+        )
+        return await self.executor(resolved.kind).prepare(prepared, org_id=caller.org_id)
+
+    def executor(self, kind: str) -> Executor:
+        """The executor of an `impl.kind` (publishing refuses a pack whose actions none can run)."""
+        found = self.executors.get(kind)
+        if found is None:
+            raise PackUnavailable(f"this api runs no {kind!r} actions", retry_after=MAINTENANCE_S)
+        return found
+
     async def _run(
         self, caller: Caller, request: CallRequest, key: str | None, started: float
     ) -> tuple[Answer, ToolCall | None, metering.Outcome | None]:
-        ref = placement.parse_ref(request.ref)
-        now = self.clock()
-
-        def resolve(session: Session) -> placement.Target:
-            live = placement.live_nodes(session, now=now, max_age_s=self.settings.node_live_s)
-            return placement.resolve(
-                session, ref=ref, live=live, now=now, heartbeat_s=self.settings.node_heartbeat_s
-            )
-
-        target: placement.Target = await self._db(resolve)
-        checked = check_input(target.action.get("inputSchema") or {"type": "object"}, request.input)
-        price = action_price_microusd(target.manifest, target.action)
-        timeout_ms = self._timeout_ms(target, request, price)
-        validate_s = time.perf_counter() - started
+        prepared = await self._prepare(caller, request)
+        resolved = prepared.resolved
+        executor = self.executor(resolved.kind)
+        validate_ms = _ms(time.perf_counter() - started)
         adm = limits.Admission(
             call_id=new_id("tcall"),
             org_id=caller.org_id,
             key_id=caller.key_id,
             spend_cap_microusd=caller.spend_cap_microusd,
             surface=caller.surface,
-            pack=target.pack,
-            version=target.version,
-            action=ref.action,
-            price=price,
-            timeout_ms=timeout_ms,
+            pack=resolved.pack,
+            version=resolved.version,
+            action=resolved.ref.action,
+            price=prepared.price,
+            timeout_ms=prepared.timeout_ms,
+            lane=None if executor.tier == "vm" else HTTP_LANE,
         )
 
         def admit(session: Session) -> ToolCall:
             admitted = limits.admit(
-                session, adm=adm, nodes=target.nodes, settings=self.settings, now=self.clock()
+                session, adm=adm, nodes=prepared.nodes, settings=self.settings, now=self.clock()
             )
             if key is not None:  # a cancel by key finds the running call
                 idempotency.link_call(session, org_id=caller.org_id, key=key, call_id=admitted.id)
@@ -301,18 +334,44 @@ class CallService:
             return admitted
 
         call: ToolCall = await self._db(admit)
-        node = next(n for n in target.nodes if n.node_id == call.node_id)
         try:
-            return await self._on_node(call, node, target, checked, price, validate_s)
-        except CallError as exc:
-            return Answer(exc.status, exc.body(), exc.headers), call, _failed_outcome(exc)
+            execution = await executor.execute(call, prepared)
         except BaseException:
             await self._db(lambda s: self._finish(s, caller, None, None, call, _failed_outcome()))
             raise
+        return self._answer(executor.tier, call, resolved, execution, validate_ms), call, _outcome(execution)
 
-    def _timeout_ms(self, target: placement.Target, request: CallRequest, price: int) -> int:
-        execution = target.action.get("execution") or {}
-        own = int(execution.get("timeoutMs") or self.settings.default_action_timeout_ms)
+    @staticmethod
+    def _answer(
+        tier: str, call: ToolCall, resolved: Resolved, execution: Execution, validate_ms: float
+    ) -> Answer:
+        """The one answer shape: `{call_id, ref, tier, output, cost, timings}`, or the error with them."""
+        phases = {"validate": validate_ms, **execution.phases}
+        shared = {
+            "call_id": call.id,
+            "ref": resolved.pin,
+            "cost": execution.cost.as_dict(),
+            "timings": phases,
+        }
+        error = execution.error
+        if error is not None:
+            body = error.body()
+            body["error"].update({**shared, "tier": tier})
+            return Answer(error.status, body, error.headers)
+        return Answer(
+            200,
+            {
+                "call_id": call.id,
+                "ref": resolved.pin,
+                "tier": tier,
+                "output": execution.output,
+                "cost": shared["cost"],
+                "timings": phases,
+            },
+        )
+
+    def _timeout_ms(self, resolved: Resolved, request: CallRequest, price: int) -> int:
+        own = resolved.action.execution.timeout_ms or self.settings.default_action_timeout_ms
         if request.timeout_ms is not None and price > 0 and request.timeout_ms < own:
             raise CallInvalid(
                 f"timeout_ms {request.timeout_ms} is below this priced action's own timeout of {own} ms; "
@@ -321,146 +380,19 @@ class CallService:
             )
         return min(t for t in (request.timeout_ms, own, self.settings.max_call_timeout_ms) if t is not None)
 
-    async def _on_node(
-        self,
-        call: ToolCall,
-        node: Node,
-        target: placement.Target,
-        checked: CheckedInput,
-        price: int,
-        validate_s: float,
-    ) -> tuple[Answer, ToolCall, metering.Outcome]:
-        body = {
-            "call_id": call.id,
-            "pack": target.pack,
-            "version": target.version,
-            "action": target.ref.action,
-            "cmd": (target.action.get("impl") or {}).get("cmd", []),
-            "timeout_ms": call.timeout_ms,
-            "max_output_bytes": self.settings.max_output_bytes,
-            "input": checked.wire(),
-            "file_fields": checked.file_fields,
-        }
-        reply = await send_call(
-            self._http(),
-            url=node.url,
-            token=self.node_token,
-            body=body,
-            timeout_s=call.timeout_ms / 1000 + self.settings.call_overhead_s,
-        )
-        result = reply.result
-        usage: dict[str, Any] = result["usage"] if isinstance(result.get("usage"), dict) else {}
-        timings: dict[str, Any] = result["timings"] if isinstance(result.get("timings"), dict) else {}
-        ran = bool(result.get("ran")) and reply.status == 200
-        vcpu_ms, gib_ms = (_int(usage.get("vcpu_ms")), _int(usage.get("gib_ms"))) if ran else (0, 0)
-        error: CallError | None = None
-        output: Any = None
-        if reply.status == 200 and result.get("ok") is True:
-            try:
-                output = check_output(
-                    target.action.get("outputSchema") or {"type": "object"}, result.get("output")
-                )
-            except CallError as exc:
-                error = exc
-        else:
-            error = await self._node_error(reply, call)
-        cost_started = time.perf_counter()
-        # a cancelled call is never charged the price, even if its tool answered just before the kill
-        answered = error is None and result.get("cancelled") is not True
-        cost = call_cost(
-            self.prices, ran=ran, answered=answered, vcpu_ms=vcpu_ms, gib_ms=gib_ms, price=price
-        )
-        phases = {"validate": _ms(validate_s)}
-        phases.update({p: round(float(timings.get(p) or 0.0), 3) for p in PHASES})
-        phases["cost"] = _ms(time.perf_counter() - cost_started)
-        outcome = metering.Outcome(
-            status=200 if error is None else error.status,
-            code=None if error is None else error.code,
-            reason=None if error is None else error.reason,
-            ran=ran,
-            vcpu_ms=vcpu_ms,
-            gib_ms=gib_ms,
-            cost=cost,
-        )
-        if error is not None:
-            body_ = error.body()
-            body_["error"].update(
-                {"call_id": call.id, "ref": target.resolved, "cost": cost.as_dict(), "timings": phases}
-            )
-            return Answer(error.status, body_, error.headers), call, outcome
-        answer = {
-            "call_id": call.id,
-            "ref": target.resolved,
-            "tier": "vm",
-            "output": output,
-            "cost": cost.as_dict(),
-            "timings": phases,
-        }
-        return Answer(200, answer), call, outcome
 
-    async def _node_error(self, reply: NodeAnswer, call: ToolCall) -> CallError:
-        result = reply.result
-        err: dict[str, Any] = result["error"] if isinstance(result.get("error"), dict) else {}
-        if reply.status == 0:
-            if reply.timed_out:
-                return ToolTimedOut(f"{reply.failure}: the call did not finish within {call.timeout_ms} ms")
-            return ToolUnavailable(
-                f"{reply.failure}; nothing was billed",
-                reason="exec",
-                retry_after=await self._node_retry_after(call),
-            )
-        if reply.status != 200:
-            code = err.get("code") or "tool_unavailable"
-            reason = err.get("reason") or ("node_busy" if reply.status == 503 else "exec")
-            if code != "tool_unavailable" or reply.status not in (503, 429):
-                return ToolUnavailable(
-                    f"the node refused the run (HTTP {reply.status}); nothing was billed",
-                    reason="exec",
-                    retry_after=await self._node_retry_after(call),
-                )
-            return ToolUnavailable(
-                str(err.get("message") or "the node is busy; nothing was billed"),
-                reason=str(reason),
-                retry_after=await self._node_retry_after(call),
-            )
-        cls = NODE_ERRORS.get(str(err.get("code")), CallError)
-        if cls is CallError:
-            return ToolUnavailable(
-                "the node answered a result this api does not understand; nothing was billed",
-                reason="exec",
-                retry_after=await self._node_retry_after(call),
-            )
-        details = {k: v for k, v in err.items() if k not in _NODE_FIELDS_SKIPPED}
-        retry_after: float | None = None
-        if cls.status == 503:
-            retry_after = _float(err.get("retry_after")) or await self._node_retry_after(call)
-        return cls(
-            str(err.get("message") or cls.code.replace("_", " ")),
-            reason=err.get("reason"),
-            retry_after=retry_after,
-            details=details,
-        )
-
-    async def _node_retry_after(self, call: ToolCall) -> float:
-        """When the node may have a slot again: the soonest deadline of its other running calls, else its
-        next heartbeat."""
-        now = self.clock()
-
-        def soonest(session: Session) -> float:
-            deadlines = session.exec(
-                select(ToolCall.deadline_at).where(
-                    col(ToolCall.node_id) == call.node_id,
-                    col(ToolCall.state) == RUNNING,
-                    col(ToolCall.id) != call.id,
-                    col(ToolCall.lease_expires_at) > now,
-                )
-            ).all()
-            if deadlines:
-                return (min(deadlines) - now).total_seconds()
-            return self.settings.node_heartbeat_s
-
-        value: float = await self._db(soonest)
-        return value
+def _outcome(execution: Execution) -> metering.Outcome:
+    error = execution.error
+    return metering.Outcome(
+        status=200 if error is None else error.status,
+        code=None if error is None else error.code,
+        reason=None if error is None else error.reason,
+        ran=execution.ran,
+        vcpu_ms=execution.vcpu_ms,
+        gib_ms=execution.gib_ms,
+        cost=execution.cost,
+        units=tuple(execution.units),
+    )
 
 
 def _failed_outcome(exc: CallError | None = None) -> metering.Outcome:
@@ -472,14 +404,4 @@ def _failed_outcome(exc: CallError | None = None) -> metering.Outcome:
         vcpu_ms=0,
         gib_ms=0,
         cost=Cost(),
-    )
-
-
-def _int(value: Any) -> int:
-    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else 0
-
-
-def _float(value: Any) -> float | None:
-    return (
-        float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else None
     )

@@ -22,7 +22,11 @@ class CallSettings(BaseSettings):
     price_vcpu_ms_usd: str = Field(default="0.00000002", description="USD per vCPU-millisecond")
     price_gib_ms_usd: str = Field(default="0.0000000025", description="USD per GiB-millisecond of memory")
     price_tool_call_usd: str = Field(default="0.00001", description="USD per call whose command ran (floor)")
-    calls_per_org: int = Field(default=4, ge=1, description="calls at once per organization")
+    price_action_call_usd: str = Field(
+        default="0.00001", description="USD per HTTP action call whose request was sent (floor)"
+    )
+    calls_per_org: int = Field(default=4, ge=1, description="tool calls at once per organization")
+    http_calls_per_org: int = Field(default=8, ge=1, description="HTTP action calls at once per organization")
     calls_per_node: int = Field(default=8, ge=1, description="calls at once per node")
     starts_per_minute: int = Field(default=120, ge=1, description="call starts per organization in 60 s")
     org_publisher_quota_microusd: int = Field(
@@ -44,4 +48,5 @@ class CallSettings(BaseSettings):
             vcpu_ms_usd=self.price_vcpu_ms_usd,
             gib_ms_usd=self.price_gib_ms_usd,
             tool_call_usd=self.price_tool_call_usd,
+            action_call_usd=self.price_action_call_usd,
         )

@@ -25,6 +25,8 @@ def install_calls(
         engine=app.state.engine,
         settings=settings or CallSettings(),
         node_token=app.state.settings.node_token,
+        egress_url=app.state.settings.egress_url,
+        egress_token=app.state.settings.egress_token,
         clock=clock,
     )
     app.state.calls = service

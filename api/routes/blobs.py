@@ -15,10 +15,11 @@ from api.blobstore import BlobStore, parse_digest
 from api.deps import NodeCaller, Principal, principal_or_node, require
 from api.errors import NotFound, PayloadTooLarge
 from api.models import BlobUpload
-from api.scopes import ACTIONS_WRITE, TOOLS_PUBLISH
+from api.scopes import ACTIONS_WRITE
 
 router = APIRouter(prefix="/v1/actions/registry/blobs", tags=["registry"])
-Uploader = Annotated[Principal, Depends(require(ACTIONS_WRITE, TOOLS_PUBLISH))]
+# Any publisher uploads bundle files; publishing a tool pack is what needs TOOLS_PUBLISH (routes/registry.py).
+Uploader = Annotated[Principal, Depends(require(ACTIONS_WRITE))]
 
 
 class BlobStored(BaseModel):

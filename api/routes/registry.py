@@ -11,14 +11,19 @@ from sqlmodel import col, select
 
 from api import registry
 from api.deps import Principal, PrincipalDep, SessionDep, require
+from api.errors import InvalidRequest, NotFound
 from api.models import PackVersion
 from api.publishing import publish
 from api.routes.blobs import BlobsDep
 from api.scopes import ACTIONS_WRITE, TOOLS_PUBLISH
+from packs.checks import is_tool_pack
 from packs.hashing import BundleFile
+from packs.resolve import ResolveError, parse_ref
 
 router = APIRouter(prefix="/v1/actions/packs", tags=["registry"])
-Publisher = Annotated[Principal, Depends(require(TOOLS_PUBLISH, ACTIONS_WRITE))]
+resolve_router = APIRouter(prefix="/v1/actions", tags=["registry"])
+# A hosted tool (a pack with a tool section or a vm action) also needs TOOLS_PUBLISH: see publish_pack.
+Publisher = Annotated[Principal, Depends(require(ACTIONS_WRITE))]
 MAX_FILES = 1000
 
 
@@ -96,6 +101,8 @@ def publish_pack(
     body: PublishRequest, principal: Publisher, session: SessionDep, blobs: BlobsDep
 ) -> PackSummary:
     """Publish a signed pack version whose files were uploaded as blobs; versions are immutable."""
+    if is_tool_pack(body.manifest):
+        principal.check(TOOLS_PUBLISH)  # a tool runs its publisher's code on the nodes
     files = [BundleFile(path=f.path, sha256=f.sha256, bytes=f.bytes) for f in body.files]
     row = publish(
         session,
@@ -154,3 +161,40 @@ def list_tools(
         else registry.versions_of(session, pack=pack)[0]
     )
     return ToolList(pack=pack, version=row.version, tools=registry.mcp_tools(row))
+
+
+class ResolvedAction(BaseModel):
+    """A ref resolved by the one rule every call, MCP tool and routine step uses."""
+
+    ref: str = Field(description="the ref as asked")
+    pin: str = Field(description="the exact ref that runs, ns/pack/action@1.2.3")
+    pack: str
+    version: str
+    kind: str = Field(description="the action's impl.kind: vm or http")
+    action: dict[str, Any] = Field(description="the action's key, title, description and schemas")
+
+
+@resolve_router.get("/resolve", response_model=ResolvedAction)
+def resolve_action(
+    ref: Annotated[str, Query(max_length=600, description="ns/pack/action@1 or @1.2.3")],
+    _: PrincipalDep,
+    session: SessionDep,
+) -> ResolvedAction:
+    """Resolve an action ref to the exact version and action a call of it runs now."""
+    try:
+        resolved, _row = registry.resolve(session, ref=parse_ref(ref))
+    except ResolveError as exc:
+        if exc.missing == "ref":
+            raise InvalidRequest(str(exc), field="ref") from None
+        raise NotFound(f"{ref}: {exc}", field="ref", missing=exc.missing) from None
+    action = resolved.action.model_dump(
+        mode="json", by_alias=True, include={"key", "title", "description", "input_schema", "output_schema"}
+    )
+    return ResolvedAction(
+        ref=ref,
+        pin=resolved.pin,
+        pack=resolved.pack,
+        version=resolved.version,
+        kind=resolved.kind,
+        action=action,
+    )

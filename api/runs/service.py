@@ -178,7 +178,7 @@ class RunsService:
             run_id = "run_" + hashlib.sha256(f"{org_id}\n{idempotency_key}".encode()).hexdigest()[:20]
         else:
             run_id = new_id("run")
-        routine = load_routine(record.source, "routine.yaml")
+        routine, pins = await self._db(self._pinned, record.source, name)
         try:
             resolved = resolve_inputs(routine, inputs)
         except RoutineInputError as exc:
@@ -196,16 +196,39 @@ class RunsService:
             request_hash=request_hash,
             inputs=resolved,
         )
-        await self._start_workflow(row, routine)
+        await self._start_workflow(row, routine, pins)
         stored, created = await self._db(self._insert_run, row)
         if not created:
             return _same_request(stored, request_hash, idempotency_key or ""), False
         return stored, True
 
-    async def _start_workflow(self, row: RunRecord, routine: Routine) -> None:
+    def _pinned(self, source: str, name: str) -> tuple[Routine, dict[str, str]]:
+        """The stored routine validated again against the registry as it is now, and the exact pin of
+        each `uses:` (what the run calls, whatever is published while it runs).
+
+        Raises:
+            InvalidRequest: a `uses:` no longer resolves or a literal `with:` no longer fits.
+        """
+        with Session(self._engine) as session:
+            resolver = DbResolver(session)
+            try:
+                routine = load_routine(source, "routine.yaml", resolver)
+            except RoutineError as exc:
+                lines = exc.lines()
+                raise InvalidRequest(
+                    f"Routine {name!r} no longer fits the registry: {lines[0]}", field="yaml", problems=lines
+                ) from None
+        return routine, resolver.pins
+
+    async def _start_workflow(self, row: RunRecord, routine: Routine, pins: dict[str, str]) -> None:
         client = await self.client()
         run_input = RunRoutineInput(
-            routine=routine, inputs=row.inputs, org_id=row.org_id, key_id=row.key_id, run_id=row.id
+            routine=routine,
+            inputs=row.inputs,
+            org_id=row.org_id,
+            key_id=row.key_id,
+            run_id=row.id,
+            pins=pins,
         )
         try:
             await client.start_workflow(

@@ -83,10 +83,14 @@ def test_a_bad_blob_name_is_refused_with_a_sentence(client: TestClient, make_org
     assert r.json()["error"]["message"] == "The blob name 'md5:abc' is not sha256:<64 lowercase hex digits>."
 
 
-def test_uploading_needs_the_publish_scope_by_name(client: TestClient, make_org: Callable[..., Org]) -> None:
-    org = make_org(scopes=["*"])
-    r = client.put(f"/v1/actions/registry/blobs/{_name(b'x')}", headers=org.headers, content=b"x")
-    assert r.status_code == 403 and r.json()["error"]["missing_scope"] == "actions:tools:publish"
+def test_uploading_needs_actions_write_only(client: TestClient, make_org: Callable[..., Org]) -> None:
+    # Publishing a tool pack needs actions:tools:publish by name; uploading its files does not.
+    url = f"/v1/actions/registry/blobs/{_name(b'x')}"
+    caller = make_org(scopes=["actions:call"])
+    r = client.put(url, headers=caller.headers, content=b"x")
+    assert r.status_code == 403 and r.json()["error"]["missing_scope"] == "actions:write"
+    writer = make_org(scopes=["actions:write"])
+    assert client.put(url, headers=writer.headers, content=b"x").status_code == 201
 
 
 def test_another_org_cannot_see_or_read_a_blob_it_did_not_upload(

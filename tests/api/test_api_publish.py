@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import argparse
+import json
+import shutil
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from apitest import KID, NAMESPACE, Built, Org, build_echo, register_key, upload
+from apitest import KID, NAMESPACE, REPO, Built, Org, build_echo, register_key, upload
 from conftest import NODE_TOKEN
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fastapi import FastAPI
@@ -18,8 +21,11 @@ from sqlmodel import Session
 from api.errors import Conflict
 from api.publishing import publish
 from cli._http import ApiClient, ApiConfig, CliError
+from cli.pack_publish import publish_command
 from cli.tool_publish import publish_dir
+from packs.build import build_pack
 from packs.hashing import BundleFile
+from packs.signing import public_key_b64
 
 ECHO_PINS = [f"{NAMESPACE}/echo/{a}@1.0.0" for a in ("noop", "echo", "fail")]
 
@@ -93,7 +99,7 @@ def test_the_echo_tool_publishes_and_reads_back_everywhere(
     ]
     item = feed["versions"][0]
     assert item["files"] == echo.records and item["manifest"] == echo.manifest
-    from packs.signing import public_key_b64, verify_manifest
+    from packs.signing import verify_manifest
 
     assert item["public_key"] == public_key_b64(key)
     files = [BundleFile.from_dict(f) for f in item["files"]]
@@ -286,14 +292,32 @@ def test_the_newest_version_is_by_semver_and_refs_resolve(
     assert [v["version"] for v in versions] == ["1.10.0", "1.9.3", "1.2.0", "0.9.0"]
     tools = client.get(f"{base}/tools", params={"version": "0.9.0"}, headers=publisher.headers).json()
     assert tools["version"] == "0.9.0"
-    from api.registry import resolve_ref
-    from packs.refs import ActionRef
-
-    with Session(app.state.engine) as session:
-        for ref, expected in [("echo@1", "1.10.0"), ("echo@0", "0.9.0"), ("echo@1.2.0", "1.2.0")]:
-            row = resolve_ref(session, ref=ActionRef.parse(f"{NAMESPACE}/echo/{ref}"))
-            assert row is not None and row.version == expected
-        assert resolve_ref(session, ref=ActionRef.parse(f"{NAMESPACE}/echo/echo@2")) is None
+    for ref, expected in [("echo@1", "1.10.0"), ("echo@0", "0.9.0"), ("echo@1.2.0", "1.2.0")]:
+        r = client.get(
+            "/v1/actions/resolve", params={"ref": f"{NAMESPACE}/echo/{ref}"}, headers=publisher.headers
+        )
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert (body["version"], body["pin"], body["kind"]) == (
+            expected,
+            f"{NAMESPACE}/echo/echo@{expected}",
+            "vm",
+        )
+        assert body["action"]["key"] == "echo" and body["action"]["inputSchema"]["required"] == ["text"]
+    r = client.get(
+        "/v1/actions/resolve", params={"ref": f"{NAMESPACE}/echo/echo@2"}, headers=publisher.headers
+    )
+    assert r.status_code == 404 and r.json()["error"]["missing"] == "version"
+    assert r.json()["error"]["message"] == (
+        f"{NAMESPACE}/echo/echo@2: {NAMESPACE}/echo has no version 2.x.y "
+        "(versions: 0.9.0, 1.2.0, 1.9.3, 1.10.0)"
+    )
+    r = client.get(
+        "/v1/actions/resolve", params={"ref": f"{NAMESPACE}/echo/shout@1"}, headers=publisher.headers
+    )
+    assert r.status_code == 404 and r.json()["error"]["missing"] == "action"
+    r = client.get("/v1/actions/resolve", params={"ref": "not a ref"}, headers=publisher.headers)
+    assert r.status_code == 400 and r.json()["error"]["field"] == "ref"
     r = client.get(f"{base}/versions/3.0.0/manifest", headers=publisher.headers)
     assert r.status_code == 404
     assert r.json()["error"]["message"] == f"There is no version 3.0.0 of the pack {NAMESPACE}/echo."
@@ -315,4 +339,98 @@ def test_a_blob_damaged_on_disk_is_refused(
     assert error["message"] == (
         f"The stored blob sha256:{notices.sha256} of the file NOTICES.md no longer matches its sha256: "
         "upload it again."
+    )
+
+
+# --- declarative packs: actions:write is enough; a tool pack still needs actions:tools:publish --------------
+
+GITHUB = REPO / "examples" / "packs" / "github"
+IO_KID = "io.b3os#test"
+
+
+@pytest.fixture
+def io_publisher(client: TestClient, make_org: Callable[..., Org], key: Ed25519PrivateKey) -> Org:
+    """An organization that owns io.b3os, with IO_KID registered (by its owner key)."""
+    org = make_org(namespaces=["io.b3os"])
+    r = client.post(
+        "/v1/actions/publishers/io.b3os/keys",
+        headers=org.headers,
+        json={"kid": IO_KID, "public_key": public_key_b64(key)},
+    )
+    assert r.status_code == 201, r.text
+    return org
+
+
+@pytest.fixture
+def github(tmp_path: Path, key: Ed25519PrivateKey) -> Path:
+    """The github example with a NOTICES.md and a fixture, built and signed into its own directory."""
+    src = tmp_path / "github-src"
+    shutil.copytree(GITHUB, src)
+    (src / "NOTICES.md").write_text("GitHub is a trademark of GitHub, Inc.\n")
+    (src / "fixtures").mkdir()
+    (src / "fixtures" / "get-issue.json").write_text('{"input": {"owner": "o", "repo": "r", "number": 1}}\n')
+    build_pack(src, kid=IO_KID, private_key=key, out_dir=tmp_path / "github")
+    return tmp_path / "github"
+
+
+def test_pack_publish_of_a_declarative_pack_needs_actions_write_only_and_prints_the_pins(
+    client: TestClient,
+    io_publisher: Org,
+    add_key: Callable[..., Org],
+    github: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    writer = add_key(io_publisher, ["actions:write"])
+    api = ApiClient(ApiConfig(url=str(client.base_url), key=writer.key), http=client)
+    assert publish_command(argparse.Namespace(dir=github), "b3os pack publish", client=api) == 0
+    out = capsys.readouterr().out.splitlines()
+    manifest = json.loads((github / "b3pack.json").read_text())
+    assert out == [
+        f"NOTICES.md: uploaded {(github / 'NOTICES.md').stat().st_size} bytes",
+        f"fixtures/get-issue.json: uploaded {(github / 'fixtures' / 'get-issue.json').stat().st_size} bytes",
+        f"published io.b3os/github@1.0.0 ({manifest['signature']['hash']})",
+        "io.b3os/github/get-issue@1.0.0",
+        "io.b3os/github/create-issue@1.0.0",
+    ]
+    base = "/v1/actions/packs/io.b3os/github"
+    assert client.get(f"{base}/versions/1.0.0/manifest", headers=writer.headers).json() == manifest
+    # A node's feed carries it too; the node leaves it alone (no tool section: tests/node/test_sync.py).
+    feed = client.get(
+        "/v1/nodes/registry", params={"after": 0}, headers={"Authorization": f"Bearer {NODE_TOKEN}"}
+    )
+    assert [v["pack"] for v in feed.json()["versions"]] == ["io.b3os/github"]
+
+
+def test_a_declarative_pack_without_actions_write_is_refused(
+    client: TestClient, io_publisher: Org, add_key: Callable[..., Org], github: Path
+) -> None:
+    caller = add_key(io_publisher, ["actions:call"])
+    api = ApiClient(ApiConfig(url=str(client.base_url), key=caller.key), http=client)
+    with pytest.raises(CliError) as refused:
+        publish_dir(api, github, say=lambda _: None)
+    assert str(refused.value).startswith("This key lacks the scope actions:write.")
+
+
+def test_a_tool_pack_with_actions_write_only_is_refused_naming_the_publish_scope(
+    client: TestClient, publisher: Org, add_key: Callable[..., Org], echo: Built
+) -> None:
+    writer = add_key(publisher, ["actions:write"])
+    upload(client, writer, echo.files)  # uploading the files needs actions:write only
+    r = _publish(client, writer, echo)
+    assert r.status_code == 403 and r.json()["error"]["missing_scope"] == "actions:tools:publish"
+    assert r.json()["error"]["message"] == (
+        "This key lacks the scope actions:tools:publish, which must be held by name (* and actions:* do not "
+        "grant it)."
+    )
+
+
+def test_a_declarative_pack_in_another_orgs_namespace_is_refused(
+    client: TestClient, io_publisher: Org, make_org: Callable[..., Org], github: Path
+) -> None:
+    other = make_org(scopes=["actions:write"])
+    api = ApiClient(ApiConfig(url=str(client.base_url), key=other.key), http=client)
+    with pytest.raises(CliError) as refused:
+        publish_dir(api, github, say=lambda _: None)
+    assert str(refused.value).startswith(
+        "The namespace io.b3os is not your organization's in the publisher list."
     )

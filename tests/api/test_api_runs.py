@@ -61,6 +61,7 @@ async def test_a_stored_routine_runs_and_its_run_reads_back(routine_stack: Routi
     assert run["steps"]["greet"] == {
         "status": "succeeded",
         "attempts": 1,
+        "ref": "com.example.tools/free/echo@1.0.0",
         "output": {"text": "hello ann"},
         "error": None,
     }

@@ -1,5 +1,8 @@
 """A real stack for the call tests: api processes (uvicorn) on one SQLite file, a node process (bwrap
-VMs) and the echo tool published three ways (priced as shipped, at 1 USD, and free)."""
+VMs), the echo tool published three ways (priced as shipped, at 1 USD, and free), and a real egress
+proxy (`b3os egress run`) in front of loopback HTTPS stand-ins of the declarative packs' hosts (a test
+CA; the proxy reaches them under their real names through B3OS_EGRESS_CONNECT_TO), with the example
+declarative packs and tests/calls/packs/probe published."""
 
 from __future__ import annotations
 
@@ -30,8 +33,11 @@ from cli._embedded import api_argv
 from cli._http import ApiClient, ApiConfig
 from cli.tool_publish import publish_dir
 from node.vm.stale import cleanup_stale
-from packs.build import build_tool
+from packs.build import build_pack, build_tool
 from packs.signing import public_key_b64
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "egress"))
+from servers import ProxyProcess, Upstream, make_ca, proxy_env, start_proxy, write_ca  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 ECHO_DIR = REPO / "examples" / "tools" / "echo"
@@ -42,7 +48,22 @@ WORKER_TOKEN = "worker-token-calls-test"
 ECHO = f"{NAMESPACE}/echo"
 PRICEY = f"{NAMESPACE}/pricey"
 FREE = f"{NAMESPACE}/free"
+PROBE = f"{NAMESPACE}/probe"
+FIRST_PARTY = "io.b3os"
+FIRST_PARTY_KID = f"{FIRST_PARTY}#calls-test"
 CALLER_SCOPES = ("actions:call",)
+UPSTREAM_HOSTS = (
+    "geocoding-api.open-meteo.com",
+    "api.github.com",
+    "api.example.com",
+    "other.example.org",
+    "auth.example.com",
+)
+HTTP_PACKS = (
+    REPO / "examples" / "packs" / "open-meteo",
+    REPO / "examples" / "packs" / "github",
+    REPO / "tests" / "calls" / "packs" / "probe",
+)
 
 
 def free_port() -> int:
@@ -93,6 +114,8 @@ class Stack:
     procs: list[Proc] = field(default_factory=list)
     publisher: Org | None = None
     signing_key: Ed25519PrivateKey | None = None
+    egress: ProxyProcess | None = None
+    upstreams: dict[str, Upstream] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
@@ -107,8 +130,22 @@ class Stack:
             B3OS_WORKER_TOKEN=WORKER_TOKEN,
             B3OS_NODE_HEARTBEAT_S="0.5",
         )
+        if self.egress is not None:
+            env.update(
+                B3OS_EGRESS_URL=self.egress.url,
+                B3OS_EGRESS_TOKEN=self.egress.token,
+                B3OS_EGRESS_PUBLIC_KEY=self.egress.public_key,
+            )
         env.update(extra)
         return env
+
+    def start_egress(self) -> None:
+        """HTTPS stand-ins of UPSTREAM_HOSTS (a fresh test CA) and a real proxy that reaches them."""
+        ca = make_ca()
+        ca_file = write_ca(ca, self.root / "test-ca.pem")
+        self.upstreams = {host: Upstream(ca, [host]) for host in UPSTREAM_HOSTS}
+        (self.root / "egress").mkdir(exist_ok=True)
+        self.egress = start_proxy(proxy_env(ca_file, *self.upstreams.values()), self.root / "egress")
 
     def start(self, name: str, argv: Sequence[str], env: dict[str, str]) -> Proc:
         log = self.root / f"{name}.log"
@@ -151,6 +188,10 @@ class Stack:
         node that had to be killed left."""
         for proc in reversed(self.procs):
             proc.stop()
+        if self.egress is not None:
+            self.egress.stop()
+        for upstream in self.upstreams.values():
+            upstream.close()
         for run_dir in self.root.glob("*-vms"):
             cleanup_stale(run_dir)
         self.engine.dispose()
@@ -244,6 +285,25 @@ def publish_echo_variants(stack: Stack) -> None:
         publish(stack, stack.publisher, build_variant(builds, key, pack=pack, pricing=pricing))
 
 
+def publish_http_packs(stack: Stack) -> None:
+    """Give the publisher io.b3os too, and publish the example declarative packs and the probe pack."""
+    assert stack.publisher is not None and stack.signing_key is not None
+    first_party_key = Ed25519PrivateKey.generate()
+    with Session(stack.engine) as session:
+        publishers.set_publisher(session, namespace=FIRST_PARTY, org_id=stack.publisher.org_id)
+        publishers.register_signing_key(
+            session, namespace=FIRST_PARTY, kid=FIRST_PARTY_KID, public_key=public_key_b64(first_party_key)
+        )
+        session.commit()
+    for pack_dir in HTTP_PACKS:
+        namespace = json.loads((pack_dir / "b3pack.json").read_text())["pack"].partition("/")[0]
+        first = namespace == FIRST_PARTY
+        kid, key = (FIRST_PARTY_KID, first_party_key) if first else (KID, stack.signing_key)
+        out = stack.root / "builds" / pack_dir.name
+        build_pack(pack_dir, kid=kid, private_key=key, out_dir=out)
+        publish(stack, stack.publisher, out)
+
+
 def start_stack(root: Path) -> Stack:
     """Start api x2 and one node on one SQLite file, publish echo, pricey and free, wait for the node."""
     os.chmod(root, 0o711)  # the VM's user must reach the node's run dir below it
@@ -251,9 +311,11 @@ def start_stack(root: Path) -> Stack:
     db_url = f"sqlite:///{root / 'state' / 'b3os.db'}"
     stack = Stack(root=root, db_url=db_url, engine=make_engine(db_url))
     try:
+        stack.start_egress()
         stack.start_api()
         stack.start_api()
         publish_echo_variants(stack)
+        publish_http_packs(stack)
         stack.start_node("node-a")
         stack.wait_installed("node-a", [f"{p}@1.0.0" for p in (ECHO, PRICEY, FREE)])
         return stack

@@ -81,6 +81,7 @@ def sell(client: TestClient, at: dt.datetime, price: int, action: str = "echo") 
             vcpu_ms=3,
             gib_ms=1,
             cost=Cost(compute=1, floor=10, price=price),
+            units=((metering.TOOL_CALL, 1), (metering.PUBLISHER_MICROUSD, price)),
         )
         metering.record(session, call=call, outcome=outcome, now=at)
         session.commit()

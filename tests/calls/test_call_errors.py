@@ -69,10 +69,10 @@ def test_a_call_whose_time_ends_before_its_command_starts_is_no_slot_and_free(st
 @pytest.mark.parametrize(
     ("ref", "sentence"),
     [
-        ("com.example.tools/nothing/echo@1", "there is no pack com.example.tools/nothing"),
-        ("com.example.tools/echo/echo@2", "pack com.example.tools/echo has no release 2.x.y"),
-        ("com.example.tools/echo/echo@1.0.1", "pack com.example.tools/echo has no version 1.0.1"),
-        ("com.example.tools/echo/shout@1", "has no action 'shout'"),
+        ("com.example.tools/nothing/echo@1", "pack com.example.tools/nothing is not in the registry"),
+        ("com.example.tools/echo/echo@2", "com.example.tools/echo has no version 2.x.y (versions: 1.0.0)"),
+        ("com.example.tools/echo/echo@1.0.1", "echo has no version 1.0.1 (versions: 1.0.0)"),
+        ("com.example.tools/echo/shout@1", "has no action 'shout' (actions: noop, echo, fail)"),
     ],
 )
 def test_an_unknown_pack_version_or_action_is_404_naming_the_ref(

@@ -19,6 +19,8 @@ from engine.validate import load_routine_file, resolve_inputs
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "examples" / "routines").glob("*.yaml"))
 ECHO_DIR = REPO / "examples" / "tools" / "echo"
+PACK_DIRS = [ECHO_DIR, *sorted(p for p in (REPO / "examples" / "packs").iterdir() if p.is_dir())]
+PLACES = [{"name": "Berlin", "latitude": 52.52, "longitude": 13.41, "timezone": "Europe/Berlin"}]
 MODELINE = "# yaml-language-server: $schema=../../docs/routine.schema.json"
 
 
@@ -28,8 +30,8 @@ def test_there_are_examples_and_hello_is_one_of_them() -> None:
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
-def test_example_validates_against_the_echo_pack(path: Path) -> None:
-    routine = load_routine_file(path, LocalPackResolver([ECHO_DIR]))
+def test_example_validates_against_the_example_packs(path: Path) -> None:
+    routine = load_routine_file(path, LocalPackResolver(PACK_DIRS))
     assert routine.steps
     assert path.read_text().splitlines()[0] == MODELINE
 
@@ -41,12 +43,17 @@ def test_example_fits_the_committed_json_schema(path: Path) -> None:
 
 
 def _manifest_schemas() -> dict[str, dict[str, Any]]:
-    manifest = json.loads((ECHO_DIR / "b3pack.json").read_text())
-    return {a["key"]: a["inputSchema"] for a in manifest["actions"]}
+    schemas = {}
+    for root in PACK_DIRS:
+        manifest = json.loads((root / "b3pack.json").read_text())
+        schemas.update({a["key"]: a["inputSchema"] for a in manifest["actions"]})
+    return schemas
 
 
 def _echo_stand_in(action: str, call_input: dict[str, Any]) -> tuple[str, Any]:
-    """What the echo tool answers (the tool itself runs in the node and workflow tests)."""
+    """What the echo tool (and the Open-Meteo search) answer; both run for real in the stack tests."""
+    if action == "search-places":
+        return "succeeded", {"places": PLACES if call_input["name"] == "Berlin" else []}
     if action == "noop":
         return "succeeded", {}
     if action == "fail":
@@ -121,6 +128,15 @@ def test_conditional_skips_the_long_report_unless_asked() -> None:
     }
     steps, outputs = run_in_memory(routine, {"detailed": True})
     assert outputs["long_ran"] is True and outputs["notice"] == "both reports"
+
+
+def test_places_says_where_the_best_match_is_or_that_there_is_none() -> None:
+    routine = load_routine_file(REPO / "examples" / "routines" / "places.yaml")
+    _, outputs = run_in_memory(routine, {})
+    assert outputs == {"found": 1, "said": "Berlin is at 52.52, 13.41"}
+    steps, outputs = run_in_memory(routine, {"place": "Nowhere"})
+    assert steps["say"]["status"] == "skipped"
+    assert outputs == {"found": 0, "said": "no place called Nowhere"}
 
 
 def test_resilient_goes_on_after_the_failing_step() -> None:

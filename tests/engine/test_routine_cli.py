@@ -16,8 +16,13 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
+
+from packs.manifest import parse_manifest
+from packs.refs import ActionRef
+from packs.resolve import ResolveError, resolve
 
 REPO = Path(__file__).resolve().parents[2]
 ECHO_DIR = REPO / "examples" / "tools" / "echo"
@@ -124,7 +129,6 @@ class Registry:
 @pytest.fixture
 def registry() -> Iterator[tuple[str, Registry]]:
     state = Registry()
-    prefix = "/v1/actions/packs/com.example.tools/echo"
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (the http.server name)
@@ -134,13 +138,18 @@ def registry() -> Iterator[tuple[str, Registry]]:
                 return self._send(
                     401, {"error": {"code": "unauthorized", "message": "the API key is not valid"}}
                 )
-            if self.path == f"{prefix}/versions":
-                versions = [{"version": v, "published_at": "2026-01-01T00:00:00Z"} for v in state.manifests]
-                return self._send(200, {"pack": "com.example.tools/echo", "versions": versions})
-            for version, manifest in state.manifests.items():
-                if self.path == f"{prefix}/versions/{version}/manifest":
-                    return self._send(200, manifest)
-            return self._send(404, {"error": {"code": "not_found", "message": "no such pack"}})
+            url = urlsplit(self.path)
+            if url.path != "/v1/actions/resolve":
+                return self._send(404, {"error": {"code": "not_found", "message": "no such endpoint"}})
+            ref = parse_qs(url.query)["ref"][0]
+            parsed = ActionRef.parse(ref)
+            versions = state.manifests if parsed.pack == "com.example.tools/echo" else {}
+            try:  # what the api answers: the one rule over its versions
+                found = resolve(parsed, versions, lambda v: parse_manifest(versions[v]))
+            except ResolveError as exc:
+                return self._send(404, {"error": {"code": "not_found", "message": f"{ref}: {exc}"}})
+            action = {"key": found.action.key, "inputSchema": found.action.input_schema}
+            return self._send(200, {"ref": ref, "pin": found.pin, "action": action})
 
         def _send(self, status: int, body: object) -> None:
             data = json.dumps(body).encode()
@@ -195,10 +204,9 @@ def test_registry_from_environment_resolves_newest_of_the_major(
         "pack com.example.tools/other is not in the registry",
     ]
     assert state.paths == [
-        "/v1/actions/packs/com.example.tools/echo/versions",
-        "/v1/actions/packs/com.example.tools/echo/versions/1.2.0/manifest",
-        "/v1/actions/packs/com.example.tools/echo/versions/1.0.0/manifest",
-        "/v1/actions/packs/com.example.tools/other/versions",
+        "/v1/actions/resolve?ref=com.example.tools%2Fecho%2Fecho%401",
+        "/v1/actions/resolve?ref=com.example.tools%2Fecho%2Fecho%401.0.0",
+        "/v1/actions/resolve?ref=com.example.tools%2Fother%2Fecho%401",
     ]
     assert KEY not in out.stdout + out.stderr
 

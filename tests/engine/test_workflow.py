@@ -95,6 +95,7 @@ outputs:
     assert steps["greet"] == {
         "status": "succeeded",
         "attempts": 1,
+        "ref": "com.example.tools/free/echo@1.0.0",
         "output": {"text": "hello ann"},
         "error": None,
     }

@@ -106,8 +106,15 @@ async def test_routine_run_json_prints_one_object(api: Api, tmp_path: Path) -> N
     assert set(body) == {"run_id", "status", "outputs", "steps"}
     assert body["status"] == "succeeded"
     assert body["outputs"] == {"greeting": "hello 42", "count": 2}  # "42" is JSON text
-    assert body["steps"]["shout"] == {"status": "succeeded", "attempts": 1, "output": {"text": "HELLO"}}
-    assert body["steps"]["greet"] == {"status": "succeeded", "attempts": 1, "output": {"text": "hello 42"}}
+    pin = "com.example.tools/free/echo@1.0.0"
+    shout = {"status": "succeeded", "attempts": 1, "ref": pin, "output": {"text": "HELLO"}}
+    assert body["steps"]["shout"] == shout
+    assert body["steps"]["greet"] == {
+        "status": "succeeded",
+        "attempts": 1,
+        "ref": pin,
+        "output": {"text": "hello 42"},
+    }
 
 
 async def test_routine_run_reports_a_failed_run_and_exits_1(api: Api, tmp_path: Path) -> None:

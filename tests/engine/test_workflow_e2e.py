@@ -77,7 +77,7 @@ async def test_the_temporal_ui_shows_the_run_by_name_and_org_and_no_secret(
         for e in history.events
         if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
     ]
-    echo, noop = "com.example.tools/echo/echo@1", "com.example.tools/echo/noop@1"
+    echo, noop = "com.example.tools/echo/echo@1.0.0", "com.example.tools/echo/noop@1.0.0"  # the pins
     assert sorted(summaries) == sorted(
         [
             f"greet · {echo}",

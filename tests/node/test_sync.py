@@ -219,3 +219,32 @@ def test_an_unreachable_blob_keeps_the_version_for_the_next_round(
     stand_in.blob_status = 200
     assert sync.sync_once() == ["com.example.tools/echo@1.4.0"]
     sync.stop()
+
+
+def test_a_declarative_version_is_left_alone_and_the_feed_goes_on(
+    api: tuple[StandInApi, str], sync_cache: InstallCache, caplog: pytest.LogCaptureFixture
+) -> None:
+    stand_in, url = api
+    key = Ed25519PrivateKey.generate()
+    manifest = json.loads((REPO / "examples/packs/github/b3pack.json").read_text())
+    signed = sign_manifest(manifest, [], key, "io.b3os#dev-test")
+    stand_in.entries.append(
+        {
+            "seq": 1,
+            "pack": "io.b3os/github",
+            "version": "1.0.0",
+            "content_hash": signed["signature"]["hash"],
+            "manifest": signed,
+            "files": [],
+            "public_key": public_key_b64(key),
+        }
+    )
+    stand_in.publish("1.5.0", key=key)  # a tool version right after it
+    sync = _sync(url, sync_cache)
+    with caplog.at_level("INFO", logger="b3os.node.sync"):
+        assert sync.sync_once() == ["com.example.tools/echo@1.5.0"]
+    assert sync.cursor == 2 and stand_in.blob_gets == 1, "nothing fetched for the declarative pack"
+    assert not any("io.b3os/github" in r.getMessage() for r in caplog.records), "neither installed nor failed"
+    assert sync_cache.installed() == ["com.example.tools/echo@1.5.0"]
+    assert list(sync_cache.root.glob("io.b3os*")) == []
+    sync.stop()

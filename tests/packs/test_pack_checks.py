@@ -111,7 +111,11 @@ CASES: list[tuple[dict[str, Any], dict[str, Any], list[str]]] = [
     ),
     (
         OM,
-        {"connections": [{"key": "Bad_Key"}]},
+        {
+            "connections": [
+                {"key": "Bad_Key", "kind": "bearer", "title": "T", "hosts": ["geocoding-api.open-meteo.com"]}
+            ]
+        },
         [
             'check 7: connections[0].key "Bad_Key" is not accepted: use a unique key of lowercase letters, digits and hyphens, 1 to 64 characters, starting and ending with a letter or digit'
         ],
@@ -611,9 +615,10 @@ def test_a_refused_value_gets_its_exact_sentence(
     assert [v.message for v in run_checks(mutate(base, changes))] == expected
 
 
-def test_every_check_has_a_failing_fixture() -> None:
+def test_every_check_up_to_23_has_a_failing_fixture() -> None:
+    # checks 24 to 32 (declarative HTTP actions and connections): test_pack_checks_http.py
     covered = {int(msg.split(":")[0].removeprefix("check ")) for _, _, msgs in CASES for msg in msgs}
-    assert covered == set(CHECKS)
+    assert covered >= set(range(1, 24))
 
 
 def test_checks_13_to_20_say_in_this_version() -> None:

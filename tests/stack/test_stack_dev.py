@@ -28,7 +28,7 @@ from cli.stack import _descendants, port_taken
 from .stacktest import REPO, Procs, clean_env, free_port, start_node, wait_until
 
 HELLO = REPO / "examples" / "routines" / "hello.yaml"
-PORT_FLAGS = ("--port", "--node-port", "--temporal-port", "--ui-port")
+PORT_FLAGS = ("--port", "--node-port", "--egress-port", "--temporal-port", "--ui-port")
 
 
 @dataclass
@@ -115,15 +115,21 @@ def test_dev_says_where_the_api_the_temporal_ui_and_dev_env_are(dev: Dev) -> Non
     text = "\n".join(dev.lines)
     assert f"api      {api}" in text and f"UI {ui}" in text and str(dev.data_dir / "dev.env") in text
     assert "published com.example.tools/echo/echo@1.0.0" in dev.lines
+    assert "published io.b3os/open-meteo/search-places@1.0.0" in dev.lines  # a declarative example pack
+    assert "published io.b3os/github/get-issue@1.0.0" in dev.lines
     assert httpx.get(f"{api}/healthz").status_code == 200
+    egress = f"http://127.0.0.1:{dev.ports['--egress-port']}"
+    assert httpx.get(f"{egress}/healthz").json() == {"ok": True}
     assert httpx.get(ui, timeout=10).status_code == 200
 
 
 def test_dev_env_holds_the_shared_tokens_mode_0600_and_they_are_never_printed(dev: Dev) -> None:
     assert (dev.data_dir / "dev.env").stat().st_mode & 0o777 == 0o600
     values = dev.dev_env
-    secrets = [values[k] for k in ("B3OS_API_KEY", "B3OS_NODE_TOKEN", "B3OS_WORKER_TOKEN")]
-    assert all(len(s) >= 32 for s in secrets) and len(set(secrets)) == 3
+    names = ("B3OS_API_KEY", "B3OS_NODE_TOKEN", "B3OS_WORKER_TOKEN", "B3OS_EGRESS_TOKEN")
+    secrets = [values[k] for k in names]
+    assert all(len(s) >= 32 for s in secrets) and len(set(secrets)) == 4
+    assert values["B3OS_EGRESS_URL"] == f"http://127.0.0.1:{dev.ports['--egress-port']}"
     assert values["B3OS_TEMPORAL_ADDRESS"] == f"127.0.0.1:{dev.ports['--temporal-port']}"
     printed = "\n".join(dev.lines) + "".join(
         p.read_text(errors="replace") for p in dev.data_dir.glob("logs/*")

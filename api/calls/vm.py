@@ -1,0 +1,226 @@
+"""The `vm` executor: a hosted tool's call placed on the least loaded live node that has the version.
+
+`prepare` finds the live nodes that have installed the exact version resolved. A version the registry
+has but no live node has installed (not synced yet, or its verification failed there) is `503
+pack_unavailable`, with `Retry-After` set to when the nodes next report: a node installs at its next
+registry sync and says so in the heartbeat after it, so two heartbeat periods after the oldest live
+node was last heard from (two periods when no node is live). Admission then takes a slot on the least
+loaded of them; `execute` sends the call to that node and reads its answer (json-stdio outcome,
+usage, phases `start` `copy` `unpack` `run` `collect` `delete`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from typing import TYPE_CHECKING, Any
+
+from sqlmodel import Session, col, select
+
+from api.calls.costs import call_cost
+from api.calls.errors import NODE_ERRORS, CallError, PackUnavailable, ToolTimedOut, ToolUnavailable
+from api.calls.executor import Execution, Prepared
+from api.calls.metering import GIB_MS, PUBLISHER_MICROUSD, TOOL_CALL, VCPU_MS
+from api.calls.nodeclient import NodeAnswer, send_call, send_cancel
+from api.calls.outputs import check_output
+from api.calls.tables import RUNNING, ToolCall
+from api.models import Node
+
+if TYPE_CHECKING:
+    from api.calls.service import CallService
+
+PHASES = ("start", "copy", "unpack", "run", "collect", "delete")
+_NODE_FIELDS_SKIPPED = ("code", "reason", "message", "retry_after")
+
+
+def live_nodes(session: Session, *, now: dt.datetime, max_age_s: float) -> list[Node]:
+    """Nodes heard from within `max_age_s`."""
+    since = now - dt.timedelta(seconds=max_age_s)
+    return list(session.exec(select(Node).where(col(Node.last_seen) >= since)).all())
+
+
+def next_report_s(live: list[Node], *, now: dt.datetime, heartbeat_s: float) -> float:
+    """Seconds until the live nodes have synced and reported once more (two heartbeat periods)."""
+    if not live:
+        return 2 * heartbeat_s
+    oldest = min(n.last_seen for n in live)
+    return max(1.0, (oldest - now).total_seconds() + 2 * heartbeat_s)
+
+
+class VmExecutor:
+    """Runs `vm` actions on the nodes."""
+
+    tier = "vm"
+
+    def __init__(self, service: CallService) -> None:
+        self._service = service
+
+    async def prepare(self, prepared: Prepared, *, org_id: str) -> Prepared:
+        """The live nodes that have the exact version installed, or `503 pack_unavailable`."""
+        settings, resolved = self._service.settings, prepared.resolved
+        now = self._service.clock()
+        tag = f"{resolved.pack}@{resolved.version}"
+
+        def find(session: Session) -> list[Node]:
+            live = live_nodes(session, now=now, max_age_s=settings.node_live_s)
+            nodes = [n for n in live if tag in (n.installed or [])]
+            if not nodes:
+                raise PackUnavailable(
+                    f"{resolved.ref}: no node has {resolved.pack} {resolved.version} installed yet "
+                    "(or it failed verification there)",
+                    retry_after=next_report_s(live, now=now, heartbeat_s=settings.node_heartbeat_s),
+                    details={"ref": str(resolved.ref)},
+                )
+            return nodes
+
+        nodes: list[Node] = await self._service._db(find)
+        return Prepared(
+            resolved=resolved,
+            checked=prepared.checked,
+            price=prepared.price,
+            timeout_ms=prepared.timeout_ms,
+            nodes=nodes,
+        )
+
+    async def cancel(self, call: ToolCall) -> str:
+        """Ask the call's node to kill its VM at once."""
+        node: Node | None = await self._service._db(lambda s: s.get(Node, call.node_id))
+        if node is None:
+            return "unreachable"
+        return await send_cancel(
+            self._service._http(), url=node.url, token=self._service.node_token, call_id=call.id
+        )
+
+    async def execute(self, call: ToolCall, prepared: Prepared) -> Execution:
+        """Send the call to its node and read the outcome, usage and phases."""
+        service, resolved, checked = self._service, prepared.resolved, prepared.checked
+        node = next(n for n in prepared.nodes if n.node_id == call.node_id)
+        impl = resolved.action.impl
+        body = {
+            "call_id": call.id,
+            "pack": resolved.pack,
+            "version": resolved.version,
+            "action": resolved.ref.action,
+            "cmd": list(getattr(impl, "cmd", [])),
+            "timeout_ms": call.timeout_ms,
+            "max_output_bytes": service.settings.max_output_bytes,
+            "input": checked.wire(),
+            "file_fields": checked.file_fields,
+        }
+        reply = await send_call(
+            service._http(),
+            url=node.url,
+            token=service.node_token,
+            body=body,
+            timeout_s=call.timeout_ms / 1000 + service.settings.call_overhead_s,
+        )
+        result = reply.result
+        usage: dict[str, Any] = result["usage"] if isinstance(result.get("usage"), dict) else {}
+        timings: dict[str, Any] = result["timings"] if isinstance(result.get("timings"), dict) else {}
+        ran = bool(result.get("ran")) and reply.status == 200
+        vcpu_ms, gib_ms = (_int(usage.get("vcpu_ms")), _int(usage.get("gib_ms"))) if ran else (0, 0)
+        error: CallError | None = None
+        output: Any = None
+        if reply.status == 200 and result.get("ok") is True:
+            try:
+                output = check_output(resolved.action.output_schema, result.get("output"))
+            except CallError as exc:
+                error = exc
+        else:
+            error = await self._node_error(reply, call)
+        cost_started = time.perf_counter()
+        # a cancelled call is never charged the price, even if its tool answered just before the kill
+        answered = error is None and result.get("cancelled") is not True
+        cost = call_cost(
+            service.prices, ran=ran, answered=answered, vcpu_ms=vcpu_ms, gib_ms=gib_ms, price=prepared.price
+        )
+        phases = {p: round(float(timings.get(p) or 0.0), 3) for p in PHASES}
+        phases["cost"] = round((time.perf_counter() - cost_started) * 1000, 3)
+        units = [(VCPU_MS, vcpu_ms), (GIB_MS, gib_ms), (TOOL_CALL, 1)] if ran else []
+        if ran and cost.price > 0:
+            units.append((PUBLISHER_MICROUSD, cost.price))
+        return Execution(
+            output=output,
+            error=error,
+            ran=ran,
+            cost=cost,
+            units=units,
+            vcpu_ms=vcpu_ms,
+            gib_ms=gib_ms,
+            phases=phases,
+        )
+
+    async def _node_error(self, reply: NodeAnswer, call: ToolCall) -> CallError:
+        result = reply.result
+        err: dict[str, Any] = result["error"] if isinstance(result.get("error"), dict) else {}
+        if reply.status == 0:
+            if reply.timed_out:
+                return ToolTimedOut(f"{reply.failure}: the call did not finish within {call.timeout_ms} ms")
+            return ToolUnavailable(
+                f"{reply.failure}; nothing was billed",
+                reason="exec",
+                retry_after=await self._node_retry_after(call),
+            )
+        if reply.status != 200:
+            code = err.get("code") or "tool_unavailable"
+            reason = err.get("reason") or ("node_busy" if reply.status == 503 else "exec")
+            if code != "tool_unavailable" or reply.status not in (503, 429):
+                return ToolUnavailable(
+                    f"the node refused the run (HTTP {reply.status}); nothing was billed",
+                    reason="exec",
+                    retry_after=await self._node_retry_after(call),
+                )
+            return ToolUnavailable(
+                str(err.get("message") or "the node is busy; nothing was billed"),
+                reason=str(reason),
+                retry_after=await self._node_retry_after(call),
+            )
+        cls = NODE_ERRORS.get(str(err.get("code")), CallError)
+        if cls is CallError:
+            return ToolUnavailable(
+                "the node answered a result this api does not understand; nothing was billed",
+                reason="exec",
+                retry_after=await self._node_retry_after(call),
+            )
+        details = {k: v for k, v in err.items() if k not in _NODE_FIELDS_SKIPPED}
+        retry_after: float | None = None
+        if cls.status == 503:
+            retry_after = _float(err.get("retry_after")) or await self._node_retry_after(call)
+        return cls(
+            str(err.get("message") or cls.code.replace("_", " ")),
+            reason=err.get("reason"),
+            retry_after=retry_after,
+            details=details,
+        )
+
+    async def _node_retry_after(self, call: ToolCall) -> float:
+        """When the node may have a slot again: the soonest deadline of its other running calls, else its
+        next heartbeat."""
+        now = self._service.clock()
+        heartbeat_s = self._service.settings.node_heartbeat_s
+
+        def soonest(session: Session) -> float:
+            deadlines = session.exec(
+                select(ToolCall.deadline_at).where(
+                    col(ToolCall.node_id) == call.node_id,
+                    col(ToolCall.state) == RUNNING,
+                    col(ToolCall.id) != call.id,
+                    col(ToolCall.lease_expires_at) > now,
+                )
+            ).all()
+            if deadlines:
+                return (min(deadlines) - now).total_seconds()
+            return heartbeat_s
+
+        value: float = await self._service._db(soonest)
+        return value
+
+
+def _int(value: Any) -> int:
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _float(value: Any) -> float | None:
+    return (
+        float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else None
+    )

@@ -1,0 +1,70 @@
+"""The table of connections and its models, layered as in the FastAPI template.
+
+`connections`: one row per (organization, pack, connection key): the connection's kind, its
+non-secret params, a hint (the last 4 characters of a long enough secret) and the secret sealed to
+the egress proxy (`sealed`, a `b3seal-v1.` token bound to the organization and the row's id). The
+sealed token never leaves the api except toward the egress proxy.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from pydantic import ConfigDict
+from sqlalchemy import JSON, Column, Text, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+from api.models import UTCDateTime, utcnow
+
+
+class ConnectionBase(SQLModel):
+    pack: str = Field(min_length=1, max_length=300, description="the pack, ns/name")
+    connection: str = Field(min_length=1, max_length=200, description="the key of the pack's connection")
+
+
+class ConnectionCreate(ConnectionBase):
+    """A credential to add (or replace); `secret` is checked by hand so that no error ever echoes it."""
+
+    model_config = ConfigDict(extra="forbid")  # type: ignore[assignment]
+    params: dict[str, Any] | None = Field(default=None, description="the non-secret params; default {}")
+    secret: Any = Field(
+        description='a text (api_key, bearer), {"username", "password"} (basic), or {"access_token", '
+        '"refresh_token"?, "expires_at"?, "token_url"?, "client_id"?, "client_secret"?} (oauth2)'
+    )
+
+
+class ConnectionRecord(ConnectionBase, table=True):
+    __tablename__ = "connections"
+    __table_args__ = (
+        UniqueConstraint("org_id", "pack", "connection", name="uq_connections_org_pack_connection"),
+    )
+    id: str = Field(primary_key=True, max_length=40)
+    org_id: str = Field(foreign_key="organizations.id", index=True, max_length=40)
+    kind: str = Field(max_length=20)
+    params: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    hint: str = Field(default="", max_length=4)
+    sealed: str = Field(sa_column=Column(Text, nullable=False), description="sealed to the egress proxy")
+    created_at: dt.datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+    updated_at: dt.datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+
+
+class ConnectionPublic(ConnectionBase):
+    """A connection as answered: never its secret nor its sealed token."""
+
+    id: str
+    kind: str
+    params: dict[str, Any]
+    hint: str = Field(description="the secret's last 4 characters when it has at least 12, else empty")
+    created_at: dt.datetime
+
+
+class ConnectionListed(ConnectionPublic):
+    updated_at: dt.datetime
+
+
+class ConnectionList(SQLModel):
+    items: list[ConnectionListed]
+
+
+TABLES = ("connections",)

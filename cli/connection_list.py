@@ -1,0 +1,48 @@
+"""List your organization's connections: id, pack, connection, kind, hint and when last set.
+
+Secrets are never shown (the api cannot read them back); the hint is the last 4 characters of a
+secret of at least 12. `--json` prints the api's answer, {"items": [...]}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from cli._http import ApiClient, ApiConfig, CliError
+
+COLUMNS = (("id", "ID"), ("pack", "PACK"), ("connection", "CONNECTION"), ("kind", "KIND"), ("hint", "HINT"))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print the api's JSON answer")
+    parser.add_argument("--api-url", default=None, help="the api (default $B3OS_API_URL or .b3os/dev.env)")
+    parser.add_argument("--api-key", default=None, help="the key (default $B3OS_API_KEY or .b3os/dev.env)")
+
+
+def render(items: list[dict[str, Any]]) -> str:
+    """The connections as a table, one line each, or a sentence when there are none."""
+    if not items:
+        return "no connections (add one with b3os connection add PACK CONNECTION --secret-stdin)"
+    rows = [
+        [str(item.get(key) or "") for key, _ in COLUMNS] + [str(item.get("updated_at", ""))] for item in items
+    ]
+    header = [title for _, title in COLUMNS] + ["UPDATED"]
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in [header, *rows]
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        with ApiClient(ApiConfig.load(url=args.api_url, key=args.api_key)) as client:
+            answer = client.request("GET", "/v1/connections").json()
+    except CliError as exc:
+        print(f"b3os connection list: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(answer, indent=2) if args.json else render(answer["items"]))
+    return 0

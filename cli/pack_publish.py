@@ -1,0 +1,84 @@
+"""Publish a built pack: upload its bundle files the registry lacks, publish it, print each action's pin.
+
+DIR is a pack directory built with `b3os pack build DIR --kid KID` (or `b3os tool build`): the signed
+b3pack.json, and for a tool pack .b3os-build/tool.tar. Each bundle file (the archive, NOTICES.md,
+fixtures/**) is uploaded (PUT /v1/actions/registry/blobs/sha256:<hex>) only when HEAD says the registry
+does not have it; then POST /v1/actions/packs publishes the version, and the exact pin of each action is
+printed, one a line. A declarative pack needs a key with actions:write; a tool pack also needs
+actions:tools:publish (by name). The key comes from B3OS_API_KEY or .b3os/dev.env.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from cli._http import ApiClient, ApiConfig, CliError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("dir", type=Path, metavar="DIR", help="the built pack directory")
+    parser.add_argument("--api-url", default=None, help="the api (default $B3OS_API_URL or .b3os/dev.env)")
+    parser.add_argument("--api-key", default=None, help="the key (default $B3OS_API_KEY or .b3os/dev.env)")
+
+
+def publish_dir(client: ApiClient, root: Path, *, say: Any = print) -> dict[str, Any]:
+    """Upload the missing files of a built pack and publish it; returns the registry's answer.
+
+    Raises:
+        CliError: the pack cannot be read, or the api refused (its sentence).
+    """
+    from packs.errors import PackError
+    from packs.hashing import BundleFile
+    from packs.loader import load_built_bundle
+
+    try:
+        manifest, files = load_built_bundle(root)
+    except PackError as exc:
+        raise CliError(str(exc)) from exc
+    records = []
+    for path, data in sorted(files.items()):
+        record = BundleFile.of(path, data)
+        records.append(record.to_dict())
+        url = f"/v1/actions/registry/blobs/sha256:{record.sha256}"
+        if client.request("HEAD", url, accept=(200, 404)).status_code == 200:
+            say(f"{path}: already in the registry")
+            continue
+        client.request("PUT", url, content=data)
+        say(f"{path}: uploaded {record.bytes} bytes")
+    answer: dict[str, Any] = client.request(
+        "POST", "/v1/actions/packs", json={"manifest": manifest, "files": records}
+    ).json()
+    return answer
+
+
+def publish_command(args: argparse.Namespace, command: str, *, client: ApiClient | None = None) -> int:
+    """Publish `args.dir` for `command`: print `published <pack>@<version> (<hash>)` and each pin.
+
+    Args:
+        args: `dir`, and `api_url` and `api_key` unless `client` is given.
+        command: the command's name in error sentences ("b3os pack publish").
+        client: the api client to use (tests); by default one from `args` and the environment.
+
+    Returns:
+        The exit status: 0 when published, 1 with the refusal's sentence on stderr.
+    """
+    try:
+        if client is not None:
+            answer = publish_dir(client, args.dir)
+        else:
+            with ApiClient(ApiConfig.load(url=args.api_url, key=args.api_key)) as own:
+                answer = publish_dir(own, args.dir)
+    except CliError as exc:
+        print(f"{command}: {exc}", file=sys.stderr)
+        return 1
+    print(f"published {answer['pack']}@{answer['version']} ({answer['content_hash']})")
+    for action in answer.get("actions", []):
+        print(action["ref"])
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    return publish_command(args, "b3os pack publish")
