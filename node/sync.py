@@ -28,6 +28,7 @@ from node.cache import CacheError, InstallCache
 from packs.archive import MAX_ENTRIES, MAX_UNPACKED_BYTES
 from packs.errors import PackError
 from packs.hashing import ARCHIVE_PATHS, BundleFile
+from packs.manifest import parse_manifest
 from packs.signing import verify_manifest
 
 log = logging.getLogger("b3os.node.sync")
@@ -143,8 +144,11 @@ class RegistrySync:
         recorded = entry.get("content_hash")
         if recorded and recorded != hash_:
             raise ValueError(f"content hash {hash_} is not the registry's record {recorded}")
-        archive = manifest["tool"]["bundle"]["archive"]
-        fmt = str(archive["format"])
+        tool = parse_manifest(manifest).tool  # the typed models every part reads a manifest with
+        if tool is None:
+            raise ValueError(f"{pack}@{version} has no tool section")
+        archive = tool.bundle.archive
+        fmt = archive.format
         record = next(f for f in files if f.path == ARCHIVE_PATHS.get(fmt, "tool.tar"))
         resp = self._client.get(f"/v1/actions/registry/blobs/sha256:{record.sha256}")
         resp.raise_for_status()
@@ -159,8 +163,8 @@ class RegistrySync:
             version,
             data,
             fmt=fmt,
-            max_unpacked_bytes=min(int(archive["unpackedBytes"]), MAX_UNPACKED_BYTES),
-            max_entries=min(int(archive["entries"]), MAX_ENTRIES),
+            max_unpacked_bytes=min(archive.unpacked_bytes, MAX_UNPACKED_BYTES),
+            max_entries=min(archive.entries, MAX_ENTRIES),
             manifest=dict(manifest),
         )
 

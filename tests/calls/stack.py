@@ -32,6 +32,8 @@ from api.scopes import OWNER_SCOPES
 from cli._embedded import api_argv
 from cli._http import ApiClient, ApiConfig
 from cli.tool_publish import publish_dir
+from node.config import Settings as NodeSettings
+from node.template import build_base
 from node.vm.stale import cleanup_stale
 from packs.build import build_pack, build_tool
 from packs.signing import public_key_b64
@@ -169,6 +171,7 @@ class Stack:
     def start_node(
         self, node_id: str, *, api_url: str | None = None, extra_env: dict[str, str] | None = None
     ) -> Proc:
+        build_base(NodeSettings().base_dir)  # once per machine (about a minute); a no-op after
         port = free_port()
         run_dir = self.root / f"{node_id}-vms"
         run_dir.mkdir(mode=0o711, exist_ok=True)

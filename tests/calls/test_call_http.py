@@ -237,3 +237,50 @@ def test_b3os_call_runs_an_http_action_and_prints_its_output(stack: Stack) -> No
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"places": [BERLIN]}
+
+
+async def test_mcp_lists_the_http_actions_and_calls_one_through_the_official_client(stack: Stack) -> None:
+    import httpx2
+    from mcp.client.session import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    stack.upstreams["geocoding-api.open-meteo.com"].on("/v1/search", json_reply({"results": [BERLIN]}))
+    org = stack.org()
+    async with (
+        httpx2.AsyncClient(headers=org.headers, timeout=60) as http,
+        streamable_http_client(f"{stack.url}/v1/mcp", http_client=http) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        tools = {t.name: t for t in (await session.list_tools()).tools}
+        search = tools["open-meteo__search-places"]
+        assert search.input_schema["required"] == ["name"]
+        assert (search.meta or {})["b3os/pin"] == "io.b3os/open-meteo/search-places@1.0.0"
+        result = await session.call_tool("open-meteo__search-places", {"name": "Berlin"})
+        assert not result.is_error and result.structured_content == {"places": [BERLIN]}
+        missing = await session.call_tool("probe__get", {"id": 1})
+        assert missing.is_error
+        assert "connection 'token'" in missing.content[0].text  # type: ignore[union-attr]
+    assert usage(stack, org)["units"]["actions.call"] == 1
+
+
+def test_http_calls_have_their_own_lane_of_eight_at_once_beside_tool_calls(stack: Stack) -> None:
+    import concurrent.futures
+
+    api = stack.upstreams["api.example.com"]
+    api.release.clear()
+    api.on("/public/slow", Reply(200, [("Content-Type", "application/json")], b"{}", hold=True))
+    org = stack.org()
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        slow = [pool.submit(call, stack, org, f"{PROBE}/public@1", {"path": "slow"}) for _ in range(8)]
+        deadline = time.monotonic() + 20
+        while api.hits("/public/slow") < 8:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        ninth = call(stack, org, f"{PROBE}/public@1", {"path": "slow"})
+        err = error(ninth, 429, "concurrency_limited")
+        assert err["limit"] == 8 and "8 HTTP action calls at once" in err["message"]
+        tool = call(stack, org, "com.example.tools/free/noop@1")  # tool calls count apart
+        assert tool.status_code == 200, tool.text
+        api.release.set()
+        assert [f.result().status_code for f in slow] == [200] * 8

@@ -15,6 +15,7 @@ from activities.config import ActivitySettings
 from api.calls.settings import CallSettings
 from api.config import Settings as ApiSettings
 from cli.main import build_parser
+from egress.config import EgressSettings
 from engine.worker import TemporalSettings
 from node.config import Settings as NodeSettings
 
@@ -63,6 +64,17 @@ def test_the_node_service_runs_b3os_commands_with_flags_that_exist(services: dic
     assert services["node"]["environment"]["B3OS_NODE_URL"] == "http://node:8710"
 
 
+def test_the_egress_service_runs_b3os_egress_and_the_api_reaches_it(services: dict[str, Any]) -> None:
+    (argv,) = _b3os_commands(services["egress"]["command"])
+    assert argv[:2] == ["egress", "run"]
+    build_parser().parse_args(argv)
+    port = argv[argv.index("--port") + 1]
+    api_env = services["api"]["environment"]
+    assert api_env["B3OS_EGRESS_URL"] == f"http://egress:{port}"
+    assert api_env["B3OS_EGRESS_TOKEN"] == services["egress"]["environment"]["B3OS_EGRESS_TOKEN"]
+    assert "B3OS_EGRESS_TOKEN" not in services["node"]["environment"]  # only the api talks to the proxy
+
+
 def _names(model: type[BaseSettings], prefix: str) -> set[str]:
     return {f"{prefix}{name}".upper() for name in model.model_fields}
 
@@ -74,6 +86,7 @@ def test_every_b3os_variable_of_the_compose_file_is_read_by_some_part(services: 
         | _names(CallSettings, "B3OS_")
         | _names(ActivitySettings, "B3OS_")
         | _names(TemporalSettings, "B3OS_TEMPORAL_")
+        | _names(EgressSettings, "B3OS_EGRESS_")
     )
     used = {
         name for s in services.values() for name in (s.get("environment") or {}) if name.startswith("B3OS_")
