@@ -30,6 +30,8 @@ import lark
 from celpy import celtypes
 from celpy.evaluation import CELEvalError
 
+from packs.templates import find_close
+
 OPEN = "${{"
 CLOSE = "}}"
 
@@ -106,7 +108,7 @@ def split_template(text: str) -> list[str | Expr]:
         if start > pos:
             parts.append(text[pos:start])
         inner = start + len(OPEN)
-        close = _find_close(text, inner)
+        close = find_close(text, inner)
         raw = text[inner:close] if close >= 0 else text[inner:]
         lead = len(raw) - len(raw.lstrip())
         source = raw.strip()
@@ -116,34 +118,6 @@ def split_template(text: str) -> list[str | Expr]:
             raise ExpressionSyntaxError(source, "the expression is empty", 1, 1, 0)
         parts.append(Expr(source=source, start=start, body=inner + lead, end=close + len(CLOSE)))
         pos = close + len(CLOSE)
-
-
-def _find_close(text: str, i: int) -> int:
-    """Index of the `}}` closing an expression that starts at `i`, skipping string literals and maps."""
-    depth = 0
-    quote: str | None = None
-    while i < len(text):
-        ch = text[i]
-        if quote:
-            if ch == "\\":
-                i += 2
-                continue
-            if text.startswith(quote, i):
-                i += len(quote)
-                quote = None
-                continue
-        elif ch in "\"'":
-            quote = ch * 3 if text.startswith(ch * 3, i) else ch
-            i += len(quote)
-            continue
-        elif ch == "{":
-            depth += 1
-        elif ch == "}":
-            if depth == 0 and text.startswith(CLOSE, i):
-                return i
-            depth = max(0, depth - 1)
-        i += 1
-    return -1
 
 
 def whole_expression(text: str) -> str | None:

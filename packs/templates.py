@@ -39,7 +39,7 @@ def parts(text: str) -> list[tuple[bool, str]]:
         if start > pos:
             out.append((False, text[pos:start]))
         inner = start + len(OPEN)
-        close = _find_close(text, inner)
+        close = find_close(text, inner)
         if close < 0:
             raise TemplateError('its "${{" is not closed by "}}"')
         source = text[inner:close].strip()
@@ -52,8 +52,9 @@ def parts(text: str) -> list[tuple[bool, str]]:
     return out
 
 
-def _find_close(text: str, i: int) -> int:
-    """Index of the `}}` closing an expression that starts at `i`, skipping string literals and maps."""
+def find_close(text: str, i: int) -> int:
+    """Index of the `}}` closing an expression that starts at `i`, skipping string literals and maps
+    (-1 when none does). The routine engine splits its templates with it too."""
     depth = 0
     quote: str | None = None
     while i < len(text):

@@ -32,6 +32,7 @@ import asyncio
 import base64
 import email.utils
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -140,13 +141,7 @@ class HttpExecutor:
             "credentials": credentials,
             "template_ms": round((time.perf_counter() - started) * 1000, 3),
         }
-        return Prepared(
-            resolved=resolved,
-            checked=prepared.checked,
-            price=prepared.price,
-            timeout_ms=prepared.timeout_ms,
-            state=state,
-        )
+        return replace(prepared, state=state)
 
     async def cancel(self, call: ToolCall) -> str:
         """Abandon the call's request when this api process runs it."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from sqlmodel import Session, col, select
@@ -74,13 +75,7 @@ class VmExecutor:
             return nodes
 
         nodes: list[Node] = await self._service._db(find)
-        return Prepared(
-            resolved=resolved,
-            checked=prepared.checked,
-            price=prepared.price,
-            timeout_ms=prepared.timeout_ms,
-            nodes=nodes,
-        )
+        return replace(prepared, nodes=nodes)
 
     async def cancel(self, call: ToolCall) -> str:
         """Ask the call's node to kill its VM at once."""

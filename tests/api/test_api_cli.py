@@ -250,7 +250,8 @@ def test_b3os_dev_starts_publishes_the_examples_and_stops_on_sigterm(
     }
     with subprocess.Popen(
         [sys.executable, "-m", "cli", "dev", "--port", str(port), "--data-dir", str(tmp_path / "dev"),
-         *(a for flag in ("--node-port", "--temporal-port", "--ui-port") for a in (flag, str(_free_port())))],
+         *(a for flag in ("--node-port", "--egress-port", "--temporal-port", "--ui-port")
+           for a in (flag, str(_free_port())))],
         env=dev_env,
         cwd=tmp_path,
         stdout=subprocess.PIPE,
@@ -272,7 +273,10 @@ def _check_dev(process: subprocess.Popen[str], port: int, tmp_path: Path) -> Non
         if line.startswith("ready"):
             break
     assert lines and lines[-1].startswith("ready"), (lines, process.stderr.read())
-    assert [f"published {p}" for p in PINS] == [ln for ln in lines if ln.startswith("published")]
+    declarative = [f"io.b3os/github/{a}@1.0.0" for a in ("get-issue", "create-issue")]
+    declarative.append("io.b3os/open-meteo/search-places@1.0.0")
+    published = [f"published {p}" for p in declarative + PINS]
+    assert published == [ln for ln in lines if ln.startswith("published")]
     dev = dict(ln.split("=", 1) for ln in (tmp_path / "dev" / "dev.env").read_text().splitlines())
     assert dev["B3OS_API_URL"] == f"http://127.0.0.1:{port}" and dev["B3OS_DEV_KID"] == f"{NAMESPACE}#dev"
     assert (tmp_path / "keys" / f"{NAMESPACE}#dev.key").is_file()

@@ -284,3 +284,11 @@ def test_http_calls_have_their_own_lane_of_eight_at_once_beside_tool_calls(stack
         assert tool.status_code == 200, tool.text
         api.release.set()
         assert [f.result().status_code for f in slow] == [200] * 8
+
+
+def test_http_calls_count_against_the_key_spend_cap_like_tool_calls(stack: Stack) -> None:
+    stack.upstreams["api.example.com"].on("/public/capped", json_reply({}))
+    org = stack.org(cap=215)  # one priced call (200 + the 10 floor) fits, a second does not
+    assert call(stack, org, f"{PROBE}/public@1", {"path": "capped"}).status_code == 200
+    err = error(call(stack, org, f"{PROBE}/public@1", {"path": "capped"}), 429, "quota_exceeded")
+    assert err["limit"] == "key_spend_cap" and err["spent_microusd"] == 210

@@ -27,7 +27,7 @@ steps:
 
 
 def _ports_env(tmp_path: Path) -> tuple[dict[str, str], list[int]]:
-    ports = {name: free_port() for name in ("API", "NODE", "TEMPORAL", "UI")}
+    ports = {name: free_port() for name in ("API", "NODE", "TEMPORAL", "UI", "EGRESS")}
     env = clean_env(
         B3OS_KEYS_DIR=str(tmp_path / "keys"), **{f"B3OS_DEV_{n}_PORT": str(p) for n, p in ports.items()}
     )
