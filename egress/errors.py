@@ -2,7 +2,8 @@
 
 ```
 EgressError                   reason, message, sent
-└── AddressRefused            private_address (raised by the guard at connect time)
+├── AddressRefused            private_address (raised by the guard at connect time)
+└── SealError                 credential (egress.sealing: a key or sealed token that cannot be used)
 ```
 
 `reason` is one of `REASONS`; `message` is one sentence that names the host or the URL (without

@@ -26,13 +26,18 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from egress.errors import EgressError
+
 PREFIX = "b3seal-v1."
 _INFO = b"b3os-egress-seal-v1"
 _RAW = serialization.Encoding.Raw, serialization.PublicFormat.Raw
 
 
-class SealError(Exception):
+class SealError(EgressError):
     """A key or a sealed token cannot be used; the message says why (never a secret)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("credential", message)
 
 
 def connection_binding(org_id: str, connection_id: str) -> str:

@@ -30,6 +30,7 @@ import lark
 from celpy import celtypes
 from celpy.evaluation import CELEvalError
 
+from engine.errors import EngineError
 from packs.templates import find_close
 
 OPEN = "${{"
@@ -44,7 +45,7 @@ STEP_FIELDS = frozenset({"output", "status"})
 _MACROS = frozenset({"map", "filter", "all", "exists", "exists_one"})
 
 
-class ExpressionError(Exception):
+class ExpressionError(EngineError):
     """An expression could not be evaluated.
 
     Attributes:

@@ -24,6 +24,7 @@ import yaml
 from pydantic import ValidationError
 
 from engine import expressions as ex
+from engine.errors import EngineError
 from engine.routine import InputType, RetryPolicy, Routine, Step
 from engine.routine_checks import check_expressions, check_with
 from engine.yaml_positions import Located, compose
@@ -37,7 +38,7 @@ class Problem(NamedTuple):
     message: str
 
 
-class RoutineError(Exception):
+class RoutineError(EngineError):
     """A routine file has problems; `str()` lists each as `file:line:column: message`."""
 
     def __init__(self, filename: str, problems: list[Problem]) -> None:
@@ -50,7 +51,7 @@ class RoutineError(Exception):
         return [f"{self.filename}:{p.line}:{p.column}: {p.message}" for p in self.problems]
 
 
-class RoutineInputError(Exception):
+class RoutineInputError(EngineError):
     """A run's inputs do not fit the routine; `problems` name each input at fault."""
 
     def __init__(self, problems: list[str]) -> None:

@@ -40,6 +40,8 @@ from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
 from api.accounts import new_id
+from api.calls import idempotency
+from api.calls.errors import IdempotencyKeyReused
 from api.config import Settings
 from api.errors import Conflict, InvalidRequest, NotFound, ServiceUnavailable
 from api.models import utcnow
@@ -166,15 +168,16 @@ class RunsService:
             The run's row, and whether this request started it (False: the key's earlier run).
 
         Raises:
-            NotFound: no such routine. InvalidRequest: the inputs do not fit. Conflict: the key was
-            used with another request. ServiceUnavailable: Temporal is not reachable.
+            NotFound: no such routine. InvalidRequest: the inputs do not fit or the key is malformed.
+            IdempotencyKeyReused: 422, the key was used with another request. ServiceUnavailable: Temporal is not reachable.
         """
         record: RoutineRecord = await self._db(self.get_routine, org_id=org_id, name=name)
-        request_hash = _hash({"routine": name, "inputs": inputs})
+        request = {"routine": name, "inputs": inputs}
         if idempotency_key is not None:
+            idempotency.check_key(idempotency_key)
             earlier = await self._db(self._run_by_key, org_id, idempotency_key)
             if earlier is not None:
-                return _same_request(earlier, request_hash, idempotency_key), False
+                return _same_request(earlier, request, idempotency_key), False
             run_id = "run_" + hashlib.sha256(f"{org_id}\n{idempotency_key}".encode()).hexdigest()[:20]
         else:
             run_id = new_id("run")
@@ -193,13 +196,13 @@ class RunsService:
             routine_version=record.version,
             workflow_id=routine_workflow_id(name, run_id),
             idempotency_key=idempotency_key,
-            request_hash=request_hash,
+            request_hash=idempotency.request_hash(request),
             inputs=resolved,
         )
         await self._start_workflow(row, routine, pins)
         stored, created = await self._db(self._insert_run, row)
         if not created:
-            return _same_request(stored, request_hash, idempotency_key or ""), False
+            return _same_request(stored, request, idempotency_key or ""), False
         return stored, True
 
     def _pinned(self, source: str, name: str) -> tuple[Routine, dict[str, str]]:
@@ -402,16 +405,19 @@ async def _failure(handle: WorkflowHandle[Any, RunRoutineResult]) -> tuple[dict[
     return (await _progress(handle)).model_dump(mode="json"), {}
 
 
-def _same_request(row: RunRecord, request_hash: str, key: str) -> RunRecord:
-    if row.request_hash != request_hash:
-        raise Conflict(
-            f"The Idempotency-Key {key[:100]!r} was used for another request (routine or inputs differ).",
-            field="Idempotency-Key",
+def _same_request(row: RunRecord, request: dict[str, Any], key: str) -> RunRecord:
+    """The run of an Idempotency-Key when `request` is the one it started with, by the calls' own rule."""
+    if row.request_hash not in (idempotency.request_hash(request), _legacy_hash(request)):
+        raise IdempotencyKeyReused(
+            f"Idempotency-Key {key[:100]!r} was already used for a different request (another routine or "
+            "other inputs); use a new key for a new request",
+            details={"field": "Idempotency-Key"},
         )
     return row
 
 
-def _hash(value: Any) -> str:
+def _legacy_hash(value: Any) -> str:
+    """How runs stored before the RFC 8785 rule hashed their request (kept so their keys still replay)."""
     return (
         "sha256:"
         + hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()

@@ -145,8 +145,19 @@ async def test_the_same_idempotency_key_gives_the_same_run(routine_stack: Routin
     assert (first.status_code, again.status_code) == (201, 200)
     assert first.json()["run_id"] == again.json()["run_id"]
     other = _post(routine_stack, "/v1/routines/hello/runs", headers, {"inputs": {"who": "b"}})
-    assert other.status_code == 409
-    assert other.json()["error"]["code"] == "conflict" and "deploy-42" in other.json()["error"]["message"]
+    assert other.status_code == 422  # the rule of POST /v1/actions/call, word for word
+    error = other.json()["error"]
+    assert error["code"] == "idempotency_key_reused" and error["field"] == "Idempotency-Key"
+    assert error["message"].startswith("Idempotency-Key 'deploy-42' was already used for a different request")
+    spelled = httpx.post(  # the same request spelled otherwise is the same request (RFC 8785)
+        f"{routine_stack.url}/v1/routines/hello/runs",
+        headers={**headers, "Content-Type": "application/json"},
+        content='{ "inputs" : { "who" : "a" } }',
+        timeout=30,
+    )
+    assert spelled.status_code == 200 and spelled.json()["run_id"] == first.json()["run_id"]
+    bad = _post(routine_stack, "/v1/routines/hello/runs", {**org.headers, "Idempotency-Key": ""}, {})
+    assert bad.status_code == 400 and bad.json()["error"]["field"] == "Idempotency-Key"
     assert len(_get(routine_stack, "/v1/runs", org.headers).json()["runs"]) == 1
     await routine_stack.final(org, first.json()["run_id"])
 
