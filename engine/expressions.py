@@ -234,6 +234,28 @@ class Reference:
     path: tuple[str, ...]
 
 
+#: The functions and macros an expression may call: CEL's standard library as cel-python has it.
+FUNCTIONS = frozenset(
+    name for name in celpy.evaluation.base_functions if name[:1].isalpha()
+) | {"has", "all", "exists", "exists_one", "map", "filter"}
+
+
+def functions(expr: str) -> list[str]:
+    """The names of the functions and methods an expression calls (`size`, `startsWith`, ...).
+
+    Raises:
+        ExpressionSyntaxError: the expression does not parse.
+    """
+    tree, _ = _compiled(expr)
+    found: list[str] = []
+    for node in tree.iter_subtrees_topdown():
+        if node.data == "ident_arg" and node.children:
+            found.append(str(node.children[0]))
+        elif node.data == "member_dot_arg" and len(node.children) >= 2:
+            found.append(str(node.children[1]))
+    return found
+
+
 def references(expr: str) -> list[Reference]:
     """Every free top-level name an expression reads, with its member chain.
 

@@ -15,7 +15,7 @@ import re
 from datetime import timedelta
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
 DURATION_PATTERN = r"^[0-9]{1,9}(ms|s|m|h)$"
 """A duration: a whole number and a unit, `500ms`, `30s`, `2m`, `1h`."""
@@ -86,7 +86,7 @@ class _Model(BaseModel):
 class RetryPolicy(_Model):
     """How a step is retried after a retryable failure. Retry-After always wins over backoff."""
 
-    max_attempts: int = Field(
+    max_attempts: Annotated[int, Strict()] = Field(
         default=3,
         alias="max-attempts",
         ge=1,
@@ -106,6 +106,17 @@ class RetryPolicy(_Model):
     max_backoff: Duration = Field(
         default="60s", alias="max-backoff", description="No delay between attempts is longer than this."
     )
+
+    @model_validator(mode="after")
+    def _backoff_fits(self) -> RetryPolicy:
+        if duration_ms(self.backoff) <= 0:
+            raise ValueError(f"backoff {self.backoff} must be longer than 0")
+        if duration_ms(self.backoff) > duration_ms(self.max_backoff):
+            raise ValueError(
+                f"backoff {self.backoff} is longer than max-backoff {self.max_backoff}: "
+                "the first delay cannot exceed the longest one"
+            )
+        return self
 
     @property
     def backoff_timedelta(self) -> timedelta:
@@ -171,7 +182,7 @@ class Step(_Model):
         description="The longest one attempt may take, such as 30s; the action's own limit by default.",
     )
     retry: RetryPolicy | None = Field(default=None, description="How failed attempts are retried.")
-    continue_on_error: bool = Field(
+    continue_on_error: Annotated[bool, Strict()] = Field(
         default=False,
         alias="continue-on-error",
         description="When the step fails, record status failed and go on instead of failing the routine.",
@@ -182,6 +193,13 @@ class Step(_Model):
         "with: reads item and index.",
     )
     name: str | None = Field(default=None, description="A human title, shown in run views.")
+
+    @field_validator("timeout")
+    @classmethod
+    def _timeout_positive(cls, value: str | None) -> str | None:
+        if value is not None and duration_ms(value) <= 0:
+            raise ValueError(f"timeout {value} must be longer than 0 (leave it out for the action's limit)")
+        return value
 
     @property
     def timeout_timedelta(self) -> timedelta | None:

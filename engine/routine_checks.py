@@ -72,6 +72,8 @@ def check_expressions(data: dict[str, Any], doc: Located) -> list[Triple]:
             here = _Scope(order, set(inputs), i, False, f"{label}: {key}")
             if isinstance(value, str):
                 problems.extend(_check_bare(doc, ("steps", i, key), value, here))
+                if key == "foreach":
+                    problems.extend(_foreach_of_input(doc, ("steps", i, key), value, inputs, here))
             elif key == "foreach" and isinstance(value, list):
                 for path, text in _strings(value, ("steps", i, key)):
                     problems.extend(_check_template(doc, path, text, here))
@@ -81,6 +83,23 @@ def check_expressions(data: dict[str, Any], doc: Located) -> list[Triple]:
             for path, text in _strings(with_, ("steps", i, "with")):
                 problems.extend(_check_template(doc, path, text, here))
     return problems
+
+
+def _foreach_of_input(
+    doc: Located, path: Path, text: str, inputs: dict[str, Any], scope: _Scope
+) -> list[Triple]:
+    """`foreach: ${{ inputs.x }}` over an input whose declared type is not an array cannot give a list."""
+    try:
+        expr = ex.condition_expression(text)
+    except ex.ExpressionSyntaxError:
+        return []  # reported by the syntax check
+    name = expr.removeprefix("inputs.")
+    spec = inputs.get(name) if expr.startswith("inputs.") else None
+    declared = spec.get("type") if isinstance(spec, dict) else None
+    if declared is None or declared == "array":
+        return []
+    message = f"{scope.where}: inputs.{name} is a {declared} input: foreach needs a list"
+    return [(*doc.position(path), message)]
 
 
 class _Scope:
@@ -146,6 +165,9 @@ def _check_one(doc: Located, path: Path, expr: str, scope: _Scope, at: Any, lead
         message = _scope_problem(ref, scope)
         if message:
             problems.append((*at(0), f"{where}: {message}"))
+    for name in dict.fromkeys(ex.functions(expr)):
+        if name not in ex.FUNCTIONS:
+            problems.append((*at(0), f"{where}: there is no function {name}() in CEL"))
     return problems
 
 

@@ -27,7 +27,7 @@ from engine import expressions as ex
 from engine.errors import EngineError
 from engine.routine import InputType, RetryPolicy, Routine, Step
 from engine.routine_checks import check_expressions, check_with
-from engine.yaml_positions import Located, compose
+from engine.yaml_positions import Located, YamlRefused, compose
 
 
 class Problem(NamedTuple):
@@ -108,6 +108,10 @@ def load_routine(text: str, filename: str = "<routine>", resolver: ActionResolve
     """
     try:
         doc = compose(text)
+    except YamlRefused as exc:
+        mark = exc.problem_mark
+        line, column = (mark.line + 1, mark.column + 1) if mark else (1, 1)
+        raise RoutineError(filename, [Problem(line, column, str(exc.problem))]) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line, column = (mark.line + 1, mark.column + 1) if mark else (1, 1)
@@ -197,6 +201,8 @@ def _message(path: tuple[Any, ...], err: Any, doc: Located, loc: tuple[Any, ...]
         return f"{where}must be an expression such as ${{{{ inputs.names }}}} or a list, got {value!r}"
     if field == "if":
         return f"{where}must be an expression such as steps.a.status == 'succeeded', got {value!r}"
+    if err["type"] == "value_error":  # our own validators' sentences name the value already
+        return f"{where}{str(err['msg']).removeprefix('Value error, ')}"
     return f"{where}{err['msg'][0].lower()}{err['msg'][1:]}, got {_short(value)}"
 
 
@@ -260,6 +266,14 @@ def _structure_problems(data: dict[str, Any], doc: Located) -> list[tuple[int, i
                 problems.append(
                     (*doc.position(("steps", i, "uses")), f"{_where(('steps', i), doc)}uses: {exc}")
                 )
+        elif "uses" in step:
+            problems.append(
+                (
+                    *doc.position(("steps", i, "uses")),
+                    f"{_where(('steps', i), doc)}uses: must be an action ref such as "
+                    f"com.example.tools/echo/echo@1, got {_short(uses)}",
+                )
+            )
     return problems
 
 
@@ -282,7 +296,14 @@ def _input_problems(data: dict[str, Any], doc: Located) -> list[tuple[int, int, 
                 (*doc.position(doc.known_prefix(path)), f"inputs.{name}: not a JSON Schema: {exc.message}")
             )
             continue
-        if "default" in spec and not ex.has_expressions(spec["default"]):
+        if "default" in spec and ex.has_expressions(spec["default"]):
+            problems.append(
+                (
+                    *doc.position(("inputs", name, "default")),
+                    f"inputs.{name}.default: a default is a literal value: ${{{{ }}}} is not evaluated there",
+                )
+            )
+        elif "default" in spec:
             for error in jsonschema.Draft202012Validator(schema).iter_errors(spec["default"]):
                 path = doc.known_prefix(("inputs", name, "default", *error.absolute_path))
                 problems.append((*doc.position(path), f"inputs.{name}.default: {error.message}"))

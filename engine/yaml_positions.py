@@ -1,7 +1,10 @@
 """YAML with positions: the data of a document plus the line and column of every key and value.
 
 The loader reads YAML the way editors (YAML 1.2) do where it matters for routines: only
-`true`/`false` are booleans (`yes`, `no`, `on`, `off` stay strings) and dates stay strings.
+`true`/`false` are booleans (`yes`, `no`, `on`, `off` stay strings) and dates stay strings. What
+could make a small text cost much to read is refused at its line and column (`YamlRefused`): aliases
+(`*name`: a few hundred bytes of aliases can expand to gigabytes), nesting deeper than `MAX_DEPTH`
+levels, and integers beyond what JSON carries exactly (2^53 - 1).
 """
 
 from __future__ import annotations
@@ -13,10 +16,51 @@ from typing import Any
 import yaml
 
 Path = tuple[Any, ...]
+MAX_DEPTH = 64
+MAX_INTEGER = 2**53 - 1
+
+
+class YamlRefused(yaml.MarkedYAMLError):
+    """Well-formed YAML that a routine does not take (an alias, too deep, a huge integer)."""
 
 
 class _Loader(yaml.SafeLoader):
-    """SafeLoader with YAML 1.2 booleans and no timestamps."""
+    """SafeLoader with YAML 1.2 booleans and no timestamps; no aliases, bounded depth and integers."""
+
+    _depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise YamlRefused(
+                problem=f"the alias *{event.anchor} is not accepted in a routine: write the value out "
+                "(aliases can expand a small file without bound)",
+                problem_mark=event.start_mark,
+            )
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise YamlRefused(
+                    problem=f"values nested deeper than {MAX_DEPTH} levels are not accepted",
+                    problem_mark=self.peek_event().start_mark,
+                )
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        digits = str(node.value).replace("_", "").lstrip("+-")
+        if len(digits) > 20:  # int() of thousands of digits is slow, and beyond 2^53 anyway
+            raise YamlRefused(
+                problem=f"the integer {node.value[:24]}... is too large", problem_mark=node.start_mark
+            )
+        value: int = super().construct_yaml_int(node)
+        if abs(value) > MAX_INTEGER:
+            raise YamlRefused(
+                problem=f"the integer {node.value} is beyond {MAX_INTEGER}, the largest JSON carries exactly",
+                problem_mark=node.start_mark,
+            )
+        return value
 
 
 _Loader.yaml_implicit_resolvers = {
@@ -27,6 +71,7 @@ _Loader.add_implicit_resolver(
     "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
 )
 _Loader.add_constructor("tag:yaml.org,2002:timestamp", yaml.SafeLoader.construct_yaml_str)  # type: ignore[type-var]
+_Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)  # type: ignore[type-var]
 
 
 @dataclass

@@ -474,3 +474,85 @@ def test_resolve_inputs_fills_defaults_and_reports_every_problem() -> None:
         "input 'n': 0 is less than the minimum of 1",
         "input 'tags'[0]: 1 is not of type 'string'",
     ]
+
+
+def test_a_yaml_alias_bomb_is_refused_at_the_first_alias_before_anything_expands() -> None:
+    bomb = "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
+        f"{n}: &{n} [{', '.join([f'*{p}'] * 9)}]\n" for p, n in zip("abcdefgh", "bcdefghi", strict=True)
+    )
+    assert only(bomb) == (
+        "2:8: the alias *a is not accepted in a routine: write the value out "
+        "(aliases can expand a small file without bound)"
+    )
+
+
+def test_values_nested_deeper_than_64_levels_are_refused_at_their_line() -> None:
+    deep = "[" * 10_000 + "]" * 10_000
+    found = only(f"name: x\nsteps:\n  - id: a\n    uses: {ECHO}\n    with:\n      text: {deep}\n")
+    assert found == "6:73: values nested deeper than 64 levels are not accepted"  # the 65th level
+
+
+@pytest.mark.parametrize(
+    ("literal", "sentence"),
+    [
+        ("9" * 5000, "6:13: the integer 999999999999999999999999... is too large"),
+        (str(2**53), f"6:13: the integer {2**53} is beyond {2**53 - 1}, the largest JSON carries exactly"),
+    ],
+)
+def test_integers_beyond_what_json_carries_exactly_are_refused_at_their_line(
+    literal: str, sentence: str
+) -> None:
+    assert (
+        only(f"name: x\nsteps:\n  - id: a\n    uses: {ECHO}\n    with:\n      text: {literal}\n") == sentence
+    )
+
+
+STEP = (
+    "name: x\ninputs:\n  s: {type: string}\n  n: {type: integer, default: 1}\n"
+    f"steps:\n  - id: a\n    uses: {ECHO}\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("extra", "sentence"),
+    [
+        (
+            "    continue-on-error: 'yes'\n",
+            "8:24: step 'a': continue-on-error: input should be a valid boolean, got 'yes'",
+        ),
+        (
+            "    retry: {max-attempts: '1'}\n",
+            "8:27: step 'a': retry.max-attempts: input should be a valid integer, got '1'",
+        ),
+        (
+            "    timeout: 0s\n",
+            "8:14: step 'a': timeout: timeout 0s must be longer than 0 (leave it out for the action's limit)",
+        ),
+        (
+            "    retry: {backoff: 10s, max-backoff: 1s}\n",
+            "8:12: step 'a': retry: backoff 10s is longer than max-backoff 1s: "
+            "the first delay cannot exceed the longest one",
+        ),
+        (
+            "    foreach: ${{ inputs.s }}\n",
+            "8:14: step 'a': foreach: inputs.s is a string input: foreach needs a list",
+        ),
+        (
+            "    with: {text: '${{ foo(1) }}'}\n",
+            "8:23: step 'a': with: ${{ foo(1) }}: there is no function foo() in CEL",
+        ),
+    ],
+)
+def test_the_validator_refuses_what_would_fail_or_be_silently_coerced(extra: str, sentence: str) -> None:
+    assert only(STEP + extra) == sentence
+
+
+@pytest.mark.parametrize(("uses", "shown"), [("5", "5"), ("", "None"), ("[a]", "['a']")])
+def test_a_uses_that_is_not_text_is_refused_at_its_line(uses: str, shown: str) -> None:
+    found = only(STEP.replace(f"uses: {ECHO}", f"uses: {uses}"))
+    assert found.endswith(f"step 'a': uses: must be an action ref such as {ECHO}, got {shown}")
+
+
+def test_a_default_with_an_expression_is_refused_it_is_a_literal() -> None:
+    text = STEP.replace("n: {type: integer, default: 1}", "n: {type: integer, default: '${{ 1 }}'}")
+    assert only(text) == "4:31: inputs.n.default: a default is a literal value: ${{ }} is not evaluated there"
