@@ -13,6 +13,7 @@ import jsonschema
 
 from engine import expressions as ex
 from engine.yaml_positions import Located, Path
+from packs.schemas import Validator
 
 if TYPE_CHECKING:
     from engine.validate import ActionResolver
@@ -251,7 +252,7 @@ def _fit(
     literal = {k: v for k, v in with_.items() if k in props and not ex.has_expressions(v)}
     partial = {k: v for k, v in schema.items() if k not in ("required", "additionalProperties")}
     try:
-        validator = jsonschema.Draft202012Validator(partial)
+        validator = Validator(partial)
         errors = list(validator.iter_errors(literal))
     except jsonschema.exceptions._Error as exc:  # a broken schema in the registry: say so once
         return [

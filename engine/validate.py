@@ -28,6 +28,7 @@ from engine.errors import EngineError
 from engine.routine import InputType, RetryPolicy, Routine, Step
 from engine.routine_checks import check_expressions, check_with
 from engine.yaml_positions import Located, YamlRefused, compose
+from packs.schemas import Validator, refused_pattern
 
 
 class Problem(NamedTuple):
@@ -296,6 +297,12 @@ def _input_problems(data: dict[str, Any], doc: Located) -> list[tuple[int, int, 
                 (*doc.position(doc.known_prefix(path)), f"inputs.{name}: not a JSON Schema: {exc.message}")
             )
             continue
+        refused = refused_pattern(schema)
+        if refused is not None:
+            where, why = refused
+            at = doc.position(doc.known_prefix(("inputs", name, *where)))
+            problems.append((*at, f"inputs.{name}: {why}"))
+            continue
         if "default" in spec and ex.has_expressions(spec["default"]):
             problems.append(
                 (
@@ -304,7 +311,7 @@ def _input_problems(data: dict[str, Any], doc: Located) -> list[tuple[int, int, 
                 )
             )
         elif "default" in spec:
-            for error in jsonschema.Draft202012Validator(schema).iter_errors(spec["default"]):
+            for error in Validator(schema).iter_errors(spec["default"]):
                 path = doc.known_prefix(("inputs", name, "default", *error.absolute_path))
                 problems.append((*doc.position(path), f"inputs.{name}.default: {error.message}"))
     return problems
@@ -330,7 +337,7 @@ def resolve_inputs(routine: Routine, given: Mapping[str, Any]) -> dict[str, Any]
             continue
         else:
             value = spec.default
-        for error in jsonschema.Draft202012Validator(spec.json_schema()).iter_errors(value):
+        for error in Validator(spec.json_schema()).iter_errors(value):
             at = "".join(f"[{p!r}]" for p in error.absolute_path)
             problems.append(f"input '{name}'{at}: {error.message}")
         result[name] = value

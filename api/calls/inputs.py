@@ -18,11 +18,11 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
 from api.calls.errors import CallInvalid
 from api.calls.files import FileValue, FileValueError, file_fields, parse_input_file
+from packs.schemas import Validator
 
 MAX_ERRORS = 10
 MAX_MESSAGE = 240
@@ -76,7 +76,7 @@ def _fill(schema: Any, value: Any) -> None:
 def schema_errors(schema: dict[str, Any], value: Any, root: str) -> list[dict[str, str]]:
     """Every way `value` fails `schema`, as `{"path", "message"}` with paths under `root`, in path order."""
     errors = sorted(
-        Draft202012Validator(schema).iter_errors(value), key=lambda e: list(map(str, e.absolute_path))
+        Validator(schema).iter_errors(value), key=lambda e: list(map(str, e.absolute_path))
     )
     return [{"path": _path(root, e), "message": _message(e)} for e in errors[:MAX_ERRORS]]
 

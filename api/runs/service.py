@@ -169,7 +169,8 @@ class RunsService:
 
         Raises:
             NotFound: no such routine. InvalidRequest: the inputs do not fit or the key is malformed.
-            IdempotencyKeyReused: 422, the key was used with another request. ServiceUnavailable: Temporal is not reachable.
+            IdempotencyKeyReused: 422, the key was used with another request.
+            ServiceUnavailable: Temporal is not reachable.
         """
         record: RoutineRecord = await self._db(self.get_routine, org_id=org_id, name=name)
         request = {"routine": name, "inputs": inputs}

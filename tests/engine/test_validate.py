@@ -556,3 +556,17 @@ def test_a_uses_that_is_not_text_is_refused_at_its_line(uses: str, shown: str) -
 def test_a_default_with_an_expression_is_refused_it_is_a_literal() -> None:
     text = STEP.replace("n: {type: integer, default: 1}", "n: {type: integer, default: '${{ 1 }}'}")
     assert only(text) == "4:31: inputs.n.default: a default is a literal value: ${{ }} is not evaluated there"
+
+
+def test_an_input_pattern_that_cannot_run_in_linear_time_is_refused_and_redos_patterns_are_fast() -> None:
+    text = "name: x\ninputs:\n  s: {type: string, pattern: '(a)\\1'}\nsteps:\n  - id: a\n    uses: a.b/c/d@1\n"
+    assert only(text) == (
+        "3:30: inputs.s: the pattern '(a)\\\\1' uses a feature that cannot be matched in linear time "
+        "(RE2 refuses it)"
+    )
+    routine = load_routine(
+        "name: x\ninputs:\n  s: {type: string, pattern: '^(a+)+$'}\nsteps:\n  - id: a\n    uses: a.b/c/d@1\n"
+    )
+    with pytest.raises(RoutineInputError) as err:  # catastrophic backtracking in Python's re: not here
+        resolve_inputs(routine, {"s": "a" * 5000 + "!"})
+    assert "does not match '^(a+)+$'" in str(err.value)
