@@ -41,7 +41,7 @@ from temporalio.service import RPCError
 
 from api.accounts import new_id
 from api.calls import idempotency
-from api.calls.errors import IdempotencyKeyReused
+from api.calls.errors import ConcurrencyLimited, IdempotencyKeyReused
 from api.config import Settings
 from api.errors import Conflict, InvalidRequest, NotFound, ServiceUnavailable
 from api.models import utcnow
@@ -63,6 +63,7 @@ from engine.validate import RoutineError, RoutineInputError, load_routine, resol
 T = TypeVar("T")
 FINAL = frozenset({"succeeded", "failed", "cancelled"})
 QUERY_TIMEOUT = timedelta(seconds=5)
+RUNS_RETRY_AFTER_S = 5.0  # runs have no deadline to wait for: look again in a few seconds
 _ROUTINE = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_ROUTINE)
 _ORG = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_ORG)
 
@@ -224,8 +225,31 @@ class RunsService:
                 ) from None
         return routine, resolver.pins
 
+    async def _check_running(self, client: Client, org_id: str) -> None:
+        """Refuse a start past the organization's runs at once (`runs_per_org`), with Retry-After.
+
+        Counted by Temporal's visibility, so every api process sees the same number; starts that come
+        within the same instant may overshoot the limit by a few.
+        """
+        query = f"{SEARCH_ATTRIBUTE_ORG} = '{org_id.replace(chr(39), '')}' AND ExecutionStatus = 'Running'"
+        try:
+            running = (await client.count_workflows(query)).count
+        except RPCError as exc:
+            raise ServiceUnavailable(
+                f"Temporal did not count the running runs: {exc.message}", retry_after_s=5
+            ) from exc
+        limit = self._settings.runs_per_org
+        if running >= limit:
+            raise ConcurrencyLimited(
+                f"this organization already has {running} runs running, the most it may at once "
+                f"({limit}); start this one when one of them has ended",
+                retry_after=RUNS_RETRY_AFTER_S,
+                details={"limit": limit},
+            )
+
     async def _start_workflow(self, row: RunRecord, routine: Routine, pins: dict[str, str]) -> None:
         client = await self.client()
+        await self._check_running(client, row.org_id)
         run_input = RunRoutineInput(
             routine=routine,
             inputs=row.inputs,

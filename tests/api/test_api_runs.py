@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fastapi.testclient import TestClient
 from realstack import FREE_ECHO, FREE_FAIL, RUNNER_SCOPES, RoutineStack
 
-from cli._http import ApiClient, ApiConfig
+from b3os import B3OS
 from cli.tool_publish import publish_dir
 
 HELLO = f"""\
@@ -210,7 +210,7 @@ def test_uses_resolve_in_the_registry_of_the_apis_own_database(
     key = Ed25519PrivateKey.generate()
     publisher = make_org(namespaces=[apitest.NAMESPACE])
     apitest.register_key(client, publisher, key)
-    api = ApiClient(ApiConfig(url=str(client.base_url), key=publisher.key), http=client)
+    api = B3OS(str(client.base_url), publisher.key, http_client=client)
     for version in ("1.10.0", "1.2.0"):
         fewer = version == "1.10.0"  # the newest 1.x.y has no `fail` action
 
@@ -243,3 +243,31 @@ def test_uses_resolve_in_the_registry_of_the_apis_own_database(
         ]
     listed = client.get("/v1/routines", headers=org.headers).json()["routines"]
     assert [(r["name"], r["version"], r["steps"]) for r in listed] == [("one", 2, ["a"])]
+
+
+async def test_runs_past_the_organizations_limit_at_once_are_refused_with_retry_after(
+    routine_stack: RoutineStack,
+) -> None:
+    url, proc = routine_stack.start_api(extra_env={"B3OS_RUNS_PER_ORG": "1"}, listed=False)
+    try:
+        org, other = routine_stack.runner(), routine_stack.runner()
+        slow = (
+            f"name: slow\nsteps:\n  - id: s\n    uses: {FREE_FAIL}\n    with: {{mode: sleep, seconds: 2}}\n"
+        )
+        fast = f"name: fast\nsteps:\n  - id: e\n    uses: {FREE_ECHO}\n    with: {{text: hi}}\n"
+        for who in (org, other):
+            assert (await routine_stack.store(who, slow, url=url)).status_code == 201
+            assert (await routine_stack.store(who, fast, url=url)).status_code == 201
+        first = await routine_stack.start_run(org, "slow", url=url)
+        refused = httpx.post(f"{url}/v1/routines/fast/runs", headers=org.headers, json={}, timeout=30)
+        assert refused.status_code == 429 and refused.headers["Retry-After"] == "5"
+        error = refused.json()["error"]
+        assert error["code"] == "concurrency_limited" and error["limit"] == 1
+        assert "already has 1 runs running" in error["message"]
+        theirs = await routine_stack.start_run(other, "fast", url=url)  # another organization is not held up
+        assert (await routine_stack.final(other, theirs, url=url))["status"] == "succeeded"
+        await routine_stack.final(org, first, url=url)
+        again = await routine_stack.start_run(org, "fast", url=url)  # the first one ended: room again
+        assert (await routine_stack.final(org, again, url=url))["status"] == "succeeded"
+    finally:
+        proc.stop()
