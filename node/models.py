@@ -26,6 +26,9 @@ class NodeCall(BaseModel):
     max_output_bytes: int = Field(default=MAX_OUTPUT_FILE_BYTES, ge=0, le=MAX_OUTPUT_FILE_BYTES)
     input: dict[str, Any] = Field(default_factory=dict)
     file_fields: list[str] = Field(default_factory=list)
+    output_file_fields: list[str] | None = Field(
+        default=None, description="the output properties declared as files (None: any {path} value)"
+    )
 
     @field_validator("pack")
     @classmethod

@@ -31,6 +31,7 @@ import itertools
 import json
 import math
 import mimetypes
+import re
 import signal
 import threading
 import time
@@ -44,6 +45,9 @@ from node.vm.base import InputFile, OutputFileError, PhaseClock, RunResult, Vm, 
 from packs.names import FILE_NAME_RE
 
 MAX_STDOUT_BYTES = 1024 * 1024
+TOOL_CODE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
+MAX_TOOL_MESSAGE = 1000  # characters of a tool's own error message that reach the caller
+_CONTROL = dict.fromkeys([*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0)], " ")
 MIN_START_MS = 5
 CANCEL_MEMORY_S = 120.0  # longer than any call may wait to reach the node (60 s and the api's slack)
 DEFAULT_CONTENT_TYPE = "application/octet-stream"
@@ -85,6 +89,13 @@ def split_input(call: NodeCall) -> tuple[dict[str, Any], list[InputFile]]:
         files.append(f)
         tool_input[field] = {"path": f.vm_path, "name": name, "bytes": len(data), "contentType": ctype}
     return tool_input, files
+
+
+def clean_message(text: str) -> str:
+    """A tool's error message as callers get it: control characters (escape sequences, line breaks)
+    turned into spaces, at most MAX_TOOL_MESSAGE characters (cut ones end with '…')."""
+    flat = text.translate(_CONTROL).strip()
+    return flat if len(flat) <= MAX_TOOL_MESSAGE else flat[: MAX_TOOL_MESSAGE - 1] + "…"
 
 
 def _fail(code: str, reason: str | None, message: str, **details: Any) -> NodeCallError:
@@ -337,14 +348,30 @@ class Runner:
             and isinstance(err.get("message"), str)
             and isinstance(err.get("retryable", False), bool)
         ):
-            return {"error": {**err, "retryable": err.get("retryable", False)}}, None
+            if TOOL_CODE_RE.match(err["code"]) is None:
+                return {}, _fail(
+                    "tool_failed",
+                    "protocol",
+                    "the tool's error code is not a short name (a letter, then up to 63 letters, digits, "
+                    "'_', '.' or '-')",
+                )
+            return {
+                "error": {
+                    "code": err["code"],
+                    "message": clean_message(err["message"]),
+                    "retryable": err.get("retryable", False),
+                }
+            }, None
         return {}, bad
 
     @staticmethod
     def _files(call: NodeCall, vm: Vm, answer: dict[str, Any]) -> dict[str, Any]:
         output: dict[str, Any] = dict(answer["output"])
         wanted: dict[str, str] = {}
+        declared = call.output_file_fields
         for key, value in output.items():
+            if declared is not None and key not in declared:
+                continue  # only properties the output schema declares as files become files
             if isinstance(value, dict) and set(value) == {"path"}:
                 path = value["path"]
                 if not isinstance(path, str) or not path.startswith("/out/"):

@@ -101,6 +101,7 @@ class VmExecutor:
             "max_output_bytes": service.settings.max_output_bytes,
             "input": checked.wire(),
             "file_fields": checked.file_fields,
+            "output_file_fields": resolved.action.file_fields("output"),
         }
         reply = await send_call(
             service._http(),

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
 from collections.abc import Iterator
 
 import pytest
-from nodetest import echo_call, hostile_call, leftovers
+from nodetest import echo_call, hostile_call, leftovers, wait_running
 
 from node.models import NodeCallResult
 from node.runner import Runner
@@ -140,7 +141,7 @@ def test_other_calls_keep_running_while_hostile_tools_misbehave(runner: Runner) 
     ]
     for t in threads:
         t.start()
-    time.sleep(0.2)
+    assert wait_running("/tool/run", vms=3), "the hostile tools did not start"
     for _ in range(5):
         noop = runner.call(echo_call("noop", {}))
         assert noop.ok, noop.error
@@ -151,3 +152,26 @@ def test_other_calls_keep_running_while_hostile_tools_misbehave(runner: Runner) 
         "forkbomb": "tool_failed",
         "alloc": "tool_failed",
     }
+
+
+def test_a_tools_error_message_arrives_capped_and_without_control_characters(runner: Runner) -> None:
+    err = _err(runner.call(hostile_call("noisy", {"kind": "loud_message"})))
+    assert (err["code"], err["reason"], err["tool_code"]) == ("tool_failed", "tool_error", "loud")
+    message = err["tool_message"]
+    assert len(message) == 1000 and message.endswith("…")
+    assert message.startswith("[31mred ]0;title   next line xxx")
+    assert not any(ord(ch) < 0x20 or 0x7F <= ord(ch) < 0xA0 for ch in message + err["message"])
+
+
+def test_a_tool_error_code_that_is_no_short_name_is_a_protocol_failure(runner: Runner) -> None:
+    err = _err(runner.call(hostile_call("noisy", {"kind": "bad_code"})))
+    assert (err["code"], err["reason"]) == ("tool_failed", "protocol")
+    assert "error code is not a short name" in err["message"] and "\x1b" not in json.dumps(err)
+
+
+def test_only_properties_declared_as_files_become_files(runner: Runner) -> None:
+    call = hostile_call("noisy", {"kind": "undeclared_file"})
+    declared = call.model_copy(update={"output_file_fields": []})
+    result = runner.call(declared)
+    assert result.ok, result.error
+    assert result.output == {"note": {"path": "/out/secret.txt"}}  # left as the tool wrote it: no bytes read
