@@ -61,7 +61,7 @@ class BlobStore:
             InvalidRequest: the bytes do not hash to `hexdigest` (nothing is kept).
         """
         tmp_dir = self.root / "tmp"
-        await to_thread.run_sync(lambda: tmp_dir.mkdir(parents=True, exist_ok=True))
+        await to_thread.run_sync(lambda: private_dir(tmp_dir))
         fd, tmp_name = tempfile.mkstemp(dir=tmp_dir, prefix="upload-")
         tmp = Path(tmp_name)
         hasher = hashlib.sha256()
@@ -95,5 +95,12 @@ def _write(out: BinaryIO, chunk: bytes) -> None:
 
 
 def _place(tmp: Path, final: Path) -> None:
-    final.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(tmp, final)
+    private_dir(final.parent)
+    os.replace(tmp, final)  # mkstemp made it 0600
+
+
+def private_dir(path: Path) -> None:
+    """Make `path` and its missing parents 0700: blobs are readable by the api's user only."""
+    for parent in reversed([path, *path.parents]):
+        if not parent.exists():
+            parent.mkdir(mode=0o700, exist_ok=True)

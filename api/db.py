@@ -9,6 +9,7 @@ through psycopg 3 (`postgresql+psycopg://`).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,11 +29,21 @@ def make_engine(url: str) -> Engine:
     if parsed.get_backend_name() != "sqlite":
         return create_engine(parsed, pool_pre_ping=True, pool_size=10, max_overflow=20)
     if parsed.database and parsed.database != ":memory:":
-        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        _private_file(Path(parsed.database))
     engine = create_engine(parsed, connect_args={"check_same_thread": False, "timeout": 30})
     event.listen(engine, "connect", _sqlite_connect)
     event.listen(engine, "begin", _sqlite_begin)
     return engine
+
+
+def _private_file(path: Path) -> None:
+    """Create the SQLite file 0600 in a 0700 directory when it is new (its WAL and shm files take the
+    file's mode): nobody but the api's user reads keys' hashes, calls and runs."""
+    for parent in reversed(list(path.parents)):
+        if not parent.exists():
+            parent.mkdir(mode=0o700, exist_ok=True)
+    if not path.exists():
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
 
 
 def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:

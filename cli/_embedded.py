@@ -238,6 +238,9 @@ def start_embedded(
     check_ports(options.ports)
     ports, data_dir = options.ports, options.data_dir
     data_dir.mkdir(parents=True, exist_ok=True)
+    # 0711: the node's VM users must pass through to the install cache; nobody else may list it. The
+    # files with secrets or data are 0600 each (dev.env, b3os.db, temporal.db, logs, blobs, keys).
+    os.chmod(data_dir, 0o711)
     emb = Embedded(data_dir=data_dir, ports=ports, api_key="")
     egress_url = f"http://127.0.0.1:{ports['egress']}"
     state = prepare(data_dir, emb.api_url, temporal_address=emb.temporal_address, egress_url=egress_url)
@@ -282,6 +285,7 @@ def start_embedded(
             "warn",
         ],  # fmt: skip
         env=env,
+        umask=0o077,  # temporal.db: runs' inputs and outputs, readable by this user only
         ready=lambda: _temporal_serving(temporal, emb.temporal_address),
         ready_timeout_s=timeout,
     )
@@ -345,9 +349,9 @@ def _egress_public_key(key_file: Path) -> str:
 
 def _fresh_log(stack: Stack, name: str) -> Path:
     """The child's log path, emptied so that readiness reads only this start's lines."""
-    stack.log_dir.mkdir(parents=True, exist_ok=True)
+    stack.log_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     path = stack.log_dir / f"{name}.log"
-    path.write_bytes(b"")
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
     return path
 
 

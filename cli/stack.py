@@ -61,11 +61,13 @@ class Stack:
         cwd: Path | None = None,
         ready: Callable[[], bool] | None = None,
         ready_timeout_s: float = 60.0,
+        umask: int = -1,
     ) -> Child:
-        """Start a child and wait until `ready()` is true (or raise StackError, leaving it stopped)."""
-        self.log_dir.mkdir(parents=True, exist_ok=True)
+        """Start a child and wait until `ready()` is true (or raise StackError, leaving it stopped);
+        `umask` is the child's (-1: this process's)."""
+        self.log_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         log_path = self.log_dir / f"{name}.log"
-        log = log_path.open("ab")
+        log = os.fdopen(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")
         process = subprocess.Popen(
             list(argv),
             env=dict(env) if env is not None else None,
@@ -74,6 +76,7 @@ class Stack:
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            umask=umask,
         )
         child = Child(name=name, process=process, log_path=log_path, log=log)
         self.children.append(child)

@@ -226,3 +226,16 @@ def test_a_port_that_is_not_a_number_is_refused(tmp_path: Path) -> None:
     done = _b3os(tmp_path, clean_env(B3OS_DEV_NODE_PORT="eighty"), "dev")
     assert done.returncode == 1
     assert done.stderr.strip() == "b3os dev: B3OS_DEV_NODE_PORT 'eighty' is not a port number (1 to 65535)"
+
+
+def test_the_data_dirs_files_are_readable_by_their_owner_only(dev: Dev) -> None:
+    data = dev.data_dir
+    assert data.stat().st_mode & 0o777 == 0o711  # the node's VM users pass through; nobody lists it
+    private = [data / "dev.env", data / "b3os.db", data / "temporal.db", *data.glob("logs/*.log")]
+    private += [p for p in (data / "blobs").rglob("*") if p.is_file()]
+    assert len(private) > 8
+    assert {str(p): oct(p.stat().st_mode & 0o777) for p in private if p.stat().st_mode & 0o077} == {}
+    dirs = [data / "logs", data / "blobs", *[p for p in (data / "blobs").rglob("*") if p.is_dir()]]
+    assert {str(p): oct(p.stat().st_mode & 0o777) for p in dirs if p.stat().st_mode & 0o077} == {}
+    egress_key = data / "egress" / "egress.key"
+    assert egress_key.stat().st_mode & 0o777 == 0o600
