@@ -27,6 +27,8 @@ from typing import Any
 import httpx
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
+from b3os import retry_after_seconds
+
 # An answer of the api is an expected outcome, not a bug: the worker logs it as one line (call_action),
 # and the SDK logs a BENIGN failure without a traceback.
 BENIGN = ApplicationErrorCategory.BENIGN
@@ -47,21 +49,9 @@ _DETAIL_FIELDS = (
 
 
 def parse_retry_after(value: str | None) -> float | None:
-    """Seconds from a `Retry-After` header given in seconds, or None when absent or not a number.
-
-    Args:
-        value: The header's value.
-
-    Returns:
-        The delay in seconds (never negative), or None.
-    """
-    if value is None:
-        return None
-    try:
-        seconds = float(value.strip())
-    except ValueError:
-        return None
-    return max(seconds, 0.0)
+    """Seconds from a `Retry-After` header (delay-seconds or an HTTP date), or None when absent or not
+    one: the SDK's one parser (`b3os.retry_after_seconds`)."""
+    return retry_after_seconds(value)
 
 
 def problem_fields(status: int, body: Any) -> dict[str, Any]:

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import email.utils
 import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -53,6 +52,7 @@ from api.calls.inputs import schema_errors
 from api.calls.metering import ACTION_CALL, PUBLISHER_MICROUSD
 from api.calls.tables import ToolCall
 from api.connections import service as connections
+from b3os import retry_after_seconds
 from packs.manifest import HttpImpl
 
 if TYPE_CHECKING:
@@ -77,15 +77,10 @@ _REASONS = {
 
 
 def retry_after_s(value: str | None) -> float:
-    """Seconds from an upstream `Retry-After` (seconds or an HTTP date), 1 when absent, at most an hour."""
-    if value:
-        try:
-            return min(max(float(value.strip()), 1.0), MAX_RETRY_AFTER_S)
-        except ValueError:
-            when = email.utils.parsedate_to_datetime(value) if value.strip() else None
-            if when is not None:
-                return min(max(when.timestamp() - time.time(), 1.0), MAX_RETRY_AFTER_S)
-    return 1.0
+    """Seconds from an upstream `Retry-After` (seconds or an HTTP date, by the SDK's one parser), 1 when
+    absent or unreadable, at most an hour."""
+    seconds = retry_after_seconds(value)
+    return min(max(seconds if seconds is not None else 1.0, 1.0), MAX_RETRY_AFTER_S)
 
 
 class HttpExecutor:

@@ -7,6 +7,8 @@ from typing import Any
 
 import httpx
 
+from b3os import retry_after_seconds
+
 NODE_CALLS_PATH = "/v1/node/calls"
 
 
@@ -22,13 +24,6 @@ class NodeAnswer:
     retry_after: float | None = None
     failure: str | None = None
     timed_out: bool = False
-
-
-def _retry_after(value: str | None) -> float | None:
-    try:
-        return float(value) if value is not None else None
-    except ValueError:
-        return None
 
 
 async def send_call(
@@ -58,7 +53,7 @@ async def send_call(
     return NodeAnswer(
         status=response.status_code,
         result=result,
-        retry_after=_retry_after(response.headers.get("retry-after")),
+        retry_after=retry_after_seconds(response.headers.get("retry-after")),
     )
 
 
