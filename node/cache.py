@@ -15,13 +15,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from node.errors import NodeError
 from packs.archive import unpack_archive
 from packs.names import PACK_ID_RE, SEMVER_RE
 
 MARKER = "installed.json"
 
 
-class CacheError(Exception):
+class CacheError(NodeError):
     """An install into the cache failed; the message says why."""
 
 

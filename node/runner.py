@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from node.cache import InstallCache
+from node.errors import NodeError
 from node.models import NodeCall, NodeCallError, NodeCallResult
 from node.vm.base import InputFile, OutputFileError, PhaseClock, RunResult, Vm, VmDriver, VmError
 from packs.names import FILE_NAME_RE
@@ -53,7 +54,7 @@ CANCEL_MEMORY_S = 120.0  # longer than any call may wait to reach the node (60 s
 DEFAULT_CONTENT_TYPE = "application/octet-stream"
 
 
-class InvalidCall(ValueError):
+class InvalidCall(NodeError, ValueError):
     """The call's input cannot be given to a tool; the message names the field."""
 
 

@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from node.errors import NodeError
+
 SUITE = "bookworm"
 PACKAGES = ("python3", "jq")
 MOUNT_POINTS = ("tool", "in", "out", "work")
@@ -27,7 +29,7 @@ SOURCES_DIR = Path("/etc/apt/sources.list.d")
 SOURCES_LIST = Path("/etc/apt/sources.list")
 
 
-class TemplateError(Exception):
+class TemplateError(NodeError):
     """The base template could not be found or built; the message says why."""
 
 

@@ -22,10 +22,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from node.errors import NodeError
+
 PHASES = ("start", "copy", "unpack", "run", "collect", "delete")
 
 
-class VmError(Exception):
+class VmError(NodeError):
     """A VM phase failed before the command ran."""
 
     def __init__(self, reason: str, message: str) -> None:
@@ -34,7 +36,7 @@ class VmError(Exception):
         self.message = message
 
 
-class OutputFileError(Exception):
+class OutputFileError(NodeError):
     """An output file the tool named cannot be returned; the message says which and why."""
 
 

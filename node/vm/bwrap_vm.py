@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from node.errors import NodeError
 from node.vm import mounts, pipes
 from node.vm.base import InputFile, RunResult, Vm, VmError
 from node.vm.cgroups import CallCgroup, CgroupError
@@ -32,7 +33,7 @@ def make_dir(path: Path, mode: int) -> None:
     os.chmod(path, mode)
 
 
-class SetupError(Exception):
+class SetupError(NodeError):
     """A VM could not be prepared; the message says which step failed."""
 
 

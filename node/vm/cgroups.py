@@ -26,12 +26,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from node.errors import NodeError
+
 V1_CONTROLLERS = ("memory", "cpu", "cpuacct", "pids")
 V2_CONTROLLERS = ("memory", "cpu", "pids")
 CFS_PERIOD_US = 100_000
 
 
-class CgroupError(Exception):
+class CgroupError(NodeError):
     """A cgroup could not be found, made, limited or removed; the message names the file."""
 
 

@@ -14,12 +14,14 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from node.errors import NodeError
+
 SOURCE = Path(__file__).with_name("launcher.c")
 NAME = "launch"
 VM_PATH = f"/tool/{NAME}"
 
 
-class LauncherError(Exception):
+class LauncherError(NodeError):
     """The launcher could not be built; the message says why."""
 
 

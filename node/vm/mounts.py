@@ -14,6 +14,8 @@ import ctypes.util
 import os
 from pathlib import Path
 
+from node.errors import NodeError
+
 MS_RDONLY = 1
 MS_NOSUID = 2
 MS_NODEV = 4
@@ -35,7 +37,7 @@ PR_SET_CHILD_SUBREAPER = 36
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
 
-class MountError(Exception):
+class MountError(NodeError):
     """A mount or unmount failed; the message names the path and the reason."""
 
 
