@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-DEB_PACKAGES := bubblewrap debootstrap postgresql iproute2 jq gcc libc6-dev
+DEB_PACKAGES := bubblewrap debootstrap postgresql iproute2 jq gcc libc6-dev chromium
 PYTHON ?= python3
 
 .PHONY: run test setup deb lint typecheck bench clean

@@ -4,7 +4,9 @@ It sends `POST {B3OS_API_URL}/v1/actions/call` with `{"ref", "input"}` (and `tim
 the step sets `timeout`), on behalf of the API key that started the run, with the step's derived
 `Idempotency-Key`. It heartbeats while it waits so that a cancelled run cancels the attempt; a
 cancelled attempt then sends `POST /v1/actions/call/cancel {"idempotency_key"}`, so the call's node
-kills its VM at once instead of letting it run to its timeout.
+kills its VM at once instead of letting it run to its timeout. An output that could not travel back
+to the workflow (over `engine.payloads.STEP_OUTPUT_LIMIT_BYTES`, nested deeper than 64 levels, or
+text that is not Unicode) fails the step for good, `payload_too_large` or `payload_invalid`.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from temporalio.exceptions import ApplicationError
 from activities.config import ActivitySettings
 from activities.errors import error_for_answer, error_for_response, network_error
 from activities.idempotency import step_idempotency_key
+from engine import payloads
 
 CALL_PATH = "/v1/actions/call"
 CANCEL_PATH = "/v1/actions/call/cancel"
@@ -48,6 +51,7 @@ class CallActionResult(BaseModel):
     call_id: str | None = None
     ref: str | None = None
     cost: dict[str, Any] | None = None
+    output_bytes: int | None = None
 
 
 class ActionActivities:
@@ -130,12 +134,20 @@ class ActionActivities:
         if not isinstance(answer, dict):
             bad = {"code": "bad_answer", "message": "the api's answer is not a JSON object"}
             raise error_for_answer(502, bad, None, attempt=info.attempt, key=key)
+        output = answer.get("output")
+        try:
+            measured = payloads.measure(output, "the output", payloads.STEP_OUTPUT_LIMIT_BYTES)
+        except payloads.PayloadError as exc:
+            # the api keeps this answer under the step's key: another attempt would get it again
+            fields = {"code": exc.code, "reason": "output", "message": exc.message, "attempt": info.attempt}
+            raise ApplicationError(exc.message, fields, type=exc.code, non_retryable=True) from None
         return CallActionResult(
-            output=answer.get("output"),
+            output=output,
             attempt=info.attempt,
             call_id=answer.get("call_id") or answer.get("id"),
             ref=answer.get("ref") if isinstance(answer.get("ref"), str) else None,
             cost=answer.get("cost") if isinstance(answer.get("cost"), dict) else None,
+            output_bytes=measured.size,
         )
 
     async def _cancel_call(self, key: str, input: CallActionInput) -> None:

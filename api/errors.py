@@ -3,6 +3,7 @@
 ```
 ApiError                      code, status, message, extra fields, headers
 ├── InvalidRequest            400 invalid_request (a field or value is wrong; `field` names it)
+│   └── BodyNotJson           the body is not JSON at all (api.jsonbody, which sets every JSON body's limits)
 ├── Unauthorized              401 unauthorized (no key, unknown key, revoked key)
 ├── Forbidden                 403 forbidden (the key lacks a scope, or the org lacks a right)
 ├── NotFound                  404 not_found (absent, or another organization's)
@@ -27,6 +28,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import compile_path
 
 log = logging.getLogger("b3os.api")
 
@@ -176,20 +178,32 @@ async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
     return error_response(InvalidRequest(message, field=field))
 
 
-async def _http_error(_: Request, exc: Exception) -> JSONResponse:
+def _allowed_methods(request: Request) -> str:
+    """Every method the API documents for the request's path (Starlette's 405 names one route's only)."""
+    methods: set[str] = set()
+    for template, operations in request.app.openapi().get("paths", {}).items():
+        if compile_path(template)[0].match(request.url.path):
+            methods |= {method.upper() for method in operations}
+    if "GET" in methods:
+        methods.add("HEAD")
+    return ", ".join(sorted(methods))
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     code = _STATUS_CODES.get(exc.status_code, "invalid_request" if exc.status_code < 500 else "internal")
+    headers = dict(exc.headers or {})
     if exc.status_code == 404:
         message = "There is no such endpoint."
     elif exc.status_code == 405:
         message = "This endpoint does not accept that method."
+        headers["Allow"] = _allowed_methods(request) or headers.get("Allow", "")
     else:
         message = str(exc.detail) if exc.detail else "The request was refused."
     if not message.endswith("."):
         message += "."
-    return JSONResponse(
-        {"error": {"code": code, "message": message}}, status_code=exc.status_code, headers=exc.headers
-    )
+    body = {"error": {"code": code, "message": message}}
+    return JSONResponse(body, status_code=exc.status_code, headers=headers)
 
 
 async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
@@ -206,14 +220,47 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(Exception, _unexpected)
 
 
-ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorBody, "description": f"{code}: the error body"}
-    for status, code in [
-        (400, "invalid_request"),
-        (401, "unauthorized"),
-        (403, "forbidden"),
-        (404, "not_found"),
-        (409, "conflict"),
-        (413, "payload_too_large"),
-    ]
+_ERROR_DESCRIPTIONS = {
+    400: "invalid_request: a field or value is wrong (`field` names it)",
+    401: "unauthorized: no key, an unknown key or a revoked key",
+    403: "forbidden: the key lacks a scope (`missing_scope`) or the organization a right",
+    404: "not_found: there is none, or it is another organization's",
+    409: "conflict: it exists already, or it has already ended",
+    413: "payload_too_large: the body is over the limit (`limit_bytes`)",
+    422: "idempotency_key_reused: the Idempotency-Key was sent before with another request",
+    429: "rate_limited, concurrency_limited or quota_exceeded: try again after Retry-After seconds",
+    502: "tool_failed or action_failed: the tool or the upstream failed (`reason`)",
+    503: "unavailable, tool_unavailable, pack_unavailable or action_unavailable: try again after Retry-After",
+    504: "tool_timed_out or action_timed_out: the call ran out of time",
 }
+RETRY_AFTER = "Retry-After"
+_RETRY_AFTER_HEADER: dict[str, Any] = {
+    "description": "whole seconds to wait before sending the request again (at least 1)",
+    "schema": {"type": "integer", "minimum": 1},
+}
+
+
+def error_responses(
+    *statuses: int, notes: dict[int, str] | None = None, retry_after: tuple[int, ...] = (429, 503)
+) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses` of these error statuses, each with the one error body.
+
+    Args:
+        statuses: the error statuses a route can answer.
+        notes: a route's own description of a status, in place of the general one.
+        retry_after: the statuses that always carry `Retry-After` (declared as a required header).
+    """
+    responses: dict[int | str, dict[str, Any]] = {}
+    for status in statuses:
+        response: dict[str, Any] = {
+            "model": ErrorBody,
+            "description": (notes or {}).get(status, _ERROR_DESCRIPTIONS.get(status, "the error body")),
+        }
+        if status in retry_after:
+            response["headers"] = {RETRY_AFTER: {**_RETRY_AFTER_HEADER, "required": True}}
+        responses[status] = response
+    return responses
+
+
+# What every route of a router that needs a key can answer; each route adds its own (error_responses).
+ERROR_RESPONSES = error_responses(401)

@@ -9,18 +9,19 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 from fastapi import FastAPI
-from fastapi.openapi.utils import get_openapi
 
 from api.blobstore import BlobStore
 from api.bodylimit import BodyLimit
 from api.calls.wiring import install_calls
 from api.config import Settings
 from api.db import engine_from_settings
+from api.docs import install_docs
 from api.errors import ERROR_RESPONSES, install_error_handlers
+from api.jsonbody import JsonGuard
 from api.migrations import migrate
+from api.openapi import openapi_document
 from api.routes import blobs, connections, health, keys, nodes, publishers, registry, routines, runs
 
 BLOB_PREFIX = "/v1/actions/registry/blobs"
@@ -37,35 +38,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         yield
         engine.dispose()
 
-    app = FastAPI(title="b3os", version="0.1.0", lifespan=lifespan)
+    app = FastAPI(title="b3os", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.settings = settings
     app.state.engine = engine
     app.state.blobs = BlobStore(settings.resolved_blob_dir())
     install_error_handlers(app)
+    app.add_middleware(JsonGuard, exempt_prefixes=(BLOB_PREFIX,))  # inside BodyLimit: sizes are checked first
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, exempt_prefixes=(BLOB_PREFIX,))
     app.include_router(health.router)
     for module in (keys, publishers, blobs, registry, nodes, routines, runs, connections):
         app.include_router(module.router, responses=ERROR_RESPONSES)
     app.include_router(registry.resolve_router, responses=ERROR_RESPONSES)
     install_calls(app)
-    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    install_docs(app)
+    app.openapi = lambda: openapi_document(app)  # type: ignore[method-assign]
     return app
-
-
-def _openapi(app: FastAPI) -> dict[str, Any]:
-    """OpenAPI with the one error body in place of FastAPI's 422 validation schema."""
-    if app.openapi_schema:
-        return app.openapi_schema
-    schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
-    for path in schema.get("paths", {}).values():
-        for operation in path.values():
-            responses = operation.get("responses", {})
-            if responses.pop("422", None) is not None and "400" not in responses:
-                responses["400"] = {
-                    "description": "invalid_request: the error body",
-                    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
-                }
-    for name in ("HTTPValidationError", "ValidationError"):
-        schema.get("components", {}).get("schemas", {}).pop(name, None)
-    app.openapi_schema = schema
-    return schema

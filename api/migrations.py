@@ -1,99 +1,142 @@
-"""Versioned schema migrations: SQLModel metadata plus a `schema_version` table.
+"""Schema migrations with alembic: the revisions in `api/alembic/versions/`, applied under a lock.
 
-Each `Migration` creates the named tables from the SQLModel metadata and then runs its extra
-statements (`ALTER TABLE ...`). `migrate(engine)` applies, in order and in one transaction each,
-every migration newer than the recorded version; concurrent starters serialize on a lock
-(PostgreSQL advisory lock; SQLite's write lock). Later work appends migrations, never edits one.
+`migrate(engine)` brings a database to the newest revision (head) in one transaction that holds a
+lock: a PostgreSQL advisory lock, or SQLite's write lock (every SQLite transaction begins `BEGIN
+IMMEDIATE`). Of several api processes starting on one database, one migrates; the others wait and
+then find nothing to do. On SQLite, foreign keys are off while the revisions run (a batch ALTER
+copies a table and drops the old one) and are checked before the commit.
+
+A database made by the migrations before alembic (a `schema_version` table and no
+`alembic_version`) is adopted: at their last version, 5, it is stamped at the baseline revision
+without running anything; at an older one, the baseline creates only the tables it lacks. Its
+`schema_version` table is left as it was.
+
+The alembic configuration is built here; no alembic.ini is read at run time. How to add a revision:
+docs/api.md, Settings.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-from dataclasses import dataclass
+from pathlib import Path
 
-from sqlalchemy import Connection, Engine, text
-from sqlmodel import Field, SQLModel, select
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, Engine, MetaData, inspect, text
 
-from api import models  # noqa: F401  (registers the tables in the metadata)
-from api.calls import tables as call_tables
-from api.connections import tables as connection_tables
 from api.db import is_postgres
-from api.models import UTCDateTime, utcnow
-from api.runs import tables as run_tables
 
+SCRIPT_DIR = Path(__file__).resolve().parent / "alembic"
+BASELINE = "0001_baseline"
+LEGACY_TABLE = "schema_version"
+LEGACY_LAST_VERSION = 5
 _LOCK_ID = 0x6233_6F73  # "b3os"
 
 
-class SchemaVersion(SQLModel, table=True):
-    __tablename__ = "schema_version"
-    version: int = Field(primary_key=True)
-    description: str
-    applied_at: dt.datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+class MigrationError(RuntimeError):
+    """The schema cannot be brought to head: an unknown old version, or rows that break a foreign key."""
 
 
-@dataclass(frozen=True)
-class Migration:
-    """One step of the schema: tables to create from the metadata, then extra SQL statements."""
-
-    version: int
-    description: str
-    tables: tuple[str, ...] = ()
-    statements: tuple[str, ...] = ()
+def alembic_config(connection: Connection | None = None) -> Config:
+    """The alembic configuration of the api's schema, running on `connection` when one is given."""
+    config = Config()
+    config.set_main_option("script_location", str(SCRIPT_DIR))
+    config.attributes["connection"] = connection
+    return config
 
 
-MIGRATIONS: tuple[Migration, ...] = (
-    Migration(
-        1,
-        "organizations, api keys, publishers, signing keys, blobs, packs, pack versions, nodes",
-        tables=(
-            "organizations",
-            "api_keys",
-            "publishers",
-            "signing_keys",
-            "blob_uploads",
-            "packs",
-            "pack_versions",
-            "nodes",
-        ),
-    ),
-    Migration(2, "action calls: tool_calls, meter_events, idempotency_records", tables=call_tables.TABLES),
-    Migration(3, "routines and their runs: routines, routine_runs", tables=run_tables.TABLES),
-    Migration(4, "cancels of running calls: call_cancels", tables=call_tables.CANCEL_TABLES),
-    Migration(5, "connections of declarative packs: connections", tables=connection_tables.TABLES),
-)
+def head_revision() -> str:
+    """The newest revision."""
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    assert head is not None, "api/alembic/versions holds no revision"
+    return head
 
 
-def current_version(engine: Engine) -> int:
-    """The newest applied migration (0 for an empty database)."""
+def api_metadata() -> MetaData:
+    """The metadata of every table of the api's models (what the head revision must match)."""
+    from sqlmodel import SQLModel
+
+    from api import models  # noqa: F401  (each import registers its tables)
+    from api.calls import tables as call_tables  # noqa: F401
+    from api.connections import tables as connection_tables  # noqa: F401
+    from api.runs import tables as run_tables  # noqa: F401
+
+    return SQLModel.metadata
+
+
+def current_revision(engine: Engine) -> str | None:
+    """The revision the database is at (None when alembic never ran on it)."""
     with engine.connect() as conn:
-        if not engine.dialect.has_table(conn, SchemaVersion.__tablename__):
-            return 0
-        return _recorded(conn)
+        return MigrationContext.configure(conn).get_current_revision()
 
 
-def _recorded(conn: Connection) -> int:
-    versions = conn.execute(select(SchemaVersion.version)).scalars().all()  # type: ignore[call-overload]
-    return max(versions, default=0)
+def legacy_version(engine: Engine) -> int | None:
+    """The `schema_version` of a database made before alembic and not yet adopted, else None."""
+    with engine.connect() as conn:
+        return _legacy_version(conn)
 
 
-def migrate(engine: Engine) -> int:
-    """Apply every pending migration and return the schema version."""
-    version = 0
-    for migration in (None, *MIGRATIONS):
-        with engine.begin() as conn:
-            if is_postgres(engine):
-                conn.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": _LOCK_ID})
-            SQLModel.metadata.tables[SchemaVersion.__tablename__].create(conn, checkfirst=True)
-            version = _recorded(conn)
-            if migration is None or migration.version <= version:
-                continue
-            for name in migration.tables:
-                SQLModel.metadata.tables[name].create(conn, checkfirst=True)
-            for statement in migration.statements:
-                conn.execute(text(statement))
-            conn.execute(
-                SQLModel.metadata.tables[SchemaVersion.__tablename__].insert(),
-                {"version": migration.version, "description": migration.description, "applied_at": utcnow()},
+def _legacy_version(conn: Connection) -> int | None:
+    tables = set(inspect(conn).get_table_names())
+    if LEGACY_TABLE not in tables or "alembic_version" in tables:
+        return None
+    return int(conn.execute(text(f"SELECT COALESCE(MAX(version), 0) FROM {LEGACY_TABLE}")).scalar_one())
+
+
+def migrate(engine: Engine) -> str:
+    """Bring the database to the head revision under the lock, and return that revision.
+
+    Raises:
+        MigrationError: an old `schema_version` this code does not know, or rows that break a
+            foreign key after the revisions ran (SQLite); nothing is changed then.
+    """
+    sqlite = engine.dialect.name == "sqlite"
+    with engine.connect() as conn:
+        if sqlite:
+            _sqlite_foreign_keys(conn, on=False)
+        try:
+            with conn.begin():
+                if is_postgres(engine):
+                    conn.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": _LOCK_ID})
+                _upgrade(conn)
+                if sqlite:
+                    _check_foreign_keys(conn)
+                revision = MigrationContext.configure(conn).get_current_revision()
+        finally:
+            if sqlite:
+                _sqlite_foreign_keys(conn, on=True)
+    assert revision is not None
+    return revision
+
+
+def _upgrade(conn: Connection) -> None:
+    config = alembic_config(conn)
+    legacy = _legacy_version(conn)
+    if legacy == LEGACY_LAST_VERSION:
+        command.stamp(config, BASELINE)
+    elif legacy is not None:
+        if not 0 <= legacy < LEGACY_LAST_VERSION:
+            raise MigrationError(
+                f"the database's schema_version is {legacy}, which no b3os release made "
+                f"(the last was {LEGACY_LAST_VERSION}); it is left unchanged"
             )
-            version = migration.version
-    return version
+        config.attributes["legacy_schema_version"] = legacy
+    command.upgrade(config, "head")
+
+
+def _sqlite_foreign_keys(conn: Connection, *, on: bool) -> None:
+    # The pragma does nothing inside a transaction: set it on the driver's connection before ours begins.
+    driver = conn.connection.driver_connection
+    assert driver is not None
+    driver.execute(f"PRAGMA foreign_keys={'ON' if on else 'OFF'}")
+
+
+def _check_foreign_keys(conn: Connection) -> None:
+    broken = conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+    if broken:
+        table, rowid, parent, _ = broken[0]
+        raise MigrationError(
+            f"after the migration, {len(broken)} row(s) break a foreign key "
+            f"(first: {table} row {rowid} names a missing {parent}); nothing was changed"
+        )

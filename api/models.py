@@ -2,7 +2,7 @@
 
 Tables: organizations, api_keys (hash only), publishers (namespace -> org), signing_keys (Ed25519 by
 kid), blob_uploads (which org uploaded which blob; the bytes live on disk), packs, pack_versions
-(immutable; `seq` orders the node feed), nodes. `schema_version` belongs to api.migrations.
+(immutable; `seq` orders the node feed), nodes. The schema's revisions are in api/alembic/versions/.
 Request models forbid unknown fields. Times are timezone-aware UTC; money is integer micro-USD.
 """
 
@@ -41,6 +41,8 @@ class UTCDateTime(TypeDecorator[dt.datetime]):
 
 
 _FORBID = ConfigDict(extra="forbid")  # type: ignore[typeddict-unknown-key]
+# Request bodies with numbers: JSON `true` or `"5"` is not a number of slots or micro-USD.
+_FORBID_STRICT = ConfigDict(extra="forbid", strict=True)  # type: ignore[typeddict-unknown-key]
 
 
 # --- organizations -------------------------------------------------------------------------------
@@ -77,8 +79,12 @@ class ApiKeyBase(SQLModel):
 
 
 class ApiKeyCreate(ApiKeyBase):
-    model_config = _FORBID  # type: ignore[assignment]
-    scopes: list[str] = Field(min_length=1, max_length=50)
+    model_config = _FORBID_STRICT  # type: ignore[assignment]
+    scopes: list[str] = Field(
+        min_length=1,
+        max_length=50,
+        schema_extra={"json_schema_extra": {"items": {"type": "string", "pattern": SCOPE_PATTERN.pattern}}},
+    )
 
     @field_validator("scopes")
     @classmethod
@@ -219,7 +225,7 @@ class NodeBase(SQLModel):
 
 
 class NodeHeartbeat(NodeBase):
-    model_config = _FORBID  # type: ignore[assignment]
+    model_config = _FORBID_STRICT  # type: ignore[assignment]
 
 
 class Node(NodeBase, table=True):

@@ -1,27 +1,29 @@
-"""The CLI's HTTP client of the api: where it is, which key, errors as sentences, Retry-After honoured.
+"""How the CLI reaches the api: where it is, which key, and the SDK's errors as sentences.
 
-The api URL and key come from B3OS_API_URL / B3OS_API_KEY, else from `.b3os/dev.env` (written by
-`b3os dev`), else the URL defaults to http://127.0.0.1:8700. An error answer becomes `CliError`
-carrying the server's sentence; 429 and 503 answers are retried after exactly their Retry-After.
+The api URL and key come from the flags, else B3OS_API_URL / B3OS_API_KEY, else `.b3os/dev.env`
+(written by `b3os dev`), else the URL defaults to http://127.0.0.1:8700. Commands talk to the api
+through the SDK (`b3os.B3OS`, which retries 429 and 503 after exactly their Retry-After with the same
+Idempotency-Key); an error becomes `CliError` carrying the server's sentence and its status and code.
 """
 
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
+from b3os import B3OS, B3OSError, ConnectionFailed
 
 DEFAULT_URL = "http://127.0.0.1:8700"
 DEV_ENV = Path(".b3os") / "dev.env"
 
 
 class CliError(Exception):
-    """A failure to report as one sentence on stderr (never a traceback)."""
+    """The root of the CLI's errors: a failure to report as one sentence on stderr (never a traceback).
+    `cli.stack.StackError` (a part of the embedded stack failed to start) is one."""
 
 
 def read_env_file(path: Path) -> dict[str, str]:
@@ -64,81 +66,40 @@ class ApiConfig:
         )
 
 
-class ApiClient:
-    """A thin client: `request(method, path, ...)` returns the response of an accepted status."""
+def connect(config: ApiConfig, **options: Any) -> B3OS:
+    """The SDK client of the api `config` names (`options` go to `B3OS`, such as `max_retries`).
 
-    def __init__(
-        self,
-        config: ApiConfig,
-        *,
-        http: httpx.Client | None = None,
-        max_retries: int = 5,
-        max_wait_s: float = 120.0,
-        sleep: Callable[[float], None] = time.sleep,
-    ) -> None:
-        if not config.key:
-            raise CliError("No API key: set B3OS_API_KEY (or start `b3os dev`, which writes .b3os/dev.env).")
-        self.config = config
-        self.http = http or httpx.Client(base_url=config.url, timeout=httpx.Timeout(300.0, connect=10.0))
-        self.max_retries = max_retries
-        self.max_wait_s = max_wait_s
-        self.sleep = sleep
-
-    def close(self) -> None:
-        self.http.close()
-
-    def __enter__(self) -> ApiClient:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.close()
-
-    def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        json: Any = None,
-        content: bytes | None = None,
-        accept: tuple[int, ...] = (200, 201),
-        headers: Mapping[str, str] | None = None,
-    ) -> httpx.Response:
-        """Send a request; statuses in `accept` are returned, 429/503 retried, others raise CliError."""
-        headers = {**(headers or {}), "Authorization": f"Bearer {self.config.key}"}
-        if content is not None:
-            headers["Content-Type"] = "application/octet-stream"
-        for attempt in range(self.max_retries + 1):
-            try:
-                response = self.http.request(method, path, json=json, content=content, headers=headers)
-            except httpx.TransportError as exc:
-                raise CliError(
-                    f"Cannot reach the api at {self.config.url} ({exc.__class__.__name__}): "
-                    "is it running (b3os dev)?"
-                ) from exc
-            if response.status_code in accept:
-                return response
-            wait = _retry_after(response)
-            if wait is not None and attempt < self.max_retries and wait <= self.max_wait_s:
-                self.sleep(wait)
-                continue
-            raise CliError(error_sentence(response))
-        raise AssertionError("unreachable")
-
-
-def _retry_after(response: httpx.Response) -> float | None:
-    if response.status_code not in (429, 503):
-        return None
-    value = response.headers.get("retry-after", "")
-    return float(value) if value.isdigit() else None
-
-
-def error_sentence(response: httpx.Response) -> str:
-    """The server's sentence for an error answer (with its code), or a sentence about the status."""
+    Raises:
+        CliError: no key was found.
+    """
+    if not config.key:
+        raise CliError("No API key: set B3OS_API_KEY (or start `b3os dev`, which writes .b3os/dev.env).")
     try:
-        error = response.json().get("error", {})
-        message, code = error.get("message"), error.get("code")
-    except (ValueError, AttributeError):
-        message, code = None, None
-    if isinstance(message, str) and message:
-        return f"{message} ({response.status_code} {code})" if code else message
-    return f"The api answered {response.status_code} {response.reason_phrase}."
+        return B3OS(config.url, config.key, **options)
+    except B3OSError as exc:
+        raise CliError(sentence(exc)) from exc
+
+
+@contextmanager
+def api(config: ApiConfig, **options: Any) -> Iterator[B3OS]:
+    """`connect(config)` for the length of a block whose SDK errors leave as `CliError` sentences."""
+    client = connect(config, **options)
+    with client, as_cli_errors():
+        yield client
+
+
+@contextmanager
+def as_cli_errors() -> Iterator[None]:
+    """Turn the SDK's errors raised in the block into `CliError` with the CLI's sentence."""
+    try:
+        yield
+    except B3OSError as exc:
+        raise CliError(sentence(exc)) from exc
+
+
+def sentence(exc: B3OSError) -> str:
+    """The CLI's sentence for an SDK error: the api's sentence with its status and code, or why the api
+    could not be reached."""
+    if isinstance(exc, ConnectionFailed) and exc.cause.startswith("Connect"):
+        return f"Cannot reach the api at {exc.url} ({exc.cause}): is it running (b3os dev)?"
+    return str(exc)

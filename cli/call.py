@@ -4,8 +4,9 @@ REF is `ns/pack/action@1` (the newest 1.x.y) or `@1.0.0` (exact). --input is the
 @FILE to read it from a file); each --file FIELD=PATH sets a file field to that file's bytes, named
 after the file. Output files are written to the current directory (or --out-dir) under the name the
 tool gave them, and the printed output shows where. On 429 and 503 the call is sent again after
-exactly the answer's Retry-After, a bounded number of times, saying so on stderr. The key comes
-from --api-key, B3OS_API_KEY or .b3os/dev.env.
+exactly the answer's Retry-After with the same Idempotency-Key (--idempotency-key, else one made for
+this call), a bounded number of times, saying so on stderr. The key comes from --api-key,
+B3OS_API_KEY or .b3os/dev.env.
 """
 
 from __future__ import annotations
@@ -20,10 +21,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cli._http import ApiClient, ApiConfig, CliError, error_sentence
+from b3os import B3OS, APIError, B3OSError, Retry
+from cli._http import ApiConfig, CliError, connect, sentence
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-ALL_STATUSES = tuple(range(200, 600))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,11 +50,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--api-key", default=None, help="the key (default $B3OS_API_KEY or .b3os/dev.env)")
 
 
-def build_input(text: str, files: list[str]) -> dict[str, Any]:
-    """The call's input from --input and --file.
+def build_input(text: str) -> dict[str, Any]:
+    """The call's input from --input (JSON, or @FILE).
 
     Raises:
-        CliError: the JSON, a file or a file name is not usable (the sentence says which).
+        CliError: the JSON or its file is not usable (the sentence says which).
     """
     if text.startswith("@"):
         try:
@@ -66,7 +67,17 @@ def build_input(text: str, files: list[str]) -> dict[str, Any]:
         raise CliError(f"--input is not valid JSON: {exc}") from None
     if not isinstance(value, dict):
         raise CliError(f"--input must be a JSON object, not {type(value).__name__}")
-    for spec in files:
+    return value
+
+
+def read_files(specs: list[str]) -> dict[str, tuple[str, bytes]]:
+    """The file fields of --file FIELD=PATH: each field's file name and bytes.
+
+    Raises:
+        CliError: a spec, a file name or a file is not usable (the sentence says which).
+    """
+    files: dict[str, tuple[str, bytes]] = {}
+    for spec in specs:
         field, sep, path = spec.partition("=")
         if not sep or not field or not path:
             raise CliError(f"--file {spec!r} is not FIELD=PATH")
@@ -76,11 +87,10 @@ def build_input(text: str, files: list[str]) -> dict[str, Any]:
                 f"--file {spec}: the file name {name!r} must match {NAME.pattern}; rename the file"
             )
         try:
-            data = Path(path).read_bytes()
+            files[field] = (name, Path(path).read_bytes())
         except OSError as exc:
             raise CliError(f"--file {spec}: cannot read {path} ({exc.strerror})") from None
-        value[field] = {"$bytes": base64.b64encode(data).decode("ascii"), "name": name}
-    return value
+    return files
 
 
 def write_files(output: Any, out_dir: Path) -> Any:
@@ -112,39 +122,55 @@ def write_files(output: Any, out_dir: Path) -> Any:
 
 
 def call_with_retries(
-    client: ApiClient,
+    client: B3OS,
     body: dict[str, Any],
     *,
     key: str | None,
     max_retries: int,
     max_wait: float,
     say: Callable[[str], None],
-    sleep: Callable[[float], None] = time.sleep,
+    sleep: Callable[[float], Any] = time.sleep,
+    files: dict[str, tuple[str, bytes]] | None = None,
 ) -> dict[str, Any]:
-    """Send the call; on 429/503 wait exactly Retry-After and send it again (bounded).
+    """Send the call through the SDK, which waits exactly Retry-After on 429/503 and sends it again with
+    the same Idempotency-Key (bounded), saying so on stderr before each wait.
+
+    Args:
+        client: The SDK client.
+        body: `{"ref", "input", "timeout_ms"?}`.
+        key: The Idempotency-Key (default: one the SDK makes for this call).
+        max_retries: How many times to send it again.
+        max_wait: The longest Retry-After to wait, in seconds.
+        say: Where the retry lines go.
+        sleep: How to wait.
+        files: File fields to add to the input: name and bytes each.
 
     Raises:
         CliError: the call's error sentence once retries are spent or the error is not one to retry.
     """
-    headers = {"Idempotency-Key": key} if key else {}
-    for attempt in range(max_retries + 1):
-        response = client.request("POST", "/v1/actions/call", json=body, headers=headers, accept=ALL_STATUSES)
-        if response.status_code == 200:
-            answer: dict[str, Any] = response.json()
-            return answer
-        retry_after = response.headers.get("retry-after", "")
-        if response.status_code in (429, 503) and retry_after.isdigit() and attempt < max_retries:
-            wait = int(retry_after)
-            if wait > max_wait:
-                raise CliError(f"{error_sentence(response)}; Retry-After is {wait} s, more than --max-wait")
-            say(
-                f"b3os call: {error_sentence(response)}; retrying in {wait} s "
-                f"(retry {attempt + 1} of {max_retries})"
-            )
-            sleep(wait)
-            continue
-        raise CliError(error_sentence(response))
-    raise AssertionError("unreachable")
+
+    def tell(retry: Retry) -> None:
+        say(
+            f"b3os call: {sentence(retry.error)}; retrying in {retry.wait_s:g} s "
+            f"(retry {retry.attempt} of {retry.max_retries})"
+        )
+
+    sdk = client.with_options(max_retries=max_retries, max_retry_wait_s=max_wait, on_retry=tell, sleep=sleep)
+    try:
+        return sdk.actions.call(
+            body["ref"],
+            body.get("input"),
+            files=files,
+            idempotency_key=key,
+            timeout_ms=body.get("timeout_ms"),
+        )
+    except APIError as exc:
+        wait = exc.retry_after
+        if exc.status in (429, 503) and wait is not None and wait > max_wait and max_retries > 0:
+            raise CliError(f"{sentence(exc)}; Retry-After is {wait:g} s, more than --max-wait") from exc
+        raise CliError(sentence(exc)) from exc
+    except B3OSError as exc:
+        raise CliError(sentence(exc)) from exc
 
 
 def run(args: argparse.Namespace) -> int:
@@ -152,17 +178,19 @@ def run(args: argparse.Namespace) -> int:
         print(line, file=sys.stderr, flush=True)
 
     try:
-        body: dict[str, Any] = {"ref": args.ref, "input": build_input(args.input, args.file)}
+        body: dict[str, Any] = {"ref": args.ref, "input": build_input(args.input)}
         if args.timeout_ms is not None:
             body["timeout_ms"] = args.timeout_ms
-        with ApiClient(ApiConfig.load(url=args.api_url, key=args.api_key)) as client:
+        files = read_files(args.file)
+        with connect(ApiConfig.load(url=args.api_url, key=args.api_key)) as client:
             answer = call_with_retries(
                 client,
                 body,
                 key=args.idempotency_key,
                 max_retries=max(0, args.max_retries),
-                max_wait=args.max_wait,
+                max_wait=max(0.0, args.max_wait),
                 say=say,
+                files=files,
             )
         output = write_files(answer.get("output"), args.out_dir)
     except CliError as exc:

@@ -18,9 +18,9 @@ import json
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn, TextIO
-from urllib.parse import quote
 
-from cli._http import ApiClient, ApiConfig, CliError
+from b3os import B3OS
+from cli._http import ApiConfig, CliError, api
 
 
 class _NeverInArgv(argparse.Action):
@@ -122,18 +122,18 @@ def build_params(params_json: str | None, pairs: list[str], schema: dict[str, An
     return params
 
 
-def declared_connection(client: ApiClient, pack: str, key: str) -> dict[str, Any]:
+def declared_connection(client: B3OS, pack: str, key: str) -> dict[str, Any]:
     """The connection `key` as the newest version of `pack` declares it.
 
     Raises:
-        CliError: the pack is not in the registry or declares no such connection.
+        CliError: PACK is not ns/name, or its newest version declares no such connection.
+        NotFound: the pack is not in the registry (an SDK error: `api()` makes it a sentence).
     """
     namespace, sep, name = pack.partition("/")
     if not sep or not namespace or not name or "/" in name:
         raise CliError(f"PACK {pack!r} is not ns/name, such as io.b3os/open-meteo")
-    base = f"/v1/actions/packs/{quote(namespace, safe='')}/{quote(name, safe='')}"
-    version = client.request("GET", base).json()["version"]
-    manifest = client.request("GET", f"{base}/versions/{quote(version, safe='')}/manifest").json()
+    version = client.actions.get_pack(namespace, name)["version"]
+    manifest = client.actions.get_pack_manifest(namespace, name, version)
     declared = [c for c in manifest.get("connections") or [] if isinstance(c, dict)]
     found = next((c for c in declared if c.get("key") == key), None)
     if found is None:
@@ -151,13 +151,12 @@ def read_stdin(stdin: TextIO) -> str:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        with ApiClient(ApiConfig.load(url=args.api_url, key=args.api_key)) as client:
+        with api(ApiConfig.load(url=args.api_url, key=args.api_key)) as client:
             definition = declared_connection(client, args.pack, args.connection)
             kind = str(definition.get("kind"))
             params = build_params(args.params_json, args.param, definition.get("params"))
             secret = parse_secret(kind, read_stdin(sys.stdin))
-            body = {"pack": args.pack, "connection": args.connection, "params": params, "secret": secret}
-            added = client.request("POST", "/v1/connections", json=body, accept=(201,)).json()
+            added = client.connections.add(args.pack, args.connection, secret, params)
     except CliError as exc:
         print(f"b3os connection add: {exc}", file=sys.stderr)
         return 1

@@ -11,7 +11,7 @@ import json
 import sys
 from typing import Any
 
-from cli._http import ApiClient, ApiConfig, CliError
+from cli._http import ApiConfig, CliError, api
 
 COLUMNS = (("id", "ID"), ("pack", "PACK"), ("connection", "CONNECTION"), ("kind", "KIND"), ("hint", "HINT"))
 
@@ -39,10 +39,10 @@ def render(items: list[dict[str, Any]]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        with ApiClient(ApiConfig.load(url=args.api_url, key=args.api_key)) as client:
-            answer = client.request("GET", "/v1/connections").json()
+        with api(ApiConfig.load(url=args.api_url, key=args.api_key)) as client:
+            items = client.connections.list()
     except CliError as exc:
         print(f"b3os connection list: {exc}", file=sys.stderr)
         return 1
-    print(json.dumps(answer, indent=2) if args.json else render(answer["items"]))
+    print(json.dumps({"items": items}, indent=2) if args.json else render(items))
     return 0

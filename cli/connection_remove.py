@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from urllib.parse import quote
 
-from cli._http import ApiClient, ApiConfig, CliError
+from cli._http import ApiConfig, CliError, api
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -20,8 +19,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        with ApiClient(ApiConfig.load(url=args.api_url, key=args.api_key)) as client:
-            client.request("DELETE", f"/v1/connections/{quote(args.id, safe='')}", accept=(204,))
+        with api(ApiConfig.load(url=args.api_url, key=args.api_key)) as client:
+            client.connections.remove(args.id)
     except CliError as exc:
         print(f"b3os connection remove: {exc}", file=sys.stderr)
         return 1

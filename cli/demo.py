@@ -10,6 +10,7 @@ when the run succeeded, 1 when it failed or the stack could not start.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from cli._embedded import REPO
 
 if TYPE_CHECKING:
-    from cli._http import ApiClient
+    from b3os import B3OS
     from cli.stack import Stack
 
 HELLO = REPO / "examples" / "routines" / "hello.yaml"
@@ -53,7 +54,7 @@ def ensure_base() -> bool:
 
 def run(args: argparse.Namespace) -> int:
     from cli._embedded import options_from_args, start_embedded
-    from cli._http import ApiClient, ApiConfig, CliError
+    from cli._http import ApiConfig, CliError, api
     from cli.stack import Stack, StackError
     from engine.validate import RoutineError, load_routine_file
 
@@ -71,8 +72,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         emb = start_embedded(stack, options_from_args(args), say=lambda line: print(line, flush=True))
         print(f"stack ready in {time.monotonic() - started:.1f} s; published {', '.join(emb.pins)}")
-        with ApiClient(ApiConfig(url=emb.api_url, key=emb.api_key)) as api:
-            final = run_routine(api, routine.name, Path(args.routine).read_text(encoding="utf-8"), stack)
+        with api(ApiConfig(url=emb.api_url, key=emb.api_key)) as client:
+            final = run_routine(client, routine.name, Path(args.routine).read_text(encoding="utf-8"), stack)
         print(f"Temporal UI: {emb.workflow_url(final['workflow_id'])}")
     except (CliError, StackError) as exc:
         print(f"b3os demo: {exc}", file=sys.stderr)
@@ -83,30 +84,31 @@ def run(args: argparse.Namespace) -> int:
     return 0 if final["status"] == "succeeded" else 1
 
 
-def run_routine(api: ApiClient, name: str, source: str, stack: Stack) -> dict[str, Any]:
+def run_routine(client: B3OS, name: str, source: str, stack: Stack) -> dict[str, Any]:
     """Store and run the routine, print each step as it finishes and the outputs; the final run.
 
     Raises:
-        CliError: the api refused or could not be reached.
+        B3OSError: the api refused or could not be reached.
         StackError: Ctrl-C or SIGTERM arrived (the run is cancelled first).
     """
+    from b3os import Conflict
+    from b3os.runs import newly_finished
     from cli.routine_run import POLL_S, step_line
     from cli.stack import StackError
 
-    api.request("POST", "/v1/routines", json={"yaml": source})
-    run_id = api.request("POST", f"/v1/routines/{name}/runs", json={"inputs": {}}).json()["run_id"]
+    client.routines.put(source)
+    run_id = client.routines.run(name, {})["run_id"]
     print(f"run {run_id} of {name} started", flush=True)
     shown: set[str] = set()
-    while True:
-        current: dict[str, Any] = api.request("GET", f"/v1/runs/{run_id}").json()
-        for step_id, step in current["steps"].items():
-            if step_id not in shown and step["status"] not in ("pending", "running"):
-                shown.add(step_id)
-                print(step_line(step_id, step), flush=True)
+    while True:  # runs.wait, but stopping when the stack is asked to stop
+        current = client.runs.get(run_id)
+        for step_id, step in newly_finished(current, shown):
+            print(step_line(step_id, step), flush=True)
         if current["status"] != "running":
             break
         if stack.stop_requested:
-            api.request("POST", f"/v1/runs/{run_id}/cancel", accept=(202, 409))
+            with contextlib.suppress(Conflict):  # it had ended
+                client.runs.cancel(run_id)
             raise StackError(f"stopped: run {run_id} cancelled")
         time.sleep(POLL_S)
     if current["status"] == "succeeded":

@@ -24,7 +24,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from cli._http import ApiClient, ApiConfig, CliError, read_env_file
+from cli._http import ApiConfig, CliError, api, read_env_file
 
 DEV_NAMESPACE = "com.example.tools"
 DEV_NAMESPACES = (DEV_NAMESPACE, "io.b3os")
@@ -149,6 +149,7 @@ def publish_examples(state: DevState, examples: list[Path], build_root: Path) ->
     A version already published with the same content is left as it is; one published with other
     content is reported (versions are immutable: bump the example's version to publish a change).
     """
+    from b3os import NotFound
     from cli.pack_publish import publish_dir
     from packs.build import build_pack
     from packs.errors import PackError
@@ -158,7 +159,7 @@ def publish_examples(state: DevState, examples: list[Path], build_root: Path) ->
     dirs = sorted(
         p for where in examples if where.is_dir() for p in where.iterdir() if (p / "b3pack.json").is_file()
     )
-    with ApiClient(ApiConfig(url=state.api_url, key=state.api_key)) as client:
+    with api(ApiConfig(url=state.api_url, key=state.api_key)) as client:
         for pack_dir in dirs:
             namespace = _namespace_of(pack_dir)
             try:
@@ -166,8 +167,11 @@ def publish_examples(state: DevState, examples: list[Path], build_root: Path) ->
             except PackError as exc:
                 raise CliError(f"building {pack_dir}: {exc}") from exc
             pack, version = built.manifest["pack"], built.manifest["version"]
-            listed = client.request("GET", f"/v1/actions/packs/{pack}/versions", accept=(200, 404))
-            known = {v["version"]: v["content_hash"] for v in listed.json().get("versions", [])}
+            try:
+                listed = client.actions.list_versions(*pack.split("/", 1))
+            except NotFound:
+                listed = []
+            known = {v["version"]: v["content_hash"] for v in listed}
             if known.get(version) not in (None, built.hash):
                 print(f"{pack}@{version} is published with other content: bump its version to publish this")
                 continue

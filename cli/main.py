@@ -21,6 +21,7 @@ COMMANDS: dict[tuple[str | None, str], str] = {
     ("pack", "publish"): "cli.pack_publish",
     ("pack", "verify"): "cli.pack_verify",
     ("admin", "init"): "cli.admin_init",
+    ("admin", "migrate"): "cli.admin_migrate",
     ("node", "run"): "cli.node_run",
     ("node", "build-base"): "cli.node_build_base",
     ("node", "clean"): "cli.node_clean",

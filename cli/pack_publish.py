@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cli._http import ApiClient, ApiConfig, CliError
+from b3os import B3OS
+from cli._http import ApiConfig, CliError, api, as_cli_errors
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--api-key", default=None, help="the key (default $B3OS_API_KEY or .b3os/dev.env)")
 
 
-def publish_dir(client: ApiClient, root: Path, *, say: Any = print) -> dict[str, Any]:
+def publish_dir(client: B3OS, root: Path, *, say: Any = print) -> dict[str, Any]:
     """Upload the missing files of a built pack and publish it; returns the registry's answer.
 
     Raises:
@@ -39,28 +40,25 @@ def publish_dir(client: ApiClient, root: Path, *, say: Any = print) -> dict[str,
     except PackError as exc:
         raise CliError(str(exc)) from exc
     records = []
-    for path, data in sorted(files.items()):
-        record = BundleFile.of(path, data)
-        records.append(record.to_dict())
-        url = f"/v1/actions/registry/blobs/sha256:{record.sha256}"
-        if client.request("HEAD", url, accept=(200, 404)).status_code == 200:
-            say(f"{path}: already in the registry")
-            continue
-        client.request("PUT", url, content=data)
-        say(f"{path}: uploaded {record.bytes} bytes")
-    answer: dict[str, Any] = client.request(
-        "POST", "/v1/actions/packs", json={"manifest": manifest, "files": records}
-    ).json()
-    return answer
+    with as_cli_errors():
+        for path, data in sorted(files.items()):
+            record = BundleFile.of(path, data)
+            records.append(record.to_dict())
+            if client.actions.has_blob(record.sha256):
+                say(f"{path}: already in the registry")
+                continue
+            client.actions.upload_blob(data)
+            say(f"{path}: uploaded {record.bytes} bytes")
+        return client.actions.publish(manifest, records)
 
 
-def publish_command(args: argparse.Namespace, command: str, *, client: ApiClient | None = None) -> int:
+def publish_command(args: argparse.Namespace, command: str, *, client: B3OS | None = None) -> int:
     """Publish `args.dir` for `command`: print `published <pack>@<version> (<hash>)` and each pin.
 
     Args:
         args: `dir`, and `api_url` and `api_key` unless `client` is given.
         command: the command's name in error sentences ("b3os pack publish").
-        client: the api client to use (tests); by default one from `args` and the environment.
+        client: the SDK client to use (tests); by default one from `args` and the environment.
 
     Returns:
         The exit status: 0 when published, 1 with the refusal's sentence on stderr.
@@ -69,7 +67,7 @@ def publish_command(args: argparse.Namespace, command: str, *, client: ApiClient
         if client is not None:
             answer = publish_dir(client, args.dir)
         else:
-            with ApiClient(ApiConfig.load(url=args.api_url, key=args.api_key)) as own:
+            with api(ApiConfig.load(url=args.api_url, key=args.api_key)) as own:
                 answer = publish_dir(own, args.dir)
     except CliError as exc:
         print(f"{command}: {exc}", file=sys.stderr)

@@ -13,7 +13,9 @@ With no --api-url, no B3OS_API_URL and no live stack in .b3os/dev.env, it starts
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import math
 import sys
 import time
 from typing import Any
@@ -56,7 +58,8 @@ def parse_inputs(pairs: list[str]) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cli._http import ApiClient, ApiConfig, CliError
+    from b3os import Conflict
+    from cli._http import ApiConfig, CliError, api
     from engine.validate import RoutineError, load_routine_file
 
     try:
@@ -77,18 +80,18 @@ def run(args: argparse.Namespace) -> int:
     try:
         with (
             stack_for_command(args.api_url) as embedded,
-            ApiClient(embedded or ApiConfig.load(url=args.api_url, key=args.api_key)) as api,
+            api(embedded or ApiConfig.load(url=args.api_url, key=args.api_key)) as client,
         ):
             try:
-                api.request("POST", "/v1/routines", json={"yaml": source})
-                started = api.request("POST", f"/v1/routines/{routine.name}/runs", json={"inputs": inputs})
-                run_id = started.json()["run_id"]
+                client.routines.put(source)
+                run_id = client.routines.run(routine.name, inputs)["run_id"]
                 if not args.json:
                     print(f"run {run_id} of {routine.name} started")
-                final = _follow(api, run_id, quiet=args.json)
+                final = _follow(client, run_id, quiet=args.json)
             except KeyboardInterrupt:
                 if run_id is not None:
-                    api.request("POST", f"/v1/runs/{run_id}/cancel", accept=(202, 409))
+                    with contextlib.suppress(Conflict):  # it had ended
+                        client.runs.cancel(run_id)
                     print(f"run {run_id} cancelled", file=sys.stderr)
                 return 130
     except CliError as exc:
@@ -110,19 +113,43 @@ def run(args: argparse.Namespace) -> int:
     return 0 if final["status"] == "succeeded" else 1
 
 
-def _follow(api: Any, run_id: str, *, quiet: bool) -> dict[str, Any]:
-    """Poll the run until it ends, printing each step once when it finishes."""
-    shown: set[str] = set()
+def _print_step(step_id: str, step: dict[str, Any]) -> None:
+    print(step_line(step_id, step), flush=True)
+
+
+def _follow(client: Any, run_id: str, *, quiet: bool) -> dict[str, Any]:
+    """Poll the run until it ends; print each step once when it finishes, and each retry of a step's call.
+
+    (The SDK's `runs.wait` tells of finished steps only; a retry is seen while the step still runs.)
+    """
+    from b3os.runs import newly_finished
+
+    finished: set[str] = set()
+    retries: set[tuple[str, Any, int]] = set()
     while True:
-        run: dict[str, Any] = api.request("GET", f"/v1/runs/{run_id}").json()
-        for step_id, step in run["steps"].items():
-            if step_id not in shown and step["status"] not in ("pending", "running"):
-                shown.add(step_id)
-                if not quiet:
-                    print(step_line(step_id, step), flush=True)
-        if run["status"] != "running":
+        run: dict[str, Any] = client.runs.get(run_id)
+        if not quiet:
+            for step_id, step in (run.get("steps") or {}).items():
+                retrying = step.get("retrying")
+                seen = (step_id, (retrying or {}).get("item"), (retrying or {}).get("attempt", 0))
+                if retrying and step.get("status") == "running" and seen not in retries:
+                    retries.add(seen)
+                    print(retry_line(step_id, retrying), flush=True)
+            for step_id, step in newly_finished(run, finished):
+                _print_step(step_id, step)
+        if run.get("status") != "running":
             return run
         time.sleep(POLL_S)
+
+
+def retry_line(step_id: str, retrying: dict[str, Any]) -> str:
+    """A step whose call is retried: `… echo: attempt 2 after 429 rate_limited (retry in 2 s)`."""
+    item = f"[{retrying['item']}]" if retrying.get("item") is not None else ""
+    status = f"{retrying['status']} " if retrying.get("status") else ""
+    why = f"{status}{retrying.get('code') or 'a failure'}"
+    wait = retrying.get("retry_in_s")
+    when = "running" if wait is None else f"retry in {max(1, math.ceil(wait))} s"
+    return f"… {step_id}{item}: attempt {retrying.get('attempt')} after {why} ({when})"
 
 
 def step_line(step_id: str, step: dict[str, Any]) -> str:
@@ -132,6 +159,9 @@ def step_line(step_id: str, step: dict[str, Any]) -> str:
         return f"- {step_id}: skipped"
     attempts = step.get("attempts") or 0
     tries = f"{attempts} attempt{'s' if attempts != 1 else ''}"
+    if status == "succeeded" and step.get("output") is None and step.get("output_bytes"):
+        size = step["output_bytes"]
+        return f"✓ {step_id} ({tries}): an output of {size:,} bytes (in the run once it has ended)"
     if status == "succeeded":
         return f"✓ {step_id} ({tries}): {json.dumps(step.get('output'), ensure_ascii=False)}"
     err = step.get("error") or {}

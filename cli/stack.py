@@ -22,8 +22,10 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
+from cli._http import CliError
 
-class StackError(Exception):
+
+class StackError(CliError):
     """A child failed to start or to become ready (the sentence names it and its log)."""
 
 

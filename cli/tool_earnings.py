@@ -10,9 +10,8 @@ import argparse
 import json
 import sys
 from typing import Any
-from urllib.parse import quote
 
-from cli._http import ApiClient, ApiConfig, CliError
+from cli._http import ApiConfig, CliError, api
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,12 +52,9 @@ def render(report: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    path = f"/v1/actions/publishers/{quote(args.namespace, safe='')}/earnings"
-    if args.month:
-        path += f"?month={quote(args.month, safe='')}"
     try:
-        with ApiClient(ApiConfig.load(url=args.api_url, key=args.api_key)) as client:
-            report = client.request("GET", path).json()
+        with api(ApiConfig.load(url=args.api_url, key=args.api_key)) as client:
+            report = client.actions.earnings(args.namespace, args.month or None)
     except CliError as exc:
         print(f"b3os tool earnings: {exc}", file=sys.stderr)
         return 1

@@ -5,9 +5,15 @@ any other string with expressions in it is text with each result spliced in (str
 everything else as compact JSON). `evaluate` walks dicts, lists and strings and returns plain JSON
 types only.
 
+Expressions are bounded (engine.cel_syntax: length, nesting and macros, checked when they compile;
+engine.cel_runtime: work, values read and what is built, checked while all the expressions of one
+value are evaluated), and follow CEL's definition where cel-python would answer as Python does.
+The names in scope are held by an `engine.scope.Scope`, which converts each to CEL once.
+
 This module is deterministic and safe to pass through into the Temporal workflow sandbox: no I/O,
 clock or randomness at import or evaluation time. (cel-python reads its grammar file once, on the
-first compile in the process; compiled programs are cached by expression text.)
+first compile in the process; compiled expressions are cached by text, the CACHE_ENTRIES most
+recently used.)
 
 Errors::
 
@@ -17,20 +23,22 @@ Errors::
 
 from __future__ import annotations
 
-import base64
 import json
-import math
+import re
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import celpy
 import lark
-from celpy import celtypes
 from celpy.evaluation import CELEvalError
 
+from engine import cel_runtime, cel_syntax
+from engine.cel_runtime import Budget
 from engine.errors import EngineError
+from engine.scope import Scope
 from packs.templates import find_close
 
 OPEN = "${{"
@@ -41,8 +49,13 @@ ROOT_NAMES = frozenset({"inputs", "steps"})
 FOREACH_NAMES = frozenset({"item", "index"})
 STEP_FIELDS = frozenset({"output", "status"})
 
-# CEL macros whose first argument binds a variable local to the call.
-_MACROS = frozenset({"map", "filter", "all", "exists", "exists_one"})
+SHOWN_CHARS = 120
+"""Messages show at most this many characters of an expression's text (and of a value)."""
+
+
+def shown(text: str) -> str:
+    """A text as a message shows it: cut at SHOWN_CHARS characters, with `...` when cut."""
+    return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 3] + "..."
 
 
 class ExpressionError(EngineError):
@@ -56,7 +69,7 @@ class ExpressionError(EngineError):
     def __init__(self, expression: str, problem: str) -> None:
         self.expression = expression
         self.problem = problem
-        super().__init__(f"${{{{ {expression} }}}}: {problem}")
+        super().__init__(f"${{{{ {shown(expression)} }}}}: {problem}")
 
 
 class ExpressionSyntaxError(ExpressionError):
@@ -157,9 +170,24 @@ def iter_expressions(value: Any) -> Iterator[str]:
 
 # --- compiling ---------------------------------------------------------------------------------
 
+CACHE_ENTRIES = 512
+"""Compiled expressions kept (least recently used first out); the text of each is at most 2,000
+characters, so the cache holds at most a few tens of megabytes of parse trees."""
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """One compiled expression: the tree the evaluator walks, and what the expression reads and calls."""
+
+    tree: lark.Tree
+    references: tuple[Reference, ...]
+    functions: tuple[str, ...]
+    reads: tuple[tuple[str, str | None], ...]
+
+
 _lock = threading.Lock()
 _env: celpy.Environment | None = None
-_programs: dict[str, tuple[lark.Tree, celpy.Runner]] = {}
+_programs: OrderedDict[str, Compiled] = OrderedDict()
 
 
 def _environment() -> celpy.Environment:
@@ -169,19 +197,45 @@ def _environment() -> celpy.Environment:
     return _env
 
 
-def _compiled(expr: str) -> tuple[lark.Tree, celpy.Runner]:
-    found = _programs.get(expr)
-    if found is not None:
-        return found
+def _compiled(expr: str) -> Compiled:
     with _lock:
-        env = _environment()
+        found = _programs.get(expr)
+        if found is not None:
+            _programs.move_to_end(expr)
+            return found
+    too_long = cel_syntax.length_problem(expr)
+    if too_long is not None:
+        raise _shape_error(expr, too_long)
+    with _lock:  # cel-python's parser is not thread-safe
         try:
-            tree = env.compile(expr)
+            tree = _environment().compile(expr)
         except celpy.CELParseError as exc:
             raise _syntax_error(expr, exc) from None
-        found = (tree, env.program(tree))
+    shape = cel_syntax.tree_problem(tree)
+    if shape is not None:
+        raise _shape_error(expr, shape)
+    bound = _bound(tree)
+    refs = tuple(_references(tree, bound))
+    # A name a macro binds may also be read free elsewhere in the expression: read it whole then.
+    reads = [(r.root, r.path[0] if r.path else None) for r in refs] + [(name, None) for name in sorted(bound)]
+    found = Compiled(
+        tree=cel_syntax.runnable(tree),
+        references=refs,
+        functions=tuple(_functions(tree)),
+        reads=tuple(dict.fromkeys(reads)),
+    )
+    with _lock:
         _programs[expr] = found
+        while len(_programs) > CACHE_ENTRIES:
+            _programs.popitem(last=False)
     return found
+
+
+def _shape_error(expr: str, shape: cel_syntax.ShapeProblem) -> ExpressionSyntaxError:
+    before = expr[: shape.offset]
+    line = before.count("\n") + 1
+    column = shape.offset - (before.rfind("\n") + 1) + 1
+    return ExpressionSyntaxError(expr, shape.problem, line, column, shape.offset)
 
 
 def _syntax_error(expr: str, exc: celpy.CELParseError) -> ExpressionSyntaxError:
@@ -235,18 +289,26 @@ class Reference:
 
 
 #: The functions and macros an expression may call: CEL's standard library as cel-python has it.
-FUNCTIONS = frozenset(
-    name for name in celpy.evaluation.base_functions if name[:1].isalpha()
-) | {"has", "all", "exists", "exists_one", "map", "filter"}
+FUNCTIONS = frozenset(name for name in celpy.evaluation.base_functions if name[:1].isalpha()) | {
+    "has",
+    "all",
+    "exists",
+    "exists_one",
+    "map",
+    "filter",
+}
 
 
 def functions(expr: str) -> list[str]:
     """The names of the functions and methods an expression calls (`size`, `startsWith`, ...).
 
     Raises:
-        ExpressionSyntaxError: the expression does not parse.
+        ExpressionSyntaxError: the expression does not parse or its shape is refused.
     """
-    tree, _ = _compiled(expr)
+    return list(_compiled(expr).functions)
+
+
+def _functions(tree: lark.Tree) -> list[str]:
     found: list[str] = []
     for node in tree.iter_subtrees_topdown():
         if node.data == "ident_arg" and node.children:
@@ -264,17 +326,25 @@ def references(expr: str) -> list[Reference]:
     are not free and are left out.
 
     Raises:
-        ExpressionSyntaxError: the expression does not parse.
+        ExpressionSyntaxError: the expression does not parse or its shape is refused.
     """
-    tree, _ = _compiled(expr)
+    return list(_compiled(expr).references)
+
+
+def _bound(tree: lark.Tree) -> set[str]:
+    """The variables macros bind (`n` in `names.map(n, ...)`)."""
     bound: set[str] = set()
     for node in tree.iter_subtrees():
         if node.data == "member_dot_arg" and len(node.children) >= 3:
             method, args = node.children[1], node.children[2]
-            if str(method) in _MACROS and isinstance(args, lark.Tree) and args.children:
+            if str(method) in cel_syntax.MACROS and isinstance(args, lark.Tree) and args.children:
                 name = _ident_of(args.children[0])
                 if name:
                     bound.add(name)
+    return bound
+
+
+def _references(tree: lark.Tree, bound: set[str]) -> list[Reference]:
     found: list[Reference] = []
     for node in tree.iter_subtrees_topdown():
         if node.data != "member":
@@ -322,7 +392,7 @@ def _chain(member: lark.Tree) -> list[str] | None:
             node = node.children[0]
         elif node.data == "primary":
             inner = node.children[0]
-            if isinstance(inner, lark.Tree) and inner.data == "ident":
+            if isinstance(inner, lark.Tree) and inner.data in ("ident", "dot_ident"):
                 names.append(str(inner.children[0]))
                 return list(reversed(names))
             return None
@@ -352,78 +422,102 @@ def referenced_steps(expr: str) -> set[str]:
 
 # --- evaluating ---------------------------------------------------------------------------------
 
+Context = Mapping[str, Any] | Scope
+"""The names in scope: a `Scope`, or plain data by name (`{"inputs": ..., "steps": ...}`)."""
 
-def evaluate(value: Any, context: Mapping[str, Any]) -> Any:
+
+def evaluate(value: Any, context: Context) -> Any:
     """Evaluate every `${{ }}` inside a value and return plain JSON types.
+
+    All the expressions of the value share one `Budget` (engine.cel_runtime): a field's work,
+    what it reads and what it builds are bounded together.
 
     Args:
         value: a JSON-like value (dicts, lists, strings, numbers, booleans, None).
         context: the names in scope: `inputs`, `steps` (`{id: {"output", "status"}}`), and inside
-            a foreach `item` and `index`. Values are plain JSON types.
+            a foreach `item` and `index`; a `Scope` of them converts each to CEL once for many calls.
 
     Returns:
         The value with each whole-value expression replaced by its result (type kept) and each
         interpolated string rendered as text.
 
     Raises:
-        ExpressionError: an expression failed; the message names it and the problem.
+        ExpressionError: an expression failed or passed a bound; the message names it and the problem.
     """
-    activation = {name: celpy.json_to_cel(val) for name, val in context.items()}
-    return _walk(value, activation)
+    return _walk(value, _scope(context), Budget())
 
 
-def _walk(value: Any, activation: dict[str, Any]) -> Any:
+def _scope(context: Context) -> Scope:
+    return context if isinstance(context, Scope) else Scope(context)
+
+
+def _walk(value: Any, scope: Scope, budget: Budget) -> Any:
     if isinstance(value, str):
-        return _render(value, activation) if OPEN in value else value
+        return _render(value, scope, budget) if OPEN in value else value
     if isinstance(value, Mapping):
-        return {str(k): _walk(v, activation) for k, v in value.items()}
+        return {str(k): _walk(v, scope, budget) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_walk(v, activation) for v in value]
+        return [_walk(v, scope, budget) for v in value]
     return value
 
 
-def _render(text: str, activation: dict[str, Any]) -> Any:
+def _render(text: str, scope: Scope, budget: Budget) -> Any:
     whole = whole_expression(text)
     if whole is not None:
-        return _run(whole, activation)
+        return _run(whole, scope, budget)
     out: list[str] = []
+    size = 0
     for part in split_template(text):
-        if isinstance(part, Expr):
-            out.append(to_text(_run(part.source, activation)))
-        else:
-            out.append(part)
+        piece = to_text(_run(part.source, scope, budget)) if isinstance(part, Expr) else part
+        size += len(piece)
+        if size > cel_runtime.MAX_TEXT and isinstance(part, Expr):
+            raise ExpressionError(
+                part.source, f"the text it is spliced into is longer than {cel_runtime.MAX_TEXT:,} characters"
+            )
+        out.append(piece)
     return "".join(out)
 
 
-def evaluate_expression(expr: str, context: Mapping[str, Any]) -> Any:
+def evaluate_expression(expr: str, context: Context) -> Any:
     """Evaluate one bare CEL expression (no `${{ }}`) and return a plain JSON value.
 
     Raises:
-        ExpressionError: the expression does not parse or fails.
+        ExpressionError: the expression does not parse, fails or passes a bound.
     """
-    activation = {name: celpy.json_to_cel(val) for name, val in context.items()}
-    return _run(expr, activation)
+    return _run(expr, _scope(context), Budget())
 
 
-def _run(expr: str, activation: dict[str, Any]) -> Any:
-    _, program = _compiled(expr)
+def _run(expr: str, scope: Scope, budget: Budget) -> Any:
+    compiled = _compiled(expr)
     try:
-        result = program.evaluate(activation)
+        names = scope.activation(compiled.reads, budget)
+        result = cel_runtime.run(compiled.tree, names, budget)
+        return cel_runtime.to_json(result, budget)
     except CELEvalError as exc:
         raise ExpressionError(expr, _eval_problem(exc)) from None
+    except (cel_runtime.BudgetExceeded, cel_runtime.NoJsonForm) as exc:
+        raise ExpressionError(expr, str(exc)) from None
+    except RecursionError:
+        raise ExpressionError(expr, "the expression nests too deeply to evaluate") from None
     except (TypeError, ValueError, KeyError, IndexError, ZeroDivisionError, OverflowError) as exc:
         raise ExpressionError(expr, str(exc) or type(exc).__name__) from None
-    if isinstance(result, CELEvalError):
-        raise ExpressionError(expr, _eval_problem(result))
-    return to_json(result, expr)
+
+
+_FIELD_SELECTION = re.compile(r"with type: '<class '(?:[\w.]+\.)?(\w+)'>' does not support field selection")
+_CLASS = re.compile(r"<class '(?:[\w.]+\.)?(\w+)'>")
 
 
 def _eval_problem(exc: CELEvalError) -> str:
     text = str(exc.args[0]) if exc.args else "evaluation failed"
+    selection = _FIELD_SELECTION.search(text)
+    if selection is not None:
+        kind = cel_runtime.cel_type_of_class_name(selection.group(1)) or selection.group(1)
+        field = _field_name(exc)
+        return f"cannot read {field + ' ' if field else ''}of a value of type {kind}: only a map has fields"
     if text.startswith("undeclared reference to"):
         text = text.split(" (in activation", 1)[0]
     elif text.startswith("found no matching overload"):
-        types = [t.__name__.removesuffix("Type").lower() for t in _types_in(exc)]
+        types = [cel_runtime.cel_type_of_class_name(name) or name for name in _CLASS.findall(text)]
         text = "no operator or function fits these operand types" + (
             f" ({', '.join(types)})" if types else ""
         )
@@ -431,50 +525,17 @@ def _eval_problem(exc: CELEvalError) -> str:
         text = text.replace("no such member in mapping", "no such key")
     elif text == "invalid_argument" and len(exc.args) > 1 and exc.args[1] is IndexError:
         text = "list index out of range"
+    elif text == "no such overload" and exc.token is not None:
+        text = f"{exc.token}(): no such overload for these arguments"
     return text
 
 
-def _types_in(exc: CELEvalError) -> list[type]:
-    text = str(exc.args[0])
-    names = [part.split("'")[0] for part in text.split("celtypes.")[1:]]
-    return [getattr(celtypes, name) for name in names if hasattr(celtypes, name)]
-
-
-def to_json(value: Any, expr: str = "") -> Any:
-    """Convert a CEL result to plain Python JSON types (bool, int, float, str, list, dict, None).
-
-    Raises:
-        ExpressionError: the value has no JSON form (bytes, NaN, infinity).
-    """
-    if value is None or isinstance(value, bool):
-        return value
-    if isinstance(value, celtypes.BoolType):
-        return bool(value)
-    if isinstance(value, celtypes.TimestampType):
-        return value.isoformat().replace("+00:00", "Z")
-    if isinstance(value, celtypes.DurationType):
-        return f"{value.total_seconds():g}s"
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        if math.isnan(value) or math.isinf(value):
-            raise ExpressionError(expr, f"the result {float(value)} has no JSON form")
-        return float(value)
-    if isinstance(value, str):
-        return str(value)
-    if isinstance(value, bytes):
-        sample = base64.b64encode(bytes(value[:12])).decode()
-        raise ExpressionError(expr, f"the result is bytes (base64 {sample}...), which JSON cannot carry")
-    if isinstance(value, Mapping):
-        return {_key(k, expr): to_json(v, expr) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [to_json(v, expr) for v in value]
-    raise ExpressionError(expr, f"the result of type {type(value).__name__} has no JSON form")
-
-
-def _key(key: Any, expr: str) -> str:
-    plain = to_json(key, expr)
-    return plain if isinstance(plain, str) else json.dumps(plain)
+def _field_name(exc: CELEvalError) -> str:
+    """`.name` of the member read that failed, from the tree cel-python attached to its error."""
+    tree = exc.tree
+    if tree is not None and len(tree.children) == 2 and isinstance(tree.children[1], lark.Token):
+        return f".{tree.children[1]}"
+    return ""
 
 
 def to_text(value: Any) -> str:
@@ -484,7 +545,7 @@ def to_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def evaluate_condition(condition: str | bool | None, context: Mapping[str, Any]) -> bool:
+def evaluate_condition(condition: str | bool | None, context: Context) -> bool:
     """Evaluate a step's `if:`: a bare CEL expression or one `${{ }}`; absent means true.
 
     Raises:
@@ -495,7 +556,7 @@ def evaluate_condition(condition: str | bool | None, context: Mapping[str, Any])
     expr = condition_expression(condition)
     result = evaluate_expression(expr, context)
     if not isinstance(result, bool):
-        raise ExpressionError(expr, f"if: must give true or false, got {to_text(result)}")
+        raise ExpressionError(expr, f"if: must give true or false, got {shown(to_text(result))}")
     return result
 
 
@@ -505,16 +566,17 @@ def condition_expression(condition: str) -> str:
     return whole if whole is not None else condition.strip()
 
 
-def evaluate_foreach(foreach: str | list[Any], context: Mapping[str, Any]) -> list[Any]:
+def evaluate_foreach(foreach: str | list[Any], context: Context) -> list[Any]:
     """The list a step's `foreach:` runs over.
 
     Raises:
         ExpressionError: the expression fails or its result is not a list.
     """
     if isinstance(foreach, list):
-        return [evaluate(v, context) for v in foreach]
+        items: list[Any] = evaluate(foreach, context)
+        return items
     expr = condition_expression(foreach)
     result = evaluate_expression(expr, context)
     if not isinstance(result, list):
-        raise ExpressionError(expr, f"foreach: must give a list, got {to_text(result)}")
+        raise ExpressionError(expr, f"foreach: must give a list, got {shown(to_text(result))}")
     return result

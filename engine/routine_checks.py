@@ -1,6 +1,7 @@
-"""Checks of a routine's expressions and of its `with:` values against the actions' inputSchemas.
+"""Checks of a routine's expressions, of its sizes, and of its `with:` values against the actions'
+inputSchemas.
 
-Both work on the raw YAML data (so they run even when the pydantic models refuse the file) and
+All work on the raw YAML data (so they run even when the pydantic models refuse the file) and
 return `(line, column, message)` triples; engine.validate gathers them.
 """
 
@@ -12,6 +13,9 @@ from typing import TYPE_CHECKING, Any
 import jsonschema
 
 from engine import expressions as ex
+from engine import payloads
+from engine.cel_syntax import MAX_FIELD_EXPRESSION_CHARS
+from engine.runs import FOREACH_MAX_ITEMS
 from engine.yaml_positions import Located, Path
 from packs.schemas import Validator
 
@@ -63,11 +67,14 @@ def check_expressions(data: dict[str, Any], doc: Located) -> list[Triple]:
     if isinstance(outputs, dict):
         for path, text in _strings(outputs, ("outputs",)):
             problems.extend(_check_template(doc, path, text, scope))
+        problems.extend(_field_length(doc, ("outputs",), outputs, "outputs"))
     for i, step in enumerate(steps):
         if not isinstance(step, dict):
             continue
         label = _step_label(step, i)
         has_foreach = step.get("foreach") is not None
+        for key in ("if", "foreach", "with"):
+            problems.extend(_field_length(doc, ("steps", i, key), step.get(key), f"{label}: {key}"))
         for key in ("if", "foreach"):
             value = step.get(key)
             here = _Scope(order, set(inputs), i, False, f"{label}: {key}")
@@ -84,6 +91,98 @@ def check_expressions(data: dict[str, Any], doc: Located) -> list[Triple]:
             for path, text in _strings(with_, ("steps", i, "with")):
                 problems.extend(_check_template(doc, path, text, here))
     return problems
+
+
+def _field_length(doc: Located, path: Path, value: Any, where: str) -> list[Triple]:
+    """The expressions of one field hold at most MAX_FIELD_EXPRESSION_CHARS characters in all."""
+    if value is None:
+        return []
+    total = sum(len(expr) for expr in ex.iter_expressions(value))
+    if isinstance(value, str) and ex.OPEN not in value and path[-1] in ("if", "foreach"):
+        total = len(value.strip())  # a bare `if:` or `foreach:` expression
+    if total <= MAX_FIELD_EXPRESSION_CHARS:
+        return []
+    message = (
+        f"{where}: its expressions hold {total:,} characters in all, more than the "
+        f"{MAX_FIELD_EXPRESSION_CHARS:,} one field may have: split the work across steps"
+    )
+    return [(*doc.position(path), message)]
+
+
+def check_sizes(data: dict[str, Any], doc: Located) -> list[Triple]:
+    """What could not travel through Temporal: text that is not Unicode anywhere, literal `with:` and
+    `outputs` over their payload limits, and literal `foreach:` lists over FOREACH_MAX_ITEMS items."""
+    problems = [(*at, f"{_place(data, path)}: {message}") for at, path, message in _not_unicode(data, doc)]
+    steps = _as_list(data.get("steps"))
+    for i, step in enumerate(steps):
+        if not isinstance(step, dict):
+            continue
+        label = _step_label(step, i)
+        foreach = step.get("foreach")
+        if isinstance(foreach, list) and len(foreach) > FOREACH_MAX_ITEMS:
+            problems.append(
+                (
+                    *doc.position(("steps", i, "foreach")),
+                    f"{label}: foreach: lists {len(foreach):,} items; a step runs at most "
+                    f"{FOREACH_MAX_ITEMS:,}: split the list across steps or runs",
+                )
+            )
+        with_ = step.get("with")
+        if isinstance(with_, dict):
+            limit = payloads.CALL_INPUT_LIMIT_BYTES
+            problems.extend(_too_large(doc, ("steps", i, "with"), with_, f"{label}: with:", limit))
+    outputs = data.get("outputs")
+    if isinstance(outputs, dict):
+        problems.extend(_too_large(doc, ("outputs",), outputs, "outputs", payloads.RUN_OUTPUTS_LIMIT_BYTES))
+    return problems
+
+
+def _too_large(doc: Located, path: Path, value: Any, what: str, limit: int) -> list[Triple]:
+    try:
+        payloads.measure(value, what, limit)
+    except payloads.PayloadError as exc:
+        if exc.code == "payload_too_large":  # text that is not Unicode is reported at its place
+            return [(*doc.position(path), exc.message)]
+    return []
+
+
+def _not_unicode(value: Any, doc: Located) -> Iterator[tuple[tuple[int, int], Path, str]]:
+    """Each string and key that UTF-8 cannot carry (a lone surrogate such as "\\ud800"), at its place."""
+    stack: list[tuple[Any, Path]] = [(value, ())]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, str):
+            if not _unicode(item):
+                yield doc.position(where), where, _NOT_UNICODE
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                if isinstance(key, str) and not _unicode(key):
+                    yield doc.key_position((*where, key)), where, f"a key: {_NOT_UNICODE}"
+                stack.append((child, (*where, key)))
+        elif isinstance(item, list):
+            stack.extend((child, (*where, i)) for i, child in enumerate(item))
+
+
+_NOT_UNICODE = "the text is not Unicode (a lone surrogate such as \\ud800): write the character itself"
+
+
+def _unicode(text: str) -> bool:
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _place(data: dict[str, Any], path: Path) -> str:
+    """`step 'fetch': with.text` or `outputs.o`, for a message."""
+    if len(path) >= 2 and path[0] == "steps" and isinstance(path[1], int):
+        rest = ".".join(str(p) for p in path[2:])
+        label = _step_label(_as_list(data.get("steps"))[path[1]], path[1])
+        return f"{label}: {rest}" if rest else label
+    return ".".join(str(p) for p in path) or "the routine"
 
 
 def _foreach_of_input(
@@ -159,9 +258,9 @@ def _check_one(doc: Located, path: Path, expr: str, scope: _Scope, at: Any, lead
     try:
         refs = ex.references(expr)
     except ex.ExpressionSyntaxError as err:
-        return [(*at(err.offset), f"{scope.where}: ${{{{ {expr} }}}}: {err.problem}")]
+        return [(*at(err.offset), f"{scope.where}: ${{{{ {ex.shown(expr)} }}}}: {err.problem}")]
     problems: list[Triple] = []
-    where = f"{scope.where}: ${{{{ {expr} }}}}"
+    where = f"{scope.where}: ${{{{ {ex.shown(expr)} }}}}"
     for ref in refs:
         message = _scope_problem(ref, scope)
         if message:

@@ -9,7 +9,10 @@ A run's result has one shape whether it is read mid-run (the `progress` query) o
          "attempts": 1,
          "ref": "ns/pack/action@1.2.3" | None,   (the exact pin the step called)
          "output": {...} | [...] | None,
-         "error": {"code", "reason", "message"} | None}}}
+         "output_bytes": 812345 | None,          (set when the output is too large to travel here)
+         "error": {"code", "reason", "message"} | None,
+         "retrying": {"attempt", "item", "code", "reason", "message", "status", "retry_after",
+                      "retry_in_s"} | None}}}   (set by the runs api while a call is retried)
 
 This module is imported by the workflow sandbox: standard library and pydantic only.
 """
@@ -33,6 +36,9 @@ SEARCH_ATTRIBUTE_ROUTINE = "B3osRoutine"
 
 SEARCH_ATTRIBUTE_ORG = "B3osOrg"
 """Keyword search attribute: the organization that started the run."""
+
+FOREACH_MAX_ITEMS = 1_000
+"""The most items one foreach step runs: more would near Temporal's history limits (51,200 events)."""
 
 RunStatus = Literal["running", "succeeded", "failed", "cancelled"]
 StepStatus = Literal["pending", "running", "succeeded", "failed", "skipped", "cancelled"]
@@ -61,6 +67,29 @@ class StepError(BaseModel):
     message: str
 
 
+def _absent(value: Any) -> bool:
+    """Fields added to a step are left out of its JSON while they are None (older readers see no change)."""
+    return value is None
+
+
+class StepRetry(BaseModel):
+    """A running step's call that failed and is tried again: read from Temporal, never kept in history.
+
+    `attempt` is the attempt running now or next; `code`, `reason`, `message`, `status` (the api's HTTP
+    status) and `retry_after` (seconds the api asked to wait) say why the previous attempt failed;
+    `retry_in_s` is how long until the next attempt starts (None when it runs now).
+    """
+
+    attempt: int
+    item: int | None = None
+    code: str | None = None
+    reason: str | None = None
+    message: str | None = None
+    status: int | None = None
+    retry_after: float | None = None
+    retry_in_s: float | None = None
+
+
 class StepResult(BaseModel):
     """One step of a run as the API and CLI show it."""
 
@@ -68,7 +97,18 @@ class StepResult(BaseModel):
     attempts: int = 0
     ref: str | None = None
     output: Any = None
+    output_bytes: int | None = Field(
+        default=None,
+        exclude_if=_absent,
+        description="the output's size when it is too large to travel in the run's progress and result "
+        "(output is null then; GET /v1/runs/{id} reads it from the run's history once the run has ended)",
+    )
     error: StepError | None = None
+    retrying: StepRetry | None = Field(
+        default=None,
+        exclude_if=_absent,
+        description="while the step's call is retried: its attempt and why the last one failed",
+    )
 
 
 class RunRoutineInput(BaseModel):

@@ -26,7 +26,7 @@ from pydantic import ValidationError
 from engine import expressions as ex
 from engine.errors import EngineError
 from engine.routine import InputType, RetryPolicy, Routine, Step
-from engine.routine_checks import check_expressions, check_with
+from engine.routine_checks import check_expressions, check_sizes, check_with
 from engine.yaml_positions import Located, YamlRefused, compose
 from packs.schemas import Validator, refused_pattern
 
@@ -134,6 +134,7 @@ def load_routine(text: str, filename: str = "<routine>", resolver: ActionResolve
         problems.extend(_pydantic_problems(exc, doc))
     problems.extend(Problem(*p) for p in _structure_problems(data, doc))
     problems.extend(Problem(*p) for p in check_expressions(data, doc))
+    problems.extend(Problem(*p) for p in check_sizes(data, doc))
     problems.extend(Problem(*p) for p in _input_problems(data, doc))
     if resolver is not None:
         problems.extend(Problem(*p) for p in check_with(data, doc, resolver))

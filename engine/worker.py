@@ -23,6 +23,7 @@ from temporalio.worker import Worker
 
 from activities.call_action import ActionActivities
 from activities.config import ActivitySettings
+from engine import expressions
 from engine.runs import ROUTINES_TASK_QUEUE, SEARCH_ATTRIBUTE_ORG, SEARCH_ATTRIBUTE_ROUTINE
 from engine.workflow import RoutineWorkflow
 
@@ -107,6 +108,7 @@ async def main() -> None:
     client = await connect(settings.address, settings.namespace)
     await ensure_search_attributes(client)
     activities = ActionActivities(ActivitySettings())
+    expressions.check("true")  # cel-python loads its grammar on the first compile: here, not in a run
     worker = build_worker(client, settings.task_queue, activities)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -2,16 +2,28 @@
 
 Deterministic code only (the Temporal sandbox re-imports this module): no I/O, clock or randomness.
 Steps run in order. A step's `if:` false marks it skipped; `foreach` runs one `call_action`
-activity per item (at most `FOREACH_PARALLEL` at once, results kept in item order); `timeout`
-bounds each attempt and is sent as the call's `timeout_ms`; `retry` becomes the activity's retry
-policy (the api's Retry-After still wins, through the activity's `next_retry_delay`). A cancelled
-run waits for its running activities to stop (they heartbeat each second) before it ends cancelled.
+activity per item (at most `FOREACH_PARALLEL` at once, results kept in item order, at most
+`FOREACH_MAX_ITEMS` items); `timeout` bounds each attempt and is sent as the call's `timeout_ms`;
+`retry` becomes the activity's retry policy (the api's Retry-After still wins, through the
+activity's `next_retry_delay`). A cancelled run waits for its running activities to stop (they
+heartbeat each second) before it ends cancelled.
+
+Every run ends. What goes wrong inside the workflow fails the step (or the run) with a code and a
+sentence, never the workflow task (which Temporal would retry forever): an expression that fails or
+passes its bounds (`expression_failed`), a call input (`with:`) or the run's outputs over their
+payload limits or not encodable (`payload_too_large`, `payload_invalid`, engine.payloads), a foreach
+over too many items (`too_many_items`), a history near Temporal's limits (`history_too_large`: no
+more calls start), a retry policy Temporal refuses (`retry_invalid`); anything else is
+`workflow_error`. Each expression's scope is converted to CEL once a run (engine.scope).
 
 A step that fails without `continue-on-error` fails the run: the workflow raises a non-retryable
 `ApplicationError` of type `StepFailed` whose message reads `step <id> failed: <code> (<reason>):
 <message>`, so the Temporal UI shows the run as Failed with that sentence; its details are
 `[{"step", "code", "reason", "message"}, <the RunRoutineResult as a dict>]`. The `progress` query
-answers the same `RunRoutineResult` shape at any time, during the run and after it.
+answers the same `RunRoutineResult` shape at any time, during the run and after it. Step outputs
+travel in that result while they total at most `OUTPUTS_IN_RESULT_BYTES`; a step whose output does
+not fit there has `output` null and `output_bytes` set (its output stays in the step's activity
+result in the history, where the runs api reads it once the run has ended).
 """
 
 from __future__ import annotations
@@ -26,19 +38,43 @@ from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
     CancelledError,
+    TemporalError,
     TimeoutError,
     is_cancelled_exception,
 )
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
+    # `import a.b as b`, not `from a import b`: a submodule imported by `from` bypasses the sandbox's
+    # importer and would be loaded again for each run (its compiled expressions with it)
+    import engine.expressions as expressions
+    import engine.payloads as payloads
     from activities.call_action import CallActionInput, CallActionResult
-    from engine import expressions
-    from engine.routine import RetryPolicy, Step
-    from engine.runs import WORKFLOW_TYPE, RunRoutineInput, RunRoutineResult, StepError, StepResult
+    from engine.routine import RetryPolicy, Routine, Step
+    from engine.runs import (
+        FOREACH_MAX_ITEMS,
+        WORKFLOW_TYPE,
+        RunRoutineInput,
+        RunRoutineResult,
+        StepError,
+        StepResult,
+    )
+    from engine.scope import Scope
 
 FOREACH_PARALLEL = 4
 """Items of one foreach step in flight at once (the api allows 4 calls at once per organization)."""
+
+HISTORY_EVENTS_BUDGET = 40_000
+"""No call starts once the run's history has this many events (Temporal ends a run at 51,200)."""
+
+HISTORY_BYTES_BUDGET = 40 * payloads.MIB
+"""No call starts that would take the run's history past this size (Temporal ends a run at 50 MiB)."""
+
+OUTPUTS_IN_RESULT_BYTES = 512 * payloads.KIB
+"""Step outputs carried in the run's result and progress, in all (the rest stay in the history)."""
+
+RESULT_LIMIT_BYTES = payloads.PAYLOAD_LIMIT_BYTES - 64 * payloads.KIB
+"""The largest result the workflow returns (one Temporal payload, with room for its wrapping)."""
 
 DEFAULT_ATTEMPT_TIMEOUT = timedelta(seconds=150)
 """An attempt's bound when the step sets no timeout: the action's own (60 s at most) plus the api's work."""
@@ -51,13 +87,26 @@ HEARTBEAT_TIMEOUT = timedelta(seconds=5)
 
 
 def retry_policy(policy: RetryPolicy | None) -> TemporalRetryPolicy:
-    """The Temporal retry policy of a step (the routine's defaults when the step sets none)."""
+    """The Temporal retry policy of a step (the routine's defaults when the step sets none).
+
+    Raises:
+        ValueError: a policy Temporal would refuse (the sentence says which value).
+    """
     p = policy or RetryPolicy()
+    backoff, longest = p.backoff_timedelta, p.max_backoff_timedelta
+    if p.max_attempts < 1:
+        raise ValueError(f"max-attempts is {p.max_attempts}; it must be at least 1")
+    if backoff <= timedelta(0):
+        raise ValueError("backoff must be longer than 0")
+    if longest < backoff:
+        raise ValueError(f"max-backoff ({longest}) is shorter than backoff ({backoff})")
+    if p.backoff_coefficient < 1:
+        raise ValueError(f"backoff-coefficient is {p.backoff_coefficient}; it must be at least 1")
     return TemporalRetryPolicy(
         maximum_attempts=p.max_attempts,
-        initial_interval=p.backoff_timedelta,
+        initial_interval=backoff,
         backoff_coefficient=p.backoff_coefficient,
-        maximum_interval=p.max_backoff_timedelta,
+        maximum_interval=longest,
     )
 
 
@@ -70,12 +119,22 @@ class _StepFailure(Exception):
         self.attempts = attempts
 
 
+class _RunFailure(Exception):
+    """The run fails for good outside any step's call (its outputs, its result); already has its error."""
+
+    def __init__(self, error: ApplicationError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
 @workflow.defn(name=WORKFLOW_TYPE)
 class RoutineWorkflow:
     """Runs one routine: its steps in order, then its outputs."""
 
     def __init__(self) -> None:
         self._result = RunRoutineResult()
+        self._shown_bytes = 0
+        self._step: str | None = None
 
     @workflow.query(name="progress")
     def progress(self) -> RunRoutineResult:
@@ -87,17 +146,34 @@ class RoutineWorkflow:
         """Run the routine and return its outputs and each step's result.
 
         Raises:
-            ApplicationError: `StepFailed` (non-retryable) when a step without continue-on-error fails,
-                `OutputsFailed` when an output expression fails.
+            ApplicationError: non-retryable: `StepFailed` when a step without continue-on-error fails,
+                `OutputsFailed` when the outputs fail, `WorkflowError` on anything unforeseen.
         """
+        try:
+            return await self._run(input)
+        except _RunFailure as failure:
+            raise failure.error from None
+        except Exception as exc:
+            if isinstance(exc, TemporalError):  # our ApplicationErrors; Temporal's own (nondeterminism)
+                raise
+            # A fault of ours must end the run with a sentence, not fail its workflow task forever.
+            self._result.status = "failed"
+            message = f"the run stopped inside its workflow: {type(exc).__name__}: {exc}"
+            error = {"step": self._step, "code": "workflow_error", "reason": None, "message": message}
+            raise ApplicationError(
+                message, error, self._details(), type="WorkflowError", non_retryable=True
+            ) from None
+
+    async def _run(self, input: RunRoutineInput) -> RunRoutineResult:
         routine = input.routine
         self._result = RunRoutineResult(steps={step.id: StepResult() for step in routine.steps})
-        context: dict[str, Any] = {"inputs": input.inputs, "steps": {}}
+        scope = Scope({"inputs": input.inputs, "steps": {}})
         try:
             for step in routine.steps:
+                self._step = step.id
                 state = self._result.steps[step.id]
-                await self._run_step(step, state, input, context)
-                context["steps"][step.id] = {"output": state.output, "status": state.status}
+                output = await self._run_step(step, state, input, scope)
+                scope.set_member("steps", step.id, {"output": output, "status": state.status})
                 if state.status == "failed" and not step.continue_on_error:
                     assert state.error is not None
                     self._result.status = "failed"
@@ -110,20 +186,52 @@ class RoutineWorkflow:
                 if state.status == "running":
                     state.status = "cancelled"
             raise
+        self._step = None
+        self._result.outputs = self._outputs(routine, scope)
+        self._result.status = "succeeded"
         try:
-            self._result.outputs = expressions.evaluate(dict(routine.outputs), context)
-        except expressions.ExpressionError as exc:
+            payloads.measure(self._result.model_dump(mode="json"), "the run's result", RESULT_LIMIT_BYTES)
+        except payloads.PayloadError as exc:
             self._result.status = "failed"
-            error = {"step": None, "code": "expression_failed", "reason": "outputs", "message": str(exc)}
-            raise ApplicationError(
-                f"outputs failed: {exc}",
+            raise self._outputs_failure(exc.code, "result", exc.message) from None
+        return self._result
+
+    def _outputs(self, routine: Routine, scope: Scope) -> dict[str, Any]:
+        """The routine's outputs, evaluated and checked against RUN_OUTPUTS_LIMIT_BYTES."""
+        try:
+            outputs: dict[str, Any] = expressions.evaluate(dict(routine.outputs), scope)
+        except Exception as exc:  # an ExpressionError, or anything the evaluation did not foresee
+            self._result.status = "failed"
+            raise self._outputs_failure("expression_failed", "outputs", _sentence(exc)) from None
+        try:
+            payloads.measure(outputs, "outputs", payloads.RUN_OUTPUTS_LIMIT_BYTES)
+        except payloads.PayloadError as exc:
+            self._result.status = "failed"
+            raise self._outputs_failure(exc.code, "outputs", f"{exc.message}{_largest(outputs)}") from None
+        return outputs
+
+    def _outputs_failure(self, code: str, reason: str, message: str) -> _RunFailure:
+        error = {"step": None, "code": code, "reason": reason, "message": message}
+        return _RunFailure(
+            ApplicationError(
+                f"outputs failed: {code} ({reason}): {message}",
                 error,
-                self._result.model_dump(mode="json"),
+                self._details(),
                 type="OutputsFailed",
                 non_retryable=True,
-            ) from None
-        self._result.status = "succeeded"
-        return self._result
+            )
+        )
+
+    def _details(self) -> dict[str, Any]:
+        """The run's result for a failure's details: without step outputs when it would not fit."""
+        details = self._result.model_dump(mode="json")
+        try:
+            payloads.measure(details, "the run's result", RESULT_LIMIT_BYTES)
+        except payloads.PayloadError:
+            details["outputs"] = {}
+            for step in details["steps"].values():
+                step["output"] = None
+        return details
 
     def _run_failure(self, step_id: str, error: StepError) -> ApplicationError:
         reason = f" ({error.reason})" if error.reason else ""
@@ -131,93 +239,118 @@ class RoutineWorkflow:
         return ApplicationError(
             f"step {step_id} failed: {error.code}{reason}: {error.message}",
             details,
-            self._result.model_dump(mode="json"),
+            self._details(),
             type="StepFailed",
             non_retryable=True,
         )
 
-    async def _run_step(
-        self, step: Step, state: StepResult, input: RunRoutineInput, context: dict[str, Any]
-    ) -> None:
+    async def _run_step(self, step: Step, state: StepResult, input: RunRoutineInput, scope: Scope) -> Any:
+        """Run one step; its output (what later expressions read), or None."""
+        field = "if"
         try:
-            if not expressions.evaluate_condition(step.if_, context):
+            if not expressions.evaluate_condition(step.if_, scope):
                 state.status = "skipped"
-                return
-            items = None if step.foreach is None else expressions.evaluate_foreach(step.foreach, context)
-        except expressions.ExpressionError as exc:
-            self._fail(
-                state,
-                StepError(code="expression_failed", reason="if" if step.if_ else "foreach", message=str(exc)),
-                0,
+                return None
+            field = "foreach"
+            items = None if step.foreach is None else expressions.evaluate_foreach(step.foreach, scope)
+        except Exception as exc:  # an ExpressionError, or anything the evaluation did not foresee
+            self._fail(state, StepError(code="expression_failed", reason=field, message=_sentence(exc)), 0)
+            return None
+        if items is not None and len(items) > FOREACH_MAX_ITEMS:
+            message = (
+                f"foreach gives {len(items):,} items; a step runs at most {FOREACH_MAX_ITEMS:,}: "
+                "split the list across steps or runs"
             )
-            return
+            self._fail(state, StepError(code="too_many_items", reason="foreach", message=message), 0)
+            return None
         state.status = "running"
+        state.ref = input.pins.get(step.uses, step.uses)
+        if items is not None:
+            return await self._run_foreach(step, state, input, scope, items)
         try:
-            if items is None:
-                state.ref = input.pins.get(step.uses, step.uses)
-                result = await self._call(step, input, context, None)
-                state.output, state.attempts = result.output, result.attempt
-                state.ref = result.ref or state.ref
-            else:
-                state.ref = input.pins.get(step.uses, step.uses)
-                await self._run_foreach(step, state, input, context, items)
-                return
+            result = await self._call(step, input, scope, None)
         except _StepFailure as failure:
             self._fail(state, failure.error, failure.attempts)
-            return
+            return None
+        state.attempts = result.attempt
+        state.ref = result.ref or state.ref
+        self._show(state, result.output, _output_size(result))
         state.status = "succeeded"
+        return result.output
 
     async def _run_foreach(
-        self, step: Step, state: StepResult, input: RunRoutineInput, context: dict[str, Any], items: list[Any]
-    ) -> None:
+        self, step: Step, state: StepResult, input: RunRoutineInput, scope: Scope, items: list[Any]
+    ) -> list[Any]:
         gate = asyncio.Semaphore(FOREACH_PARALLEL)
 
         async def one(index: int, item: Any) -> CallActionResult:
             async with gate:
-                return await self._call(step, input, {**context, "item": item, "index": index}, index)
+                return await self._call(step, input, scope.with_names({"item": item, "index": index}), index)
 
         calls = (one(i, item) for i, item in enumerate(items))
         outcomes = await asyncio.gather(*calls, return_exceptions=True)
         outputs: list[Any] = []
         first: _StepFailure | None = None
-        attempts = 0
+        attempts, size = 0, 2 + max(len(outcomes) - 1, 0)  # the list's brackets and commas
         for outcome in outcomes:
             if isinstance(outcome, _StepFailure):
                 first = first or outcome
                 attempts = max(attempts, outcome.attempts)
                 outputs.append(None)
+                size += 4
             elif isinstance(outcome, BaseException):
                 raise outcome
             else:
                 attempts = max(attempts, outcome.attempt)
                 outputs.append(outcome.output)
-        state.output, state.attempts = outputs, attempts
+                size += _output_size(outcome)
+        state.attempts = attempts
+        self._show(state, outputs, size)
         if first is not None:
             self._fail(state, first.error, attempts)
         else:
             state.status = "succeeded"
+        return outputs
+
+    def _show(self, state: StepResult, output: Any, size: int) -> None:
+        """Put a step's output in the run's result while they fit in OUTPUTS_IN_RESULT_BYTES."""
+        if self._shown_bytes + size <= OUTPUTS_IN_RESULT_BYTES:
+            state.output = output
+            self._shown_bytes += size
+        else:
+            state.output, state.output_bytes = None, size
 
     @staticmethod
     def _fail(state: StepResult, error: StepError, attempts: int) -> None:
         state.status, state.error, state.attempts = "failed", error, attempts
 
     async def _call(
-        self, step: Step, input: RunRoutineInput, context: dict[str, Any], index: int | None
+        self, step: Step, input: RunRoutineInput, scope: Scope, index: int | None
     ) -> CallActionResult:
         """Run one call of a step as an activity; a failure for good becomes `_StepFailure`."""
         label = step.id if index is None else f"{step.id}[{index}]"
+        with_ = "with:" if index is None else f"with: of item {index}"
+        ref = input.pins.get(step.uses, step.uses)
         try:
-            call_input = expressions.evaluate(dict(step.with_), context)
-            timeout = step.timeout_timedelta
-            policy = retry_policy(step.retry)
-        except (expressions.ExpressionError, ValueError) as exc:
-            error = StepError(code="expression_failed", reason="with", message=str(exc))
+            call_input = expressions.evaluate(dict(step.with_), scope)
+        except Exception as exc:  # an ExpressionError, or anything the evaluation did not foresee
+            error = StepError(code="expression_failed", reason="with", message=_sentence(exc))
             raise _StepFailure(error, 0) from None
+        try:
+            size = payloads.measure(call_input, with_, payloads.CALL_INPUT_LIMIT_BYTES).size
+        except payloads.PayloadError as exc:
+            raise _StepFailure(StepError(code=exc.code, reason="with", message=exc.message), 0) from None
+        try:
+            policy = retry_policy(step.retry)
+        except ValueError as exc:
+            raise _StepFailure(StepError(code="retry_invalid", reason="retry", message=str(exc)), 0) from None
+        _check_history(size, "foreach" if index is not None else "with")
+        timeout = step.timeout_timedelta
         try:
             return await workflow.execute_activity(
                 "call_action",
                 CallActionInput(
-                    ref=input.pins.get(step.uses, step.uses),
+                    ref=ref,
                     input=call_input,
                     key_id=input.key_id,
                     step_id=step.id,
@@ -226,7 +359,7 @@ class RoutineWorkflow:
                 ),
                 result_type=CallActionResult,
                 activity_id=step.id if index is None else f"{step.id}-{index}",
-                summary=f"{label} · {input.pins.get(step.uses, step.uses)}",
+                summary=f"{label} · {ref}",
                 start_to_close_timeout=timeout + TIMEOUT_SLACK if timeout else DEFAULT_ATTEMPT_TIMEOUT,
                 heartbeat_timeout=HEARTBEAT_TIMEOUT,
                 retry_policy=policy,
@@ -237,6 +370,48 @@ class RoutineWorkflow:
             if is_cancelled_exception(exc):
                 raise
             raise _StepFailure(*_step_error(exc, policy)) from None
+
+
+def _check_history(adding: int, reason: str) -> None:
+    """Refuse to start a call once the run's history nears what Temporal lets a run hold.
+
+    Raises:
+        _StepFailure: `history_too_large`, with the history's events and size.
+    """
+    info = workflow.info()
+    events, size = info.get_current_history_length(), info.get_current_history_size()
+    if events < HISTORY_EVENTS_BUDGET and size + adding <= HISTORY_BYTES_BUDGET:
+        return
+    message = (
+        f"the run's Temporal history holds {events:,} events ({payloads.size_text(size)}); Temporal ends a "
+        f"run at {payloads.HISTORY_EVENTS_LIMIT:,} events or "
+        f"{payloads.size_text(payloads.HISTORY_SIZE_LIMIT_BYTES)}, so no more calls start: "
+        "split the work across runs"
+    )
+    raise _StepFailure(StepError(code="history_too_large", reason=reason, message=message), 0)
+
+
+def _output_size(result: CallActionResult) -> int:
+    """A call's output size, as the activity measured it (or measured here)."""
+    if result.output_bytes is not None:
+        return result.output_bytes
+    return len(payloads.encode(result.output))
+
+
+def _largest(outputs: dict[str, Any]) -> str:
+    """`; the largest is outputs.x (1.2 MiB)`, for a sentence about outputs that are too large."""
+    sizes = {name: len(payloads.encode(value)) for name, value in outputs.items()}
+    if not sizes:
+        return ""
+    name = max(sizes, key=lambda n: sizes[n])
+    return f"; the largest is outputs.{name} ({payloads.size_text(sizes[name])})"
+
+
+def _sentence(exc: Exception) -> str:
+    """An evaluation's failure as a sentence (an unforeseen one names its kind)."""
+    if isinstance(exc, expressions.ExpressionError):
+        return str(exc)
+    return f"the evaluation failed: {type(exc).__name__}: {exc}"
 
 
 def _step_error(exc: ActivityError, policy: TemporalRetryPolicy) -> tuple[StepError, int]:

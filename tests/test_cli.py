@@ -1,7 +1,71 @@
+"""The `b3os` command as a whole, and the test session's independence from the checkout's `.b3os/`."""
+
+from __future__ import annotations
+
+import os
+import socket
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
+from hermetic import hermetic
+
+from cli.main import main
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def test_b3os_help_lists_the_command_groups() -> None:
     out = subprocess.run([sys.executable, "-m", "cli", "--help"], capture_output=True, text=True, check=True)
     assert "usage: b3os" in out.stdout
+
+
+def _dead_api_url() -> str:
+    """The URL of a loopback port nothing listens on."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+def _earnings_in_process(capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    capsys.readouterr()
+    code = main(["tool", "earnings", "--namespace", "com.example.tools"])
+    return code, capsys.readouterr().err
+
+
+def _earnings_subprocess() -> tuple[int, str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "cli", "tool", "earnings", "--namespace", "com.example.tools"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return done.returncode, done.stderr
+
+
+def test_tests_run_outside_the_checkout_without_the_callers_settings(fresh_machine: Path) -> None:
+    assert Path.cwd() == fresh_machine and not fresh_machine.is_relative_to(REPO)
+    assert not (Path.cwd() / ".b3os").exists()
+    assert "B3OS_API_URL" not in os.environ and "B3OS_API_KEY" not in os.environ
+    assert not Path(os.environ["B3OS_KEYS_DIR"]).is_relative_to(Path.home() / ".b3os")
+
+
+def test_a_dev_env_left_in_the_checkout_does_not_reach_the_cli_under_test(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dead = _dead_api_url()
+    checkout = tmp_path / "checkout"  # stands for a checkout where `make run` left its dev.env
+    (checkout / ".b3os").mkdir(parents=True)
+    (checkout / ".b3os" / "dev.env").write_text(f"B3OS_API_URL={dead}\nB3OS_API_KEY=b3_left_by_make_run\n")
+    monkeypatch.chdir(checkout)  # as if pytest had been started there
+    monkeypatch.setenv("B3OS_NODE_TOKEN", "exported-by-the-callers-shell")
+    code, err = _earnings_in_process(capsys)
+    assert code == 1 and dead in err, "run there, the CLI calls the api that dev.env names"
+    with hermetic(tmp_path / "fresh") as work:
+        assert Path.cwd() == work and "B3OS_NODE_TOKEN" not in os.environ
+        for code, err in (_earnings_in_process(capsys), _earnings_subprocess()):
+            assert code == 1 and "Traceback" not in err
+            assert "No API key" in err and dead not in err
+    assert Path.cwd() == checkout and os.environ["B3OS_NODE_TOKEN"] == "exported-by-the-callers-shell"

@@ -64,10 +64,13 @@ class Claim:
 
 
 def check_key(key: str) -> str:
-    """Refuse an empty or too long key with `400 invalid_request`."""
-    if not key or len(key) > MAX_KEY_LENGTH or not key.isprintable():
+    """Refuse a key that is not 1 to 255 printable ASCII characters with `400 invalid_request`.
+
+    That is the sf-string of the IETF Idempotency-Key header draft, which every HTTP client can send.
+    """
+    if not key or len(key) > MAX_KEY_LENGTH or not (key.isascii() and key.isprintable()):
         raise CallInvalid(
-            f"Idempotency-Key must be 1 to {MAX_KEY_LENGTH} printable characters, not {key[:40]!r}",
+            f"Idempotency-Key must be 1 to {MAX_KEY_LENGTH} printable ASCII characters, not {key[:40]!r}",
             details={"field": "Idempotency-Key"},
         )
     return key

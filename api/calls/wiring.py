@@ -30,7 +30,7 @@ def install_calls(
         clock=clock,
     )
     app.state.calls = service
-    for module in (calls, mcp, usage, earnings):
+    for module in (calls, usage, earnings):
         app.include_router(module.router, responses=ERROR_RESPONSES)
     outer = app.router.lifespan_context
 
@@ -43,4 +43,5 @@ def install_calls(
                 await service.aclose()
 
     app.router.lifespan_context = lifespan
+    mcp.install(app)  # its lifespan inside: the MCP server stops before the call service closes
     return service

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Depends, Path, Request, Response
 from fastapi.responses import FileResponse
 from pydantic import BaseModel
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 from starlette.concurrency import run_in_threadpool
 
-from api.blobstore import BlobStore, parse_digest
+from api.blobstore import DIGEST_PATTERN, BlobStore, parse_digest
 from api.deps import NodeCaller, Principal, principal_or_node, require
-from api.errors import NotFound, PayloadTooLarge
+from api.errors import NotFound, PayloadTooLarge, error_responses
 from api.models import BlobUpload
 from api.scopes import ACTIONS_WRITE
 
@@ -34,6 +34,13 @@ def blob_store(request: Request) -> BlobStore:
 
 
 BlobsDep = Annotated[BlobStore, Depends(blob_store)]
+Digest = Annotated[
+    str,
+    Path(
+        description="sha256:<64 lowercase hex>, the bytes' name",
+        json_schema_extra={"pattern": DIGEST_PATTERN.pattern},
+    ),
+]
 
 
 def _uploaded(request: Request, org_id: str, hexdigest: str) -> bool:
@@ -53,9 +60,23 @@ def _record(request: Request, org_id: str, hexdigest: str, size: int) -> bool:
         return True
 
 
-@router.put("/{digest}", response_model=BlobStored, status_code=201, responses={200: {"model": BlobStored}})
+@router.put(
+    "/{digest}",
+    response_model=BlobStored,
+    status_code=201,
+    responses={
+        200: {"model": BlobStored, "description": "your organization had these bytes already"},
+        **error_responses(400, 403, 413),
+    },
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+        }
+    },
+)
 async def put_blob(
-    digest: str, request: Request, response: Response, principal: Uploader, blobs: BlobsDep
+    digest: Digest, request: Request, response: Response, principal: Uploader, blobs: BlobsDep
 ) -> BlobStored:
     """Store bytes whose sha256 is the name (idempotent; 201 when new to your organization)."""
     hexdigest = parse_digest(digest)
@@ -79,9 +100,9 @@ def _readable(request: Request, caller: Principal | NodeCaller, blobs: BlobStore
     return hexdigest
 
 
-@router.head("/{digest}", status_code=200)
+@router.head("/{digest}", status_code=200, responses=error_responses(400, 404))
 def head_blob(
-    digest: str,
+    digest: Digest,
     request: Request,
     caller: Annotated[Principal | NodeCaller, Depends(principal_or_node)],
     blobs: BlobsDep,
@@ -93,9 +114,16 @@ def head_blob(
     )
 
 
-@router.get("/{digest}", response_class=FileResponse)
+@router.get(
+    "/{digest}",
+    response_class=FileResponse,
+    responses={
+        200: {"content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}},
+        **error_responses(400, 404),
+    },
+)
 def get_blob(
-    digest: str,
+    digest: Digest,
     request: Request,
     caller: Annotated[Principal | NodeCaller, Depends(principal_or_node)],
     blobs: BlobsDep,

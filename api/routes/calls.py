@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from api.calls.auth import caller_for
 from api.calls.cancel import parse_cancel
-from api.calls.errors import BodyTooLarge, CallError, CallInvalid
+from api.calls.errors import BodyTooLarge, CallError
+from api.calls.idempotency import MAX_KEY_LENGTH
 from api.calls.service import Caller, CallService
+from api.errors import error_responses
+from api.jsonbody import request_json
+from api.params import IdempotencyKey
+from packs.refs import MAX_REF_LENGTH, REF_PATTERN
 
 router = APIRouter(prefix="/v1/actions", tags=["calls"])
 
@@ -22,16 +26,71 @@ def http_caller(request: Request) -> Caller:
     return caller_for(request, surface="http")
 
 
-class CallBody(BaseModel):
-    """The request: an action ref, its input, and optionally the caller's time limit."""
+REPLAYED = {
+    "Idempotent-Replayed": {
+        "description": "true: the stored answer of an earlier request with this Idempotency-Key",
+        "schema": {"type": "string", "enum": ["true"]},
+    }
+}
 
-    ref: str = Field(description="ns/pack/action@1 (newest 1.x.y installed) or @1.0.0 (exact)")
-    input: dict[str, Any] = Field(default_factory=dict)
-    timeout_ms: int | None = Field(default=None, ge=1)
+
+class CallBody(BaseModel):
+    """The request: an action ref, its input, and optionally the caller's time limit.
+
+    Documentation only: `api.calls.service.parse_request` checks the body by these rules.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"ref": "com.example.tools/echo/echo@1", "input": {"text": "hi"}}]},
+    )
+    ref: str = Field(
+        description="ns/pack/action@1 (newest 1.x.y installed) or @1.0.0 (exact)",
+        min_length=1,
+        max_length=MAX_REF_LENGTH,
+        pattern=REF_PATTERN,
+    )
+    input: dict[str, Any] = Field(
+        default_factory=dict, description="checked against the action's inputSchema"
+    )
+    timeout_ms: int | None = Field(default=None, ge=1, description="the caller's time limit in milliseconds")
+
+
+class CallAnswer(BaseModel):
+    """A call's answer: its output, what it cost in micro-USD and where its time went (milliseconds)."""
+
+    call_id: str
+    ref: str = Field(description="the exact pin that ran, ns/pack/action@1.0.0")
+    tier: str = Field(description="vm or http")
+    output: Any
+    cost: dict[str, int] = Field(description="compute, floor, price and total, in micro-USD")
+    timings: dict[str, float] = Field(description="each phase's milliseconds")
+
+
+class Cancelled(BaseModel):
+    """A cancel that reached a running call (202), or found it finished (200).
+
+    `call_id` is null when the call ended before it reached a node.
+    """
+
+    call_id: str | None
+    state: str = Field(description="cancelled or finished")
+    node: str | None = Field(default=None, description="killed, not_started, unknown or unreachable")
+
+
+CALL_STATUSES = error_responses(
+    400, 403, 404, 409, 413, 422, 429, 502, 503, 504,
+    notes={409: "idempotency_in_progress: a request with this Idempotency-Key still runs"},
+    retry_after=(409, 429, 503),
+)  # fmt: skip
+CANCEL_STATUSES: dict[int | str, dict[str, Any]] = {
+    200: {"model": Cancelled, "description": "the call had already finished"},
+    202: {"model": Cancelled, "description": "the call's node was told to stop it"},
+}
 
 
 async def read_json(request: Request, limit: int) -> Any:
-    """The request body as JSON, at most `limit` bytes, or the error that names what is wrong."""
+    """The request body as JSON (checked by api.jsonbody), at most `limit` bytes, or the error at fault."""
     raw = await request.body()
     if len(raw) > limit:
         raise BodyTooLarge(
@@ -39,22 +98,24 @@ async def read_json(request: Request, limit: int) -> Any:
             "(files included)",
             details={"limit_bytes": limit},
         )
-    try:
-        return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CallInvalid(f"The request body is not valid JSON ({exc}).", details={"field": "body"}) from None
+    return request_json(request, raw)
 
 
 @router.post(
     "/call",
+    responses={
+        200: {"model": CallAnswer, "description": "the call's answer", "headers": REPLAYED},
+        **CALL_STATUSES,
+    },
     openapi_extra={
-        "requestBody": {"content": {"application/json": {"schema": CallBody.model_json_schema()}}}
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": CallBody.model_json_schema()}},
+        }
     },
 )
 async def call_action(
-    request: Request,
-    caller: Annotated[Caller, Depends(http_caller)],
-    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
+    request: Request, caller: Annotated[Caller, Depends(http_caller)], idempotency_key: IdempotencyKey = None
 ) -> JSONResponse:
     """Call an action and answer its result: output, cost in micro-USD and timings."""
     service: CallService = request.app.state.calls
@@ -66,13 +127,34 @@ async def call_action(
 class CancelBody(BaseModel):
     """Which call to cancel: the Idempotency-Key it was sent with."""
 
-    idempotency_key: str = Field(description="the Idempotency-Key of the running call")
+    model_config = ConfigDict(extra="forbid")
+    idempotency_key: str = Field(
+        description="the Idempotency-Key of the running call",
+        min_length=1,
+        max_length=MAX_KEY_LENGTH,
+        pattern=r"^[ -~]*$",
+    )
 
 
 @router.post(
     "/call/cancel",
+    responses={
+        **CANCEL_STATUSES,
+        **error_responses(
+            400,
+            403,
+            404,
+            409,
+            413,
+            notes={409: "conflict: the call has not reached a node yet"},
+            retry_after=(409,),
+        ),
+    },
     openapi_extra={
-        "requestBody": {"content": {"application/json": {"schema": CancelBody.model_json_schema()}}}
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": CancelBody.model_json_schema()}},
+        }
     },
 )
 async def cancel_call_by_key(
@@ -93,7 +175,7 @@ async def cancel_call_by_key(
     return JSONResponse(answer.body, status_code=answer.status, headers=answer.headers)
 
 
-@router.post("/calls/{call_id}/cancel")
+@router.post("/calls/{call_id}/cancel", responses={**CANCEL_STATUSES, **error_responses(403, 404)})
 async def cancel_call_by_id(
     call_id: str, request: Request, caller: Annotated[Caller, Depends(http_caller)]
 ) -> JSONResponse:

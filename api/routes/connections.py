@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Response
 from api.connections import service
 from api.connections.tables import ConnectionCreate, ConnectionList, ConnectionListed, ConnectionPublic
 from api.deps import Principal, SessionDep, SettingsDep, require
-from api.errors import NotFound
+from api.errors import NotFound, error_responses
 from api.scopes import CONNECTIONS_READ, CONNECTIONS_WRITE
 
 router = APIRouter(prefix="/v1/connections", tags=["connections"])
@@ -17,7 +17,9 @@ Writer = Annotated[Principal, Depends(require(CONNECTIONS_WRITE))]
 Reader = Annotated[Principal, Depends(require(CONNECTIONS_READ))]
 
 
-@router.post("", status_code=201, response_model=ConnectionPublic)
+@router.post(
+    "", status_code=201, response_model=ConnectionPublic, responses=error_responses(400, 403, 404, 413, 503)
+)
 def add_connection(
     body: ConnectionCreate, principal: Writer, session: SessionDep, settings: SettingsDep
 ) -> ConnectionPublic:
@@ -34,7 +36,7 @@ def add_connection(
     return ConnectionPublic.model_validate(row.model_dump(exclude={"sealed"}))
 
 
-@router.get("", response_model=ConnectionList)
+@router.get("", response_model=ConnectionList, responses=error_responses(403))
 def list_connections(principal: Reader, session: SessionDep) -> ConnectionList:
     """The caller's organization's connections, by pack then connection (never their secrets)."""
     rows = service.list_connections(session, org_id=principal.org_id)
@@ -42,7 +44,9 @@ def list_connections(principal: Reader, session: SessionDep) -> ConnectionList:
     return ConnectionList(items=items)
 
 
-@router.delete("/{connection_id}", status_code=204, response_class=Response)
+@router.delete(
+    "/{connection_id}", status_code=204, response_class=Response, responses=error_responses(403, 404)
+)
 def remove_connection(connection_id: str, principal: Writer, session: SessionDep) -> Response:
     """Remove one of the caller's organization's connections; calls that need it fail from then on."""
     if not service.delete_connection(session, org_id=principal.org_id, connection_id=connection_id):

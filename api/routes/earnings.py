@@ -2,26 +2,28 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
 import anyio
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Request
 from sqlmodel import Session
 
 from api.calls.sales import earnings_report
 from api.deps import PrincipalDep
+from api.errors import error_responses
+from api.params import Month, Namespace
 from api.publishers import own_publisher
 from api.routes.usage import month_or_now
 
 router = APIRouter(prefix="/v1/actions/publishers", tags=["earnings"])
 
 
-@router.get("/{namespace}/earnings")
+@router.get("/{namespace}/earnings", responses=error_responses(400, 404))
 async def earnings(
     request: Request,
-    namespace: str,
+    namespace: Namespace,
     principal: PrincipalDep,
-    month: Annotated[str | None, Query(max_length=7)] = None,
+    month: Month = None,
 ) -> dict[str, Any]:
     """Calls, gross, B3OS's cut and net of a namespace's tools for a month, daily per tool (accrued)."""
     month = month_or_now(request, month)

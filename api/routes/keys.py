@@ -9,7 +9,7 @@ from pydantic import BaseModel
 
 from api import accounts
 from api.deps import Principal, SessionDep, require
-from api.errors import Forbidden, NotFound
+from api.errors import Forbidden, NotFound, error_responses
 from api.models import ApiKeyCreate, ApiKeyCreated, ApiKeyPublic
 from api.scopes import KEYS_ADMIN, covers
 
@@ -21,7 +21,7 @@ class ApiKeyList(BaseModel):
     keys: list[ApiKeyPublic]
 
 
-@router.post("", status_code=201, response_model=ApiKeyCreated)
+@router.post("", status_code=201, response_model=ApiKeyCreated, responses=error_responses(400, 403, 413))
 def create_key(body: ApiKeyCreate, principal: Admin, session: SessionDep) -> ApiKeyCreated:
     """Create a key in the caller's organization; the secret is in this answer only."""
     for scope in body.scopes:
@@ -40,14 +40,14 @@ def create_key(body: ApiKeyCreate, principal: Admin, session: SessionDep) -> Api
     return ApiKeyCreated.model_validate({**key.model_dump(), "key": secret})
 
 
-@router.get("", response_model=ApiKeyList)
+@router.get("", response_model=ApiKeyList, responses=error_responses(403))
 def list_keys(principal: Admin, session: SessionDep) -> ApiKeyList:
     """The caller's organization's keys (never their secrets)."""
     keys = accounts.list_api_keys(session, org_id=principal.org_id)
     return ApiKeyList(keys=[ApiKeyPublic.model_validate(k.model_dump()) for k in keys])
 
 
-@router.delete("/{key_id}", response_model=ApiKeyPublic)
+@router.delete("/{key_id}", response_model=ApiKeyPublic, responses=error_responses(403, 404))
 def revoke_key(key_id: str, principal: Admin, session: SessionDep) -> ApiKeyPublic:
     """Revoke one of the caller's organization's keys; it stops working at once."""
     key = accounts.get_api_key(session, org_id=principal.org_id, key_id=key_id)

@@ -1,25 +1,52 @@
-"""`/v1/mcp`: the actions as MCP tools over Streamable HTTP (JSON-RPC; see api.calls.mcp)."""
+"""`/v1/mcp`: the actions as MCP tools, served by the official `mcp` server over Streamable HTTP.
+
+The `mcp` package speaks the protocol (initialize, ping, tools/list, tools/call, protocol versions,
+JSON-RPC errors); this module checks each HTTP request's API key and answers the two tool methods
+from api.calls.mcp through the call service, as the key's organization and on the surface `mcp`.
+The server is stateless and answers JSON (no session, no server-initiated stream), so any replica
+answers any request; GET and DELETE are 405.
+
+A request without a valid key is refused before the protocol runs: 401 (403 for a key without
+`actions:call`) with `WWW-Authenticate: Bearer` and a JSON-RPC error whose message is the api's
+`code: sentence` and whose `data` is the api's error body. The official client raises that error
+(an `MCPError` saying why) instead of its generic "Server returned an error response".
+"""
 
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from functools import partial
+from typing import Any
 
 import anyio
-from fastapi import APIRouter, Depends, Header, Request, Response
-from fastapi.responses import JSONResponse
+import mcp_types
+from fastapi import FastAPI
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel.server import Server
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.shared.exceptions import MCPError
 from sqlmodel import Session
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from api.calls import mcp
 from api.calls.auth import caller_for
 from api.calls.service import Caller, CallService
+from api.errors import ApiError, Forbidden, ServiceUnavailable, error_response
 
-router = APIRouter(prefix="/v1", tags=["mcp"])
+PATH = "/v1/mcp"
+INSTRUCTIONS = "Each tool is an action of a b3os pack; hosted tools run in a fresh VM per call."
 
 
-def mcp_caller(request: Request) -> Caller:
-    """The key calling over MCP (or the worker for one)."""
-    return caller_for(request, surface="mcp")
+def _request(ctx: ServerRequestContext[Any, Any]) -> Request:
+    request = ctx.request
+    if not isinstance(request, Request):  # only the HTTP transport is mounted
+        raise MCPError(mcp_types.INTERNAL_ERROR, "This server answers over HTTP only.")
+    return request
 
 
 async def _tools(request: Request) -> dict[str, mcp.Tool]:
@@ -31,70 +58,98 @@ async def _tools(request: Request) -> dict[str, mcp.Tool]:
     return found
 
 
-async def _handle(request: Request, caller: Caller, message: Any, key: str | None) -> dict[str, Any] | None:
-    if (
-        not isinstance(message, dict)
-        or message.get("jsonrpc") != "2.0"
-        or not isinstance(message.get("method"), str)
-    ):
-        return mcp.rpc_error(None, mcp.INVALID_REQUEST, "not a JSON-RPC 2.0 request")
-    method, msg_id = message["method"], message.get("id")
-    params: dict[str, Any] = message["params"] if isinstance(message.get("params"), dict) else {}
-    if "id" not in message:
-        return None  # a notification: nothing to answer
-    if method == "initialize":
-        return mcp.rpc_result(msg_id, mcp.initialize_result(params))
-    if method == "ping":
-        return mcp.rpc_result(msg_id, {})
-    if method == "tools/list":
-        found = await _tools(request)
-        return mcp.rpc_result(msg_id, {"tools": [t.describe() for t in found.values()]})
-    if method == "tools/call":
-        name = params.get("name")
-        tool = (await _tools(request)).get(name) if isinstance(name, str) else None
-        if tool is None:
-            return mcp.rpc_error(msg_id, mcp.INVALID_PARAMS, f"Unknown tool: {str(name)[:200]}")
-        arguments = params.get("arguments") if params.get("arguments") is not None else {}
-        service: CallService = request.app.state.calls
-        answer = await service.call(caller, {"ref": tool.ref, "input": arguments}, idempotency_key=key)
-        return mcp.rpc_result(msg_id, mcp.call_result(answer))
-    return mcp.rpc_error(msg_id, mcp.METHOD_NOT_FOUND, f"Method not found: {method[:200]}")
+async def list_tools(
+    ctx: ServerRequestContext[Any, Any], params: mcp_types.PaginatedRequestParams | None
+) -> mcp_types.ListToolsResult:
+    """`tools/list`: every tool, in one page."""
+    found = await _tools(_request(ctx))
+    return mcp_types.ListToolsResult(tools=[t.describe() for t in found.values()])
 
 
-@router.post("/mcp")
-async def mcp_post(
-    request: Request,
-    caller: Annotated[Caller, Depends(mcp_caller)],
-    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
-) -> Response:
-    """One MCP JSON-RPC message (or a batch); the answer comes back as JSON."""
+async def call_tool(
+    ctx: ServerRequestContext[Any, Any], params: mcp_types.CallToolRequestParams
+) -> mcp_types.CallToolResult:
+    """`tools/call`: one call through the call service; an unknown tool is a JSON-RPC -32602.
+
+    Raises:
+        MCPError: no tool has that name.
+    """
+    request = _request(ctx)
+    tool = (await _tools(request)).get(params.name)
+    if tool is None:
+        raise MCPError(mcp_types.INVALID_PARAMS, f"Unknown tool: {params.name[:200]}")
+    caller: Caller = request.state.caller
     service: CallService = request.app.state.calls
-    raw = await request.body()
-    if len(raw) > service.settings.max_call_body_bytes:
-        limit = service.settings.max_call_body_bytes
-        message = f"the message has {len(raw)} bytes, more than {limit}"
-        error = mcp.rpc_error(None, mcp.INVALID_REQUEST, message)
-        return JSONResponse(error, status_code=413)
-    try:
-        message = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return JSONResponse(mcp.rpc_error(None, mcp.PARSE_ERROR, "Parse error"), status_code=400)
-    if isinstance(message, list):
-        answers = [
-            a for m in message if (a := await _handle(request, caller, m, idempotency_key)) is not None
-        ]
-        return JSONResponse(answers) if answers else Response(status_code=202)
-    answer = await _handle(request, caller, message, idempotency_key)
-    return JSONResponse(answer) if answer is not None else Response(status_code=202)
+    payload = {"ref": tool.ref, "input": params.arguments if params.arguments is not None else {}}
+    answer = await service.call(caller, payload, idempotency_key=request.headers.get("Idempotency-Key"))
+    return mcp.call_result(answer)
 
 
-@router.get("/mcp")
-async def mcp_get() -> Response:
-    """No server-initiated stream: this server only answers requests."""
-    return Response(status_code=405, headers={"Allow": "POST"})
+def server() -> Server[Any]:
+    """The MCP server: the tool methods of this module (ping and the handshake are the library's)."""
+    return Server(
+        "b3os",
+        version="0.1.0",
+        instructions=INSTRUCTIONS,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
 
 
-@router.delete("/mcp")
-async def mcp_delete() -> Response:
-    """Sessions are not kept, so there is none to end."""
-    return Response(status_code=405, headers={"Allow": "POST"})
+def refusal(request: Request, err: ApiError) -> Response:
+    """An HTTP refusal the MCP client reads: the api's status and headers, a JSON-RPC error body."""
+    headers = dict(err.headers)
+    if err.status == 401:
+        sent_key = bool(request.headers.get("authorization"))
+        headers["WWW-Authenticate"] = 'Bearer error="invalid_token"' if sent_key else "Bearer"
+    elif isinstance(err, Forbidden):
+        scope = err.extra.get("missing_scope", "")
+        headers["WWW-Authenticate"] = f'Bearer error="insufficient_scope", scope="{scope}"'
+    error = {"code": mcp_types.INVALID_REQUEST, "message": f"{err.code}: {err.message}", "data": err.body()}
+    body = {"jsonrpc": "2.0", "id": None, "error": error}
+    return Response(json.dumps(body), status_code=err.status, headers=headers, media_type="application/json")
+
+
+class Endpoint:
+    """The ASGI app at `/v1/mcp`: the caller's key first, then the running session manager."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive)
+        if request.method != "POST":  # stateless: no stream to open (GET), no session to end (DELETE)
+            sentence = "This endpoint takes POST only: it keeps no session and opens no stream."
+            refused = ApiError(sentence, code="method_not_allowed", status=405, headers={"Allow": "POST"})
+            await error_response(refused)(scope, receive, send)
+            return
+        try:
+            caller = await anyio.to_thread.run_sync(partial(caller_for, request, surface="mcp"))
+            manager: StreamableHTTPSessionManager | None = getattr(request.app.state, "mcp_sessions", None)
+            if manager is None:
+                raise ServiceUnavailable("The MCP server is not running yet.", retry_after_s=1)
+        except ApiError as err:
+            await refusal(request, err)(scope, receive, send)
+            return
+        request.state.caller = caller
+        await manager.handle_request(scope, receive, send)
+
+
+def install(app: FastAPI) -> None:
+    """Mount the MCP endpoint at `/v1/mcp` and run its session manager in the app's lifespan."""
+    mcp_server = server()
+    body_limit = app.state.calls.settings.max_call_body_bytes
+    app.router.routes.append(Route(PATH, endpoint=Endpoint(), name="mcp"))
+    outer = app.router.lifespan_context
+
+    @asynccontextmanager
+    async def lifespan(a: Any) -> AsyncIterator[Any]:
+        # A manager runs once: a new one for each start of the app.
+        manager = StreamableHTTPSessionManager(
+            mcp_server, stateless=True, json_response=True, max_request_body_size=body_limit
+        )
+        async with outer(a) as state, manager.run():
+            app.state.mcp_sessions = manager
+            try:
+                yield state
+            finally:
+                app.state.mcp_sessions = None
+
+    app.router.lifespan_context = lifespan

@@ -9,6 +9,8 @@ from pydantic import BaseModel
 
 from api import nodes
 from api.deps import NodeCaller, SessionDep, SettingsDep, node_caller
+from api.errors import error_responses
+from api.jsonbody import MAX_SAFE_INTEGER
 from api.models import NodeHeartbeat, NodePublic
 
 router = APIRouter(prefix="/v1/nodes", tags=["nodes"])
@@ -20,16 +22,19 @@ class RegistryFeed(BaseModel):
     cursor: int
 
 
-@router.post("/heartbeat", response_model=NodePublic)
+@router.post("/heartbeat", response_model=NodePublic, responses=error_responses(400, 413))
 def heartbeat(body: NodeHeartbeat, _: NodeDep, session: SessionDep) -> NodePublic:
     """Register a node, or refresh its URL, free slots and installed versions."""
     node = nodes.record_heartbeat(session, beat=body)
     return NodePublic.model_validate(node.model_dump())
 
 
-@router.get("/registry", response_model=RegistryFeed)
+@router.get("/registry", response_model=RegistryFeed, responses=error_responses(400))
 def registry(
-    _: NodeDep, session: SessionDep, settings: SettingsDep, after: Annotated[int, Query(ge=0)] = 0
+    _: NodeDep,
+    session: SessionDep,
+    settings: SettingsDep,
+    after: Annotated[int, Query(ge=0, le=MAX_SAFE_INTEGER)] = 0,
 ) -> RegistryFeed:
     """Published pack versions after the cursor, oldest first."""
     versions, cursor = nodes.registry_feed(session, after=after, limit=settings.registry_page_size)

@@ -10,8 +10,9 @@ from sqlmodel import select
 
 from api import publishers
 from api.deps import Principal, PrincipalDep, SessionDep, require
-from api.errors import Forbidden
+from api.errors import Forbidden, error_responses
 from api.models import Publisher, PublisherCreate, PublisherPublic, SigningKeyCreate, SigningKeyPublic
+from api.params import Namespace
 from api.scopes import PUBLISHERS_ADMIN, TOOLS_PUBLISH
 
 router = APIRouter(tags=["publishers"])
@@ -34,9 +35,13 @@ def _operator(principal: Principal) -> None:
         )
 
 
-@router.put("/v1/admin/publishers/{namespace}", response_model=PublisherPublic)
+@router.put(
+    "/v1/admin/publishers/{namespace}",
+    response_model=PublisherPublic,
+    responses=error_responses(400, 403, 404, 413),
+)
 def put_publisher(
-    namespace: str, body: PublisherCreate, principal: PublishersAdmin, session: SessionDep
+    namespace: Namespace, body: PublisherCreate, principal: PublishersAdmin, session: SessionDep
 ) -> Publisher:
     """Give a namespace to an organization (operator only)."""
     _operator(principal)
@@ -45,7 +50,7 @@ def put_publisher(
     return publisher
 
 
-@router.get("/v1/admin/publishers", response_model=PublisherList)
+@router.get("/v1/admin/publishers", response_model=PublisherList, responses=error_responses(403))
 def list_all_publishers(principal: PublishersAdmin, session: SessionDep) -> PublisherList:
     """The whole publisher list (operator only)."""
     _operator(principal)
@@ -62,9 +67,14 @@ def list_own_publishers(principal: PrincipalDep, session: SessionDep) -> Publish
     return PublisherList(publishers=[PublisherPublic.model_validate(p.model_dump()) for p in rows])
 
 
-@router.post("/v1/actions/publishers/{namespace}/keys", status_code=201, response_model=SigningKeyPublic)
+@router.post(
+    "/v1/actions/publishers/{namespace}/keys",
+    status_code=201,
+    response_model=SigningKeyPublic,
+    responses=error_responses(400, 403, 404, 409, 413),
+)
 def register_key(
-    namespace: str, body: SigningKeyCreate, principal: Publishing, session: SessionDep
+    namespace: Namespace, body: SigningKeyCreate, principal: Publishing, session: SessionDep
 ) -> SigningKeyPublic:
     """Register an Ed25519 public key of the namespace under its kid."""
     publishers.own_publisher(session, namespace=namespace, org_id=principal.org_id)
@@ -75,16 +85,24 @@ def register_key(
     return SigningKeyPublic.model_validate(key.model_dump())
 
 
-@router.get("/v1/actions/publishers/{namespace}/keys", response_model=SigningKeyList)
-def list_keys(namespace: str, principal: PrincipalDep, session: SessionDep) -> SigningKeyList:
+@router.get(
+    "/v1/actions/publishers/{namespace}/keys", response_model=SigningKeyList, responses=error_responses(404)
+)
+def list_keys(namespace: Namespace, principal: PrincipalDep, session: SessionDep) -> SigningKeyList:
     """The namespace's signing keys, revoked ones included."""
     publishers.own_publisher(session, namespace=namespace, org_id=principal.org_id)
     keys = publishers.list_signing_keys(session, namespace=namespace)
     return SigningKeyList(keys=[SigningKeyPublic.model_validate(k.model_dump()) for k in keys])
 
 
-@router.delete("/v1/actions/publishers/{namespace}/keys/{kid}", response_model=SigningKeyPublic)
-def revoke_key(namespace: str, kid: str, principal: Publishing, session: SessionDep) -> SigningKeyPublic:
+@router.delete(
+    "/v1/actions/publishers/{namespace}/keys/{kid}",
+    response_model=SigningKeyPublic,
+    responses=error_responses(403, 404),
+)
+def revoke_key(
+    namespace: Namespace, kid: str, principal: Publishing, session: SessionDep
+) -> SigningKeyPublic:
     """Revoke a kid: no new version may be published with it."""
     publishers.own_publisher(session, namespace=namespace, org_id=principal.org_id)
     key = publishers.revoke_signing_key(session, namespace=namespace, kid=kid)

@@ -11,13 +11,15 @@ from sqlmodel import col, select
 
 from api import registry
 from api.deps import Principal, PrincipalDep, SessionDep, require
-from api.errors import InvalidRequest, NotFound
+from api.errors import InvalidRequest, NotFound, error_responses
 from api.models import PackVersion
+from api.params import Namespace, PackName, Version
 from api.publishing import publish
 from api.routes.blobs import BlobsDep
 from api.scopes import ACTIONS_WRITE, TOOLS_PUBLISH
 from packs.checks import is_tool_pack
 from packs.hashing import BundleFile
+from packs.refs import MAX_REF_LENGTH, REF_PATTERN
 from packs.resolve import ResolveError, parse_ref
 
 router = APIRouter(prefix="/v1/actions/packs", tags=["registry"])
@@ -30,7 +32,7 @@ MAX_FILES = 1000
 class FileRecord(BaseModel):
     """One bundle file: its POSIX path in the pack, sha256 (lowercase hex) and size."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     path: str = Field(min_length=1, max_length=1000)
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     bytes: int = Field(ge=0, le=64 * 1024 * 1024)
@@ -96,7 +98,7 @@ def _summary(v: PackVersion) -> PackSummary:
     )
 
 
-@router.post("", status_code=201, response_model=PackSummary)
+@router.post("", status_code=201, response_model=PackSummary, responses=error_responses(400, 403, 409, 413))
 def publish_pack(
     body: PublishRequest, principal: Publisher, session: SessionDep, blobs: BlobsDep
 ) -> PackSummary:
@@ -123,32 +125,32 @@ def list_packs(_: PrincipalDep, session: SessionDep) -> PackList:
     return PackList(packs=[_summary(v) for v in newest if v is not None])
 
 
-@router.get("/{namespace}/{name}", response_model=PackSummary)
-def get_pack(namespace: str, name: str, _: PrincipalDep, session: SessionDep) -> PackSummary:
+@router.get("/{namespace}/{name}", response_model=PackSummary, responses=error_responses(404))
+def get_pack(namespace: Namespace, name: PackName, _: PrincipalDep, session: SessionDep) -> PackSummary:
     """The pack at its newest version (by semver), with the exact pin of each action."""
     return _summary(registry.versions_of(session, pack=f"{namespace}/{name}")[0])
 
 
-@router.get("/{namespace}/{name}/versions", response_model=VersionList)
-def list_versions(namespace: str, name: str, _: PrincipalDep, session: SessionDep) -> VersionList:
+@router.get("/{namespace}/{name}/versions", response_model=VersionList, responses=error_responses(404))
+def list_versions(namespace: Namespace, name: PackName, _: PrincipalDep, session: SessionDep) -> VersionList:
     """Every version of the pack, newest first."""
     pack = f"{namespace}/{name}"
     versions = registry.versions_of(session, pack=pack)
     return VersionList(pack=pack, versions=[VersionSummary.model_validate(v.model_dump()) for v in versions])
 
 
-@router.get("/{namespace}/{name}/versions/{version}/manifest")
+@router.get("/{namespace}/{name}/versions/{version}/manifest", responses=error_responses(404))
 def get_manifest(
-    namespace: str, name: str, version: str, _: PrincipalDep, session: SessionDep
+    namespace: Namespace, name: PackName, version: Version, _: PrincipalDep, session: SessionDep
 ) -> dict[str, Any]:
     """The signed manifest of one version, as published."""
     return registry.get_version(session, pack=f"{namespace}/{name}", version=version).manifest
 
 
-@router.get("/{namespace}/{name}/tools", response_model=ToolList)
+@router.get("/{namespace}/{name}/tools", response_model=ToolList, responses=error_responses(404))
 def list_tools(
-    namespace: str,
-    name: str,
+    namespace: Namespace,
+    name: PackName,
     _: PrincipalDep,
     session: SessionDep,
     version: Annotated[str | None, Query(description="an exact version; default the newest")] = None,
@@ -174,9 +176,16 @@ class ResolvedAction(BaseModel):
     action: dict[str, Any] = Field(description="the action's key, title, description and schemas")
 
 
-@resolve_router.get("/resolve", response_model=ResolvedAction)
+@resolve_router.get("/resolve", response_model=ResolvedAction, responses=error_responses(400, 404))
 def resolve_action(
-    ref: Annotated[str, Query(max_length=600, description="ns/pack/action@1 or @1.2.3")],
+    ref: Annotated[
+        str,
+        Query(
+            max_length=MAX_REF_LENGTH,
+            description="ns/pack/action@1 or @1.2.3",
+            json_schema_extra={"pattern": REF_PATTERN},
+        ),
+    ],
     _: PrincipalDep,
     session: SessionDep,
 ) -> ResolvedAction:

@@ -6,10 +6,12 @@ from functools import partial
 from typing import Annotated
 
 from anyio import to_thread
-from fastapi import APIRouter, Depends, Header, Request, Response
+from fastapi import APIRouter, Depends, Request, Response
 
+from api.calls.idempotency import check_key
 from api.deps import Principal, require
-from api.errors import Forbidden, InvalidRequest
+from api.errors import Forbidden, error_responses
+from api.params import IdempotencyKey
 from api.runs.models import RoutineCreate, RoutineList, RoutinePublic, RunCreate, RunPublic
 from api.runs.service import RunsService
 from api.runs.tables import RoutineRecord
@@ -44,34 +46,42 @@ def _public(row: RoutineRecord) -> RoutinePublic:
     )
 
 
-@router.post("", status_code=201, response_model=RoutinePublic)
+@router.post("", status_code=201, response_model=RoutinePublic, responses=error_responses(400, 403, 413))
 async def store_routine(body: RoutineCreate, principal: Runner, runs: Runs) -> RoutinePublic:
     """Validate a routine's YAML and store it (a routine of the same name is replaced)."""
     row = await to_thread.run_sync(partial(runs.store_routine, org_id=principal.org_id, source=body.yaml))
     return _public(row)
 
 
-@router.get("", response_model=RoutineList)
+@router.get("", response_model=RoutineList, responses=error_responses(403))
 async def list_routines(principal: Reader, runs: Runs) -> RoutineList:
     """The organization's routines."""
     rows = await to_thread.run_sync(partial(runs.list_routines, org_id=principal.org_id))
     return RoutineList(routines=[_public(r) for r in rows])
 
 
-@router.get("/{name}", response_model=RoutinePublic)
+@router.get("/{name}", response_model=RoutinePublic, responses=error_responses(403, 404))
 async def get_routine(name: str, principal: Reader, runs: Runs) -> RoutinePublic:
     """One routine of the organization."""
     return _public(await to_thread.run_sync(partial(runs.get_routine, org_id=principal.org_id, name=name)))
 
 
-@router.post("/{name}/runs", status_code=201, response_model=RunPublic)
+@router.post(
+    "/{name}/runs",
+    status_code=201,
+    response_model=RunPublic,
+    responses={
+        200: {"model": RunPublic, "description": "the run this Idempotency-Key started before"},
+        **error_responses(400, 403, 404, 413, 422, 503),
+    },
+)
 async def start_run(
     name: str,
     body: RunCreate,
     principal: Runner,
     runs: Runs,
     response: Response,
-    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
+    idempotency_key: IdempotencyKey = None,
 ) -> RunPublic:
     """Start a run of a routine; the same Idempotency-Key gives the same run."""
     if not principal.has(ACTIONS_CALL):
@@ -79,12 +89,8 @@ async def start_run(
             f"This key lacks the scope {ACTIONS_CALL}, which a run needs: its steps call actions for it.",
             missing_scope=ACTIONS_CALL,
         )
-    if idempotency_key is not None and not (
-        1 <= len(idempotency_key) <= 255 and idempotency_key.isprintable()
-    ):
-        raise InvalidRequest(
-            "The Idempotency-Key header must be 1 to 255 printable characters.", field="Idempotency-Key"
-        )
+    if idempotency_key is not None:
+        check_key(idempotency_key)
     row, created = await runs.start_run(
         org_id=principal.org_id,
         key_id=principal.key_id,

@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query
 
 from api.deps import Principal, require
+from api.errors import error_responses
 from api.routes.routines import Runs
 from api.runs.models import CancelAccepted, RunList, RunPublic
 from api.scopes import ROUTINES_READ, ROUTINES_RUN
@@ -16,7 +17,7 @@ Runner = Annotated[Principal, Depends(require(ROUTINES_RUN))]
 Reader = Annotated[Principal, Depends(require(ROUTINES_READ))]
 
 
-@router.get("", response_model=RunList)
+@router.get("", response_model=RunList, responses=error_responses(400, 403, 503))
 async def list_runs(
     principal: Reader,
     runs: Runs,
@@ -27,13 +28,18 @@ async def list_runs(
     return RunList(runs=await runs.list_runs(org_id=principal.org_id, routine=routine, limit=limit))
 
 
-@router.get("/{run_id}", response_model=RunPublic)
+@router.get("/{run_id}", response_model=RunPublic, responses=error_responses(403, 404, 503))
 async def get_run(run_id: str, principal: Reader, runs: Runs) -> RunPublic:
     """A run: status, outputs, and each step's status, attempts, output or error."""
     return await runs.read_run(org_id=principal.org_id, run_id=run_id)
 
 
-@router.post("/{run_id}/cancel", status_code=202, response_model=CancelAccepted)
+@router.post(
+    "/{run_id}/cancel",
+    status_code=202,
+    response_model=CancelAccepted,
+    responses=error_responses(403, 404, 409, 503, notes={409: "conflict: the run has already ended"}),
+)
 async def cancel_run(run_id: str, principal: Runner, runs: Runs) -> CancelAccepted:
     """Cancel a running run: its running steps are cancelled and it ends as cancelled."""
     row = await runs.cancel_run(org_id=principal.org_id, run_id=run_id)

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+import re
+from typing import Any
 
 import anyio
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Request
 from sqlmodel import Session
 
 from api.calls import metering
 from api.calls.earnings import month_bounds
 from api.deps import PrincipalDep
-from api.errors import InvalidRequest
+from api.errors import InvalidRequest, error_responses
+from api.params import MONTH_PATTERN, Month
 
 router = APIRouter(prefix="/v1", tags=["usage"])
 
@@ -20,18 +22,20 @@ def month_or_now(request: Request, month: str | None) -> str:
     """The month asked for, or the service clock's current month (`YYYY-MM`)."""
     if month is None:
         return str(request.app.state.calls.clock().strftime("%Y-%m"))
-    try:
-        month_bounds(month)
-    except ValueError as exc:
-        raise InvalidRequest(f"The field month is invalid: {exc}.", field="month") from None
+    if re.fullmatch(MONTH_PATTERN, month) is None:
+        raise InvalidRequest(
+            f"The field month is invalid: {month[:20]!r} is not a month YYYY-MM from 1000-01 to 2999-12.",
+            field="month",
+        )
+    month_bounds(month)
     return month
 
 
-@router.get("/usage")
+@router.get("/usage", responses=error_responses(400))
 async def usage(
     request: Request,
     principal: PrincipalDep,
-    month: Annotated[str | None, Query(max_length=7)] = None,
+    month: Month = None,
 ) -> dict[str, Any]:
     """Your organization's units, calls and cost in micro-USD for a month (default: this month)."""
     month = month_or_now(request, month)

@@ -16,7 +16,16 @@ class RoutineCreate(BaseModel):
     """A routine to store: its YAML text."""
 
     model_config = _FORBID
-    yaml: str = Field(min_length=1, max_length=512 * 1024, description="the routine file's text")
+    yaml: str = Field(
+        min_length=1,
+        max_length=512 * 1024,
+        description="the routine file's text",
+        examples=[
+            "name: greet\ninputs:\n  name: {type: string, default: world}\nsteps:\n  - id: greet\n"
+            "    uses: com.example.tools/echo/echo@1\n    with:\n      text: hello ${{ inputs.name }}\n"
+            "outputs:\n  greeting: ${{ steps.greet.output.text }}\n"
+        ],
+    )
 
 
 class RoutinePublic(BaseModel):

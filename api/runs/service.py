@@ -46,8 +46,10 @@ from api.config import Settings
 from api.errors import Conflict, InvalidRequest, NotFound, ServiceUnavailable
 from api.models import utcnow
 from api.runs.models import RunError, RunPublic, RunSummary
+from api.runs.progress import fill_outputs, note_retries
 from api.runs.resolver import DbResolver
 from api.runs.tables import RoutineRecord, RunRecord
+from engine import payloads
 from engine.routine import Routine
 from engine.runs import (
     SEARCH_ATTRIBUTE_ORG,
@@ -186,10 +188,14 @@ class RunsService:
         routine, pins = await self._db(self._pinned, record.source, name)
         try:
             resolved = resolve_inputs(routine, inputs)
+            payloads.check_inputs(resolved)
         except RoutineInputError as exc:
             raise InvalidRequest(
                 f"The inputs do not fit routine {name!r}: {exc}", field="inputs", problems=exc.problems
             ) from None
+        except payloads.PayloadError as exc:
+            field = exc.field or "inputs"
+            raise InvalidRequest(f"The inputs cannot run: {exc.message}.", field=field) from None
         row = RunRecord(
             id=run_id,
             org_id=org_id,
@@ -258,6 +264,14 @@ class RunsService:
             run_id=row.id,
             pins=pins,
         )
+        size = len(run_input.model_dump_json().encode())
+        if size > payloads.PAYLOAD_LIMIT_BYTES - 64 * payloads.KIB:
+            raise InvalidRequest(
+                f"The run's start (the routine and its inputs) is {payloads.size_text(size)} encoded, more "
+                f"than Temporal takes in one payload ({payloads.size_text(payloads.PAYLOAD_LIMIT_BYTES)}): "
+                "send smaller inputs.",
+                field="inputs",
+            )
         try:
             await client.start_workflow(
                 WORKFLOW_TYPE,
@@ -371,7 +385,9 @@ class RunsService:
             ) from exc
         status = desc.status
         if status == WorkflowExecutionStatus.RUNNING:
-            row.status, row.result = "running", (await _progress(handle)).model_dump(mode="json")
+            progress = await _progress(handle)
+            note_retries(progress, desc, client.data_converter, utcnow())
+            row.status, row.result = "running", progress.model_dump(mode="json")
             return
         if status == WorkflowExecutionStatus.COMPLETED:
             row.status, row.result = "succeeded", (await handle.result()).model_dump(mode="json")
@@ -392,6 +408,13 @@ class RunsService:
                 "message": f"the run was {what} in Temporal",
             }
             row.result = (await _progress(handle)).model_dump(mode="json")
+        if row.result:
+            try:
+                await fill_outputs(row.result, handle, client.data_converter)
+            except RPCError as exc:
+                raise ServiceUnavailable(
+                    f"Temporal did not give the run's history: {exc.message}", retry_after_s=5
+                ) from exc
         row.finished_at = desc.close_time or utcnow()
         await self._db(self._save_final, row)
 

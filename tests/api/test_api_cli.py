@@ -19,8 +19,8 @@ from apitest import ECHO, NAMESPACE, REPO
 from fastapi import FastAPI, Response
 from fastapi.testclient import TestClient
 
+from b3os import B3OS, RateLimited
 from cli._embedded import api_argv
-from cli._http import ApiClient, ApiConfig, CliError
 from cli.main import main
 from packs.hashing import BundleFile
 from packs.loader import load_built_bundle
@@ -104,8 +104,8 @@ def server(env: dict[str, str]) -> Iterator[str]:
 
 def b3os(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "cli", *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=60
-    )
+        [sys.executable, "-m", "cli", *args], env=env, capture_output=True, text=True, timeout=60
+    )  # in the session's empty working directory (tests/hermetic.py): never the checkout's .b3os/dev.env
 
 
 def _init(b3os_cli: Callable[..., Ran]) -> str:
@@ -219,7 +219,7 @@ def test_the_cli_client_waits_exactly_retry_after_then_retries() -> None:
     app = FastAPI()
     answers = iter([(503, "2"), (429, "1"), (200, None)])
 
-    @app.get("/thing")
+    @app.get("/v1/usage")
     def thing() -> Response:
         status, retry = next(answers)
         headers = {"Retry-After": retry} if retry else {}
@@ -228,16 +228,14 @@ def test_the_cli_client_waits_exactly_retry_after_then_retries() -> None:
 
     slept: list[float] = []
     with TestClient(app) as http:
-        client = ApiClient(ApiConfig(url="http://testserver", key="b3_k"), http=http, sleep=slept.append)
-        assert client.request("GET", "/thing").status_code == 200
+        client = B3OS("http://testserver", "b3_k", http_client=http, sleep=slept.append)
+        assert client.usage() == {}
     assert slept == [2.0, 1.0]
     answers = iter([(429, "1"), (429, "1")])
     with TestClient(app) as http:
-        client = ApiClient(
-            ApiConfig(url="http://testserver", key="b3_k"), http=http, sleep=slept.append, max_retries=1
-        )
-        with pytest.raises(CliError, match=r"^Slow down\. \(429 rate_limited\)$"):
-            client.request("GET", "/thing")
+        client = B3OS("http://testserver", "b3_k", http_client=http, sleep=slept.append, max_retries=1)
+        with pytest.raises(RateLimited, match=r"^Slow down\. \(429 rate_limited\)$"):
+            client.usage()
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
@@ -261,8 +259,12 @@ def test_b3os_dev_starts_publishes_the_examples_and_stops_on_sigterm(
         try:
             _check_dev(process, port, tmp_path)
         finally:
-            if process.poll() is None:
-                process.kill()
+            if process.poll() is None:  # a failed check: SIGTERM stops the stack's children too
+                process.send_signal(signal.SIGTERM)
+                try:
+                    process.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
 
 
 def _check_dev(process: subprocess.Popen[str], port: int, tmp_path: Path) -> None:

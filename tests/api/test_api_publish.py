@@ -20,7 +20,8 @@ from sqlmodel import Session
 
 from api.errors import Conflict
 from api.publishing import publish
-from cli._http import ApiClient, ApiConfig, CliError
+from b3os import B3OS
+from cli._http import CliError
 from cli.pack_publish import publish_command
 from cli.tool_publish import publish_dir
 from packs.build import build_pack
@@ -66,7 +67,7 @@ def test_the_echo_tool_publishes_and_reads_back_everywhere(
     client: TestClient, publisher: Org, echo: Built, key: Ed25519PrivateKey
 ) -> None:
     said: list[str] = []
-    api = ApiClient(ApiConfig(url=str(client.base_url), key=publisher.key), http=client)
+    api = B3OS(str(client.base_url), publisher.key, http_client=client)
     answer = publish_dir(api, echo.root, say=said.append)
     assert said == [f"{p}: uploaded {len(d)} bytes" for p, d in sorted(echo.files.items())]
     assert [a["ref"] for a in answer["actions"]] == ECHO_PINS
@@ -381,7 +382,7 @@ def test_pack_publish_of_a_declarative_pack_needs_actions_write_only_and_prints_
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     writer = add_key(io_publisher, ["actions:write"])
-    api = ApiClient(ApiConfig(url=str(client.base_url), key=writer.key), http=client)
+    api = B3OS(str(client.base_url), writer.key, http_client=client)
     assert publish_command(argparse.Namespace(dir=github), "b3os pack publish", client=api) == 0
     out = capsys.readouterr().out.splitlines()
     manifest = json.loads((github / "b3pack.json").read_text())
@@ -405,7 +406,7 @@ def test_a_declarative_pack_without_actions_write_is_refused(
     client: TestClient, io_publisher: Org, add_key: Callable[..., Org], github: Path
 ) -> None:
     caller = add_key(io_publisher, ["actions:call"])
-    api = ApiClient(ApiConfig(url=str(client.base_url), key=caller.key), http=client)
+    api = B3OS(str(client.base_url), caller.key, http_client=client)
     with pytest.raises(CliError) as refused:
         publish_dir(api, github, say=lambda _: None)
     assert str(refused.value).startswith("This key lacks the scope actions:write.")
@@ -428,7 +429,7 @@ def test_a_declarative_pack_in_another_orgs_namespace_is_refused(
     client: TestClient, io_publisher: Org, make_org: Callable[..., Org], github: Path
 ) -> None:
     other = make_org(scopes=["actions:write"])
-    api = ApiClient(ApiConfig(url=str(client.base_url), key=other.key), http=client)
+    api = B3OS(str(client.base_url), other.key, http_client=client)
     with pytest.raises(CliError) as refused:
         publish_dir(api, github, say=lambda _: None)
     assert str(refused.value).startswith(

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -57,3 +60,35 @@ def running(stack: Stack, org: Org) -> int:
             select(func.count()).where(col(ToolCall.org_id) == org.org_id, col(ToolCall.state) == RUNNING)
         ).one()
     return int(count)
+
+
+def _parent(pid: int) -> int:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    return next((int(line.split()[1]) for line in status.splitlines() if line.startswith("PPid:")), 0)
+
+
+def vm_commands(stack: Stack) -> list[str]:
+    """The command lines of the processes the stack's processes started (a node's VMs' among them)."""
+    own = {p.popen.pid for p in stack.procs if p.popen.poll() is None}
+    commands = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        cur, hops = _parent(int(entry.name)), 0
+        while cur > 1 and cur not in own and hops < 64:
+            cur, hops = _parent(cur), hops + 1
+        if cur in own:
+            with contextlib.suppress(OSError, UnicodeDecodeError):
+                commands.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+    return commands
+
+
+def wait_vm_command(stack: Stack, text: str, timeout_s: float = 10.0) -> None:
+    """Wait until a process of a node's VM runs a command line holding `text` (such as "sleep 30 ")."""
+    deadline = time.monotonic() + timeout_s
+    while not any(text in command for command in vm_commands(stack)):
+        assert time.monotonic() < deadline, f"no VM ran {text!r} within {timeout_s} s"
+        time.sleep(0.02)

@@ -29,8 +29,8 @@ from api import accounts, publishers
 from api.db import make_engine
 from api.models import Node
 from api.scopes import OWNER_SCOPES
+from b3os import B3OS
 from cli._embedded import api_argv
-from cli._http import ApiClient, ApiConfig
 from cli.tool_publish import publish_dir
 from node.config import Settings as NodeSettings
 from node.template import build_base
@@ -264,7 +264,7 @@ def build_variant(
 
 
 def publish(stack: Stack, org: Org, root: Path) -> dict[str, Any]:
-    with ApiClient(ApiConfig(url=stack.url, key=org.key)) as client:
+    with B3OS(stack.url, org.key) as client:
         return publish_dir(client, root, say=lambda _: None)
 
 

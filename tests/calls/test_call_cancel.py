@@ -7,7 +7,7 @@ import time
 
 import httpx
 
-from .calltest import call, error, running
+from .calltest import call, error, running, wait_vm_command
 from .stack import ECHO, FREE, Org, Stack
 
 SLEEPY = {"mode": "sleep", "seconds": 30}
@@ -32,7 +32,7 @@ class Pending:
         while running(stack, org) < 1:
             assert time.monotonic() < deadline, "the call did not start"
             time.sleep(0.02)
-        time.sleep(0.5)  # the command sleeps in its VM
+        wait_vm_command(stack, "sleep 30 ")  # the command sleeps in its VM
 
     def answer(self) -> httpx.Response:
         self.thread.join(timeout=15)

@@ -10,7 +10,7 @@ import threading
 import time
 from pathlib import Path
 
-from cli._http import ApiClient, ApiConfig
+from b3os import B3OS
 from cli.call import call_with_retries
 
 from .calltest import call, running
@@ -88,7 +88,7 @@ def test_b3os_call_waits_exactly_retry_after_and_sends_the_call_again(stack: Sta
     try:
         while running(stack, org) < 4:
             time.sleep(0.02)
-        with ApiClient(ApiConfig(url=stack.url, key=org.key)) as client:
+        with B3OS(stack.url, org.key) as client:
             answer = call_with_retries(
                 client,
                 {"ref": f"{FREE}/noop@1", "input": {}},

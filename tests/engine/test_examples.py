@@ -1,20 +1,36 @@
-"""Every example routine validates, fits the JSON Schema, and evaluates step by step."""
+"""Every example routine validates, fits the JSON Schema, and runs on the real routine workflow.
+
+The runs use `engine.workflow.RoutineWorkflow` itself on Temporal's time-skipping test server (retry
+backoffs take no wall time), with a stand-in `call_action` activity at the one seam that cannot run
+here without the stack: it takes and returns the real activity's models, checks each call's input
+against the action's inputSchema as the api does, and answers like the echo tool (and like the
+Open-Meteo place search for `search-places`); failures go through the real activity's error mapping.
+The real tool, HTTP action and api run in the stack tests (tests/engine/test_workflow*.py).
+"""
 
 from __future__ import annotations
 
 import base64
 import json
+import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
 import yaml
+from temporalio import activity
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
 
-from engine import expressions as ex
+from activities.call_action import CallActionInput, CallActionResult
+from activities.errors import error_for_answer
 from engine.resolvers import LocalPackResolver
-from engine.routine import Routine
+from engine.runs import RunRoutineInput, RunRoutineResult, routine_workflow_id
 from engine.validate import load_routine_file, resolve_inputs
+from engine.workflow import RoutineWorkflow
+from node.runner import content_type_of
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "examples" / "routines").glob("*.yaml"))
@@ -22,6 +38,9 @@ ECHO_DIR = REPO / "examples" / "tools" / "echo"
 PACK_DIRS = [ECHO_DIR, *sorted(p for p in (REPO / "examples" / "packs").iterdir() if p.is_dir())]
 PLACES = [{"name": "Berlin", "latitude": 52.52, "longitude": 13.41, "timezone": "Europe/Berlin"}]
 MODELINE = "# yaml-language-server: $schema=../../docs/routine.schema.json"
+PACKS = LocalPackResolver(PACK_DIRS)
+
+RunExample = Callable[[Path, dict[str, Any]], Awaitable[tuple[dict[str, Any], dict[str, Any]]]]
 
 
 def test_there_are_examples_and_hello_is_one_of_them() -> None:
@@ -31,7 +50,7 @@ def test_there_are_examples_and_hello_is_one_of_them() -> None:
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
 def test_example_validates_against_the_example_packs(path: Path) -> None:
-    routine = load_routine_file(path, LocalPackResolver(PACK_DIRS))
+    routine = load_routine_file(path, PACKS)
     assert routine.steps
     assert path.read_text().splitlines()[0] == MODELINE
 
@@ -42,70 +61,100 @@ def test_example_fits_the_committed_json_schema(path: Path) -> None:
     jsonschema.Draft202012Validator(schema).validate(yaml.safe_load(path.read_text()))
 
 
-def _manifest_schemas() -> dict[str, dict[str, Any]]:
-    schemas = {}
-    for root in PACK_DIRS:
-        manifest = json.loads((root / "b3pack.json").read_text())
-        schemas.update({a["key"]: a["inputSchema"] for a in manifest["actions"]})
-    return schemas
+def _tool_failed(reason: str, message: str, attempt: int, **details: Any) -> Exception:
+    """What the activity raises when the api answers a failed tool call (502 tool_failed)."""
+    body = {"error": {"code": "tool_failed", "reason": reason, "message": message, **details}}
+    return error_for_answer(502, body, None, attempt=attempt)
 
 
-def _echo_stand_in(action: str, call_input: dict[str, Any]) -> tuple[str, Any]:
-    """What the echo tool (and the Open-Meteo search) answer; both run for real in the stack tests."""
+@activity.defn(name="call_action")
+async def call_action(input: CallActionInput) -> CallActionResult:
+    """The step activity's stand-in: the echo tool's and the Open-Meteo place search's answers."""
+    attempt = activity.info().attempt
+    schema = PACKS.input_schema(input.ref)
+    if schema is None:
+        body = {"error": {"code": "not_found", "message": f"{input.ref} is not in the example packs"}}
+        raise error_for_answer(404, body, None, attempt=attempt)
+    try:
+        jsonschema.Draft202012Validator(schema).validate(input.input)
+    except jsonschema.ValidationError as exc:
+        body = {"error": {"code": "invalid_request", "message": f"input: {exc.message}"}}
+        raise error_for_answer(400, body, None, attempt=attempt) from None
+    action = input.ref.split("/")[2].split("@")[0]
+    ask = input.input
     if action == "search-places":
-        return "succeeded", {"places": PLACES if call_input["name"] == "Berlin" else []}
+        return CallActionResult(output={"places": PLACES if ask["name"] == "Berlin" else []}, attempt=attempt)
     if action == "noop":
-        return "succeeded", {}
-    if action == "fail":
-        return "failed", None
-    output: dict[str, Any] = {"text": call_input["text"]}
-    if "file" in call_input:
-        data = base64.b64decode(call_input["file"]["$bytes"])
-        output["file"] = {**call_input["file"], "bytes": len(data), "contentType": "text/plain"}
-    return "succeeded", output
-
-
-def run_in_memory(routine: Routine, given: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Evaluate a routine's expressions step by step as the workflow does, with echo stand-ins."""
-    schemas = _manifest_schemas()
-    context: dict[str, Any] = {"inputs": resolve_inputs(routine, given), "steps": {}}
-    for step in routine.steps:
-        action = step.uses.split("/")[2].split("@")[0]
-        if not ex.evaluate_condition(step.if_, context):
-            context["steps"][step.id] = {"status": "skipped", "output": None}
-            continue
-        scopes = (
-            [context]
-            if step.foreach is None
-            else [
-                {**context, "item": item, "index": i}
-                for i, item in enumerate(ex.evaluate_foreach(step.foreach, context))
-            ]
+        return CallActionResult(output={}, attempt=attempt)
+    if action == "fail" and ask["mode"] == "tool_error":
+        code, message = ask.get("code", "failed"), ask.get("message", "failed on purpose")
+        raise _tool_failed(
+            "tool_error",
+            f"the tool answered with its error {code}: {message}",
+            attempt,
+            tool_code=code,
+            tool_message=message,
+            retryable=ask.get("retryable", False),
         )
-        results = []
-        for scope in scopes:
-            call_input = ex.evaluate(step.with_, scope)
-            jsonschema.Draft202012Validator(schemas[action]).validate(call_input)
-            results.append(_echo_stand_in(action, call_input))
-        status = "failed" if any(s == "failed" for s, _ in results) else "succeeded"
-        assert status == "succeeded" or step.continue_on_error
-        output = results[0][1] if step.foreach is None else [o for _, o in results]
-        context["steps"][step.id] = {"status": status, "output": output}
-    return context["steps"], ex.evaluate(routine.outputs, context)
+    if action == "fail" and ask["mode"] == "exit":
+        status = ask.get("exitCode", 1)
+        raise _tool_failed("exit", f"the tool exited with status {status}", attempt, exit_code=status)
+    assert action == "echo", f"the stand-in does not answer {input.ref} {ask}"
+    output: dict[str, Any] = {"text": ask["text"]}
+    if "file" in ask:
+        name = ask["file"]["name"]
+        data = base64.b64decode(ask["file"]["$bytes"])
+        output["file"] = {
+            "$bytes": ask["file"]["$bytes"],
+            "name": name,
+            "bytes": len(data),
+            "contentType": content_type_of(name),
+        }
+    return CallActionResult(output=output, attempt=attempt)
+
+
+@pytest.fixture
+async def run_example(time_skipping_env: WorkflowEnvironment) -> RunExample:
+    """Run an example routine on the real workflow: `await run_example(path, inputs)` -> (steps, outputs)."""
+
+    async def run(path: Path, given: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        routine = load_routine_file(path)
+        run_id = uuid.uuid4().hex[:12]
+        queue = f"examples-{run_id}"
+        client = time_skipping_env.client
+        async with Worker(client, task_queue=queue, workflows=[RoutineWorkflow], activities=[call_action]):
+            result = await client.execute_workflow(
+                RoutineWorkflow.run,
+                RunRoutineInput(
+                    routine=routine,
+                    inputs=resolve_inputs(routine, given),
+                    org_id="org_examples",
+                    key_id="key_examples",
+                    run_id=run_id,
+                ),
+                id=routine_workflow_id(routine.name, run_id),
+                task_queue=queue,
+                result_type=RunRoutineResult,
+            )
+        assert result.status == "succeeded", result
+        run = result.model_dump(mode="json")
+        return run["steps"], run["outputs"]
+
+    return run
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
-def test_example_evaluates_with_its_default_inputs(path: Path) -> None:
+async def test_example_runs_with_its_default_inputs(path: Path, run_example: RunExample) -> None:
     routine = load_routine_file(path)
     given = {name: ["ann", "bo"] for name, spec in routine.inputs.items() if spec.required}
-    steps, outputs = run_in_memory(routine, given)
+    steps, outputs = await run_example(path, given)
     assert set(steps) == {s.id for s in routine.steps}
     assert outputs.keys() == routine.outputs.keys()
 
 
-def test_hello_chains_text_and_file_and_greets_each_friend() -> None:
-    routine = load_routine_file(REPO / "examples" / "routines" / "hello.yaml")
-    steps, outputs = run_in_memory(routine, {"name": "Ann", "friends": ["ada", "bob"]})
+async def test_hello_chains_text_and_file_and_greets_each_friend(run_example: RunExample) -> None:
+    path = REPO / "examples" / "routines" / "hello.yaml"
+    steps, outputs = await run_example(path, {"name": "Ann", "friends": ["ada", "bob"]})
     assert steps["greet"]["output"]["text"] == "hello Ann"
     assert outputs["greeting"] == "hello Ann, again (2 friends next)"
     assert outputs["file"] == {
@@ -115,32 +164,41 @@ def test_hello_chains_text_and_file_and_greets_each_friend() -> None:
         "contentType": "text/plain",
     }
     assert outputs["friends"] == ["1. hello ada", "2. hello bob"]
+    assert steps["friends"]["output"] == [{"text": "1. hello ada"}, {"text": "2. hello bob"}]
 
 
-def test_conditional_skips_the_long_report_unless_asked() -> None:
-    routine = load_routine_file(REPO / "examples" / "routines" / "conditional.yaml")
-    steps, outputs = run_in_memory(routine, {})
+async def test_conditional_skips_the_long_report_unless_asked(run_example: RunExample) -> None:
+    path = REPO / "examples" / "routines" / "conditional.yaml"
+    steps, outputs = await run_example(path, {})
     assert steps["long"]["status"] == "skipped"
     assert outputs == {
         "report": "short report on the weekly numbers",
         "long_ran": False,
         "notice": "only the short report",
     }
-    steps, outputs = run_in_memory(routine, {"detailed": True})
+    steps, outputs = await run_example(path, {"detailed": True})
+    assert steps["long"]["status"] == "succeeded"
     assert outputs["long_ran"] is True and outputs["notice"] == "both reports"
 
 
-def test_places_says_where_the_best_match_is_or_that_there_is_none() -> None:
-    routine = load_routine_file(REPO / "examples" / "routines" / "places.yaml")
-    _, outputs = run_in_memory(routine, {})
+async def test_places_says_where_the_best_match_is_or_that_there_is_none(run_example: RunExample) -> None:
+    path = REPO / "examples" / "routines" / "places.yaml"
+    _, outputs = await run_example(path, {})
     assert outputs == {"found": 1, "said": "Berlin is at 52.52, 13.41"}
-    steps, outputs = run_in_memory(routine, {"place": "Nowhere"})
+    steps, outputs = await run_example(path, {"place": "Nowhere"})
     assert steps["say"]["status"] == "skipped"
     assert outputs == {"found": 0, "said": "no place called Nowhere"}
 
 
-def test_resilient_goes_on_after_the_failing_step() -> None:
-    routine = load_routine_file(REPO / "examples" / "routines" / "resilient.yaml")
-    steps, outputs = run_in_memory(routine, {})
+async def test_resilient_goes_on_after_the_failing_step(run_example: RunExample) -> None:
+    steps, outputs = await run_example(REPO / "examples" / "routines" / "resilient.yaml", {})
     assert steps["flaky"]["status"] == "failed" and steps["fallback"]["status"] == "succeeded"
     assert outputs == {"flaky": "failed", "report": "flaky: failed, fallback: succeeded"}
+    # its tool said retryable: the step's retry policy ran it twice (the test server skips the 1 s backoff)
+    flaky = steps["flaky"]
+    assert flaky["attempts"] == 2
+    assert (flaky["error"]["code"], flaky["error"]["reason"], flaky["error"]["tool_code"]) == (
+        "tool_failed",
+        "tool_error",
+        "upstream_down",
+    )

@@ -189,3 +189,95 @@ def test_evaluation_is_deterministic_for_maps() -> None:
     expr = '${{ {"z": 1, "a": 2, "m": inputs.names} }}'
     runs = {repr(ex.evaluate(expr, CONTEXT)) for _ in range(5)}
     assert runs == {"{'z': 1, 'a': 2, 'm': ['ada', 'bob']}"}
+
+
+@pytest.mark.parametrize(
+    ("expr", "problem"),
+    [
+        ("string(null)", "string(null_type): no such overload"),
+        ("size(inputs.none)", "size(null_type): no such overload"),
+        ("int(true)", "int(bool): no such overload"),
+        ("string(inputs.names)", "string(list): no such overload"),
+        ("[1, 2, 3][-1]", "list index out of range: -1 (the list has 3 items)"),
+        ("inputs.names[2]", "list index out of range: 2 (the list has 2 items)"),
+        ("inputs.name[0]", "_[_](string, int): no such overload"),
+        ("inputs.none.x", "cannot read .x of a value of type null_type: only a map has fields"),
+        ("inputs.count.x", "cannot read .x of a value of type int: only a map has fields"),
+        ("1 in inputs.none", "no operator or function fits these operand types (int, null_type)"),
+        ("'\\ud800'", "the result holds text that is not Unicode"),
+    ],
+)
+def test_results_follow_the_cel_definition_not_python(expr: str, problem: str) -> None:
+    with pytest.raises(ex.ExpressionError) as info:
+        ex.evaluate_expression(expr, CONTEXT)
+    assert problem in info.value.problem
+    assert "class" not in info.value.problem and "NoneType" not in info.value.problem
+
+
+def test_conversions_give_cel_text() -> None:
+    assert ex.evaluate("${{ [string(true), string(3), string(1u), string(b'ab')] }}", CONTEXT) == [
+        "true",
+        "3",
+        "1",
+        "ab",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("expr", "offset", "problem"),
+    [
+        ("1" + " + 1" * 700, 2000, "has 2,801 characters, more than the 2,000 one expression may have"),
+        ("+".join(["1"] * 34), 0, "nests more than 32 levels"),
+        ("(" * 33 + "1" + ")" * 33, 32, "nests more than 32 levels"),
+        ("l.map(a, l.map(b, l.map(c, l.map(d, d))))", 27, "nests more than 3 macros"),
+        ("T{a: 1}", 0, "message construction"),
+    ],
+)
+def test_expressions_over_the_caps_are_refused_where_they_go_over(
+    expr: str, offset: int, problem: str
+) -> None:
+    with pytest.raises(ex.ExpressionSyntaxError) as info:
+        ex.check(expr)
+    assert problem in info.value.problem
+    assert info.value.offset == offset
+    assert len(str(info.value)) < 300  # the expression is shown cut
+
+
+def test_an_expression_at_the_caps_still_evaluates() -> None:
+    assert ex.evaluate_expression("+".join(["1"] * 33), CONTEXT) == 33
+    assert ex.evaluate_expression("(" * 31 + "[1]" + ")" * 31, CONTEXT) == [1]
+    deep = "inputs.names" + ".map(a, [a]" * 3 + ")" * 3
+    assert ex.evaluate_expression(deep, CONTEXT) == [[[["ada"]]], [[["bob"]]]]
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("${{ inputs.l.map(x, inputs.l.map(y, x * y)) }}", "took more than 5,000 evaluation steps"),
+        ("${{ inputs.l.map(x, x) }} ${{ inputs.l.map(x, x) }} ${{ inputs.l.map(x, x) }}", "evaluation steps"),
+        ("${{ size(inputs.big) }}", "read more than 50,000 values"),
+        ("${{ inputs.l.map(x, inputs.text + inputs.text) }}", "built more than 4,194,304 characters"),
+        ("${{ inputs.text }}${{ inputs.text }}${{ inputs.text }}", "longer than 1,048,576 characters"),
+    ],
+)
+def test_one_fields_expressions_are_bounded_together(value: str, problem: str) -> None:
+    context = {"inputs": {"l": list(range(3000)), "big": [0] * 50_001, "text": "x" * 400_000}}
+    with pytest.raises(ex.ExpressionError) as info:
+        ex.evaluate({"a": value}, context)
+    assert problem in info.value.problem
+
+
+def test_a_scope_reads_steps_set_after_it_was_made_and_shares_them_with_its_items() -> None:
+    scope = ex.Scope({"inputs": {"n": 2}, "steps": {}})
+    assert ex.evaluate("${{ inputs.n }}", scope) == 2
+    scope.set_member("steps", "a", {"output": {"text": "hi"}, "status": "succeeded"})
+    item = scope.with_names({"item": "x", "index": 0})
+    assert ex.evaluate("${{ steps.a.output.text + item + string(index) }}", item) == "hix0"
+    assert ex.evaluate("${{ has(steps.a) && !has(steps.b) }}", scope) is True
+
+
+def test_the_cache_of_compiled_expressions_is_bounded() -> None:
+    for i in range(ex.CACHE_ENTRIES + 10):
+        ex.check(f"inputs.count + {i}")
+    assert len(ex._programs) == ex.CACHE_ENTRIES
+    assert "inputs.count + 0" not in ex._programs  # the least recently used went first

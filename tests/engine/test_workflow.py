@@ -15,6 +15,7 @@ from datetime import UTC
 from typing import Any
 
 import httpx
+from calls.calltest import wait_vm_command
 from calls.stack import Org
 from realstack import ECHO_REF, FAIL_REF, FREE_ECHO, FREE_FAIL, RoutineStack
 from sqlmodel import Session, col, select
@@ -287,7 +288,7 @@ steps:
     while _running(routine_stack, org) < 1:
         assert time.monotonic() < deadline
         await asyncio.sleep(0.02)
-    await asyncio.sleep(0.5)  # the command sleeps in its VM (the action's own timeout: 5 s)
+    await asyncio.to_thread(wait_vm_command, routine_stack, "sleep 30 ")  # the command sleeps in its VM
     mid = await routine_stack.read(org, run_id)
     assert mid["status"] == "running" and mid["steps"]["slow"]["status"] == "running"
 

@@ -99,6 +99,39 @@ def vm_processes(driver: BwrapDriver | None = None) -> list[int]:
     return sorted(found)
 
 
+def cmdline(pid: int) -> str:
+    """A process's command line, its arguments joined by spaces ("" when it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _vm_of(pid: int) -> str:
+    """The VM a process runs in (its cgroup's name, `vm-...`), "" when none."""
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return ""
+    return next((n for line in lines if (n := line.rsplit("/", 1)[-1]).startswith("vm-")), "")
+
+
+def wait_running(text: str, *, vms: int = 1, timeout_s: float = 10.0) -> bool:
+    """Wait until `vms` VMs of this process run a process whose command line holds `text`.
+
+    Returns:
+        True once they do, False when they did not within `timeout_s`.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        running = {_vm_of(pid) for pid in vm_processes() if text in cmdline(pid)} - {""}
+        if len(running) >= vms:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+
+
 def leftovers(driver: BwrapDriver) -> list[str]:
     """What calls left behind: processes, cgroups, mounts or directories beyond the prepared pool."""
     prepared = set(driver.settle())

@@ -7,7 +7,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from nodetest import echo_call, leftovers
+from nodetest import echo_call, leftovers, wait_running
 
 from node.models import NodeCallResult
 from node.runner import Runner
@@ -30,7 +30,7 @@ def _in_background(runner: Runner, call: object) -> tuple[threading.Thread, list
 def test_a_cancelled_call_is_killed_at_once_and_answers_sigkill(runner: Runner) -> None:
     call = echo_call("fail", {"mode": "sleep", "seconds": 30}, timeout_ms=20_000)
     thread, results = _in_background(runner, call)
-    time.sleep(0.5)  # the command sleeps in its VM
+    assert wait_running("sleep 30 "), "the command did not start in its VM"
     cancelled_at = time.monotonic()
     assert runner.cancel(call.call_id) == "killed"
     thread.join(timeout=5)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
+import select
 import shutil
 import signal
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from nodetest import (
@@ -22,6 +22,7 @@ from nodetest import (
     install_tree,
     leftovers,
     vm_processes,
+    wait_running,
 )
 
 from node.cache import InstallCache
@@ -72,21 +73,15 @@ def test_a_tool_that_breaks_the_contract_fails_with_its_reason(
     assert result.ran and result.usage["vcpu_ms"] >= 1
 
 
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
-
-
 def test_a_tool_past_its_time_is_tool_timed_out_and_ran_as_the_vm_user(runner: Runner) -> None:
-    seen: list[str] = []
-    watcher = threading.Timer(0.5, lambda: seen.extend(_cmdline(pid) for pid in vm_processes()))
+    seen: list[bool] = []
+    watcher = threading.Thread(target=lambda: seen.append(wait_running("sleep 30 ", timeout_s=5)))
     watcher.start()
     result = runner.call(echo_call("fail", {"mode": "sleep", "seconds": 30}, timeout_ms=1000))
+    watcher.join()
     err = _err(result)
     assert (err["code"], err["message"]) == ("tool_timed_out", "the tool's command did not finish in 1000 ms")
-    assert result.ran and "sleep 30 " in seen, "the tool's processes run as the VM's host uid while it runs"
+    assert result.ran and seen == [True], "the tool's processes run as the VM's host uid while it runs"
     assert 900 <= result.timings["run"] < 2000
 
 
@@ -130,12 +125,21 @@ def test_a_call_whose_time_runs_out_waiting_for_a_vm_is_no_slot(
         target=one_slot.call, args=(echo_call("fail", {"mode": "sleep", "seconds": 1}, timeout_ms=5000),)
     )
     busy.start()
-    time.sleep(0.2)
+    _wait_until_a_call_holds_a_slot(one_slot)
     result = one_slot.call(echo_call("noop", {}, timeout_ms=300))
     busy.join()
     err = _err(result)
     assert (result.ran, err["code"], err["reason"]) == (False, "tool_unavailable", "no_slot")
     assert result.usage == {"vcpu_ms": 0, "gib_ms": 0}
+
+
+def _wait_until_a_call_holds_a_slot(runner: Runner) -> int:
+    """Wait until a call started in another thread holds a slot (with over 1 s left); its Retry-After."""
+    deadline = time.monotonic() + 10
+    while (retry_after := runner.retry_after_s()) == 1:
+        assert time.monotonic() < deadline, "the call did not take a slot"
+        time.sleep(0.01)
+    return retry_after
 
 
 @pytest.mark.parametrize("timeout_ms", [1, 2, 3, 4])
@@ -157,10 +161,9 @@ def test_retry_after_is_the_soonest_deadline_of_the_running_calls(runner: Runner
         target=runner.call, args=(echo_call("fail", {"mode": "sleep", "seconds": 1}, timeout_ms=4000),)
     )
     slow.start()
-    time.sleep(0.3)
-    soonest = runner.retry_after_s()
+    soonest = _wait_until_a_call_holds_a_slot(runner)
     slow.join()
-    assert soonest == 4  # 4 s of time, 0.3 s of it gone: 3.7 s, rounded up
+    assert soonest == 4  # 4 s of time, a moment of it gone: rounded up
     assert runner.retry_after_s() == 1
 
 
@@ -204,8 +207,19 @@ def test_a_pooled_vm_is_up_before_its_call_and_an_unused_one_leaves_nothing(driv
 
 def test_pooled_vms_killed_while_they_wait_are_skipped(runner: Runner, driver: BwrapDriver) -> None:
     driver.settle()
+    pidfds: list[int] = []
     for pid in driver.pool_pids():  # what the OOM killer or an operator could do to a waiting VM
         with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+            fd = os.pidfd_open(pid)
+            pidfds.append(fd)
+            signal.pidfd_send_signal(fd, signal.SIGKILL)
+    # SIGKILL takes effect asynchronously: the VMs are dead (their processes have exited) before the call, as
+    # VMs killed while they wait are. A call that claims a VM still dying races with its death instead.
+    try:
+        for fd in pidfds:
+            assert select.select([fd], [], [], 10)[0], "a killed VM process did not exit"
+    finally:
+        for fd in pidfds:
+            os.close(fd)
     result = runner.call(echo_call("noop", {}))
     assert result.ok and result.output == {}, result.error

@@ -1,0 +1,171 @@
+"""Every api endpoint the SDK calls, as a function that builds its `ApiRequest` (no I/O but reading the
+files a call sends): the one place that knows paths, bodies and which requests carry an Idempotency-Key.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from b3os._wire import ApiRequest, new_idempotency_key, segment
+
+FileValue = bytes | os.PathLike[str] | tuple[str, bytes]
+"""A file input: bytes (named after its field), a path (read, named after the file), or (name, bytes)."""
+
+
+def _pack(namespace: str, name: str) -> str:
+    return f"/v1/actions/packs/{segment(namespace)}/{segment(name)}"
+
+
+# --- the registry -------------------------------------------------------------------------------------
+
+
+def list_packs() -> ApiRequest:
+    return ApiRequest("GET", "/v1/actions/packs", unwrap="packs")
+
+
+def get_pack(namespace: str, name: str) -> ApiRequest:
+    return ApiRequest("GET", _pack(namespace, name))
+
+
+def list_versions(namespace: str, name: str) -> ApiRequest:
+    return ApiRequest("GET", f"{_pack(namespace, name)}/versions", unwrap="versions")
+
+
+def get_pack_manifest(namespace: str, name: str, version: str) -> ApiRequest:
+    return ApiRequest("GET", f"{_pack(namespace, name)}/versions/{segment(version)}/manifest")
+
+
+def list_tools(namespace: str, name: str, version: str | None) -> ApiRequest:
+    return ApiRequest("GET", f"{_pack(namespace, name)}/tools", params={"version": version}, unwrap="tools")
+
+
+def resolve(ref: str) -> ApiRequest:
+    return ApiRequest("GET", "/v1/actions/resolve", params={"ref": ref})
+
+
+def has_blob(sha256: str) -> ApiRequest:
+    return ApiRequest("HEAD", f"/v1/actions/registry/blobs/sha256:{segment(sha256)}", expect="exists")
+
+
+def upload_blob(data: bytes) -> ApiRequest:
+    digest = hashlib.sha256(data).hexdigest()
+    return ApiRequest("PUT", f"/v1/actions/registry/blobs/sha256:{digest}", content=data)
+
+
+def publish(manifest: Mapping[str, Any], files: Sequence[Mapping[str, Any]]) -> ApiRequest:
+    return ApiRequest("POST", "/v1/actions/packs", json={"manifest": dict(manifest), "files": list(files)})
+
+
+def earnings(namespace: str, month: str | None) -> ApiRequest:
+    path = f"/v1/actions/publishers/{segment(namespace)}/earnings"
+    return ApiRequest("GET", path, params={"month": month})
+
+
+# --- calls --------------------------------------------------------------------------------------------
+
+
+def file_value(field: str, value: FileValue) -> dict[str, str]:
+    """The JSON value of a file input: `{"$bytes": <base64>, "name": <name>}`.
+
+    Raises:
+        TypeError: the value is not bytes, a path or a (name, bytes) pair.
+        OSError: the path cannot be read.
+    """
+    if isinstance(value, bytes | bytearray | memoryview):
+        name, data = field, bytes(value)
+    elif isinstance(value, os.PathLike):
+        path = Path(value)
+        name, data = path.name, path.read_bytes()
+    elif isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], bytes | bytearray):
+        name, data = str(value[0]), bytes(value[1])
+    else:
+        raise TypeError(f"files[{field!r}] must be bytes, a path or a (name, bytes) pair, not {type(value)}")
+    return {"$bytes": base64.b64encode(data).decode("ascii"), "name": name}
+
+
+def call(
+    ref: str,
+    input: Mapping[str, Any] | None,
+    *,
+    files: Mapping[str, FileValue] | None,
+    idempotency_key: str | None,
+    timeout_ms: int | None,
+) -> ApiRequest:
+    body: dict[str, Any] = {"ref": ref, "input": dict(input or {})}
+    for field, value in (files or {}).items():
+        body["input"][field] = file_value(field, value)
+    if timeout_ms is not None:
+        body["timeout_ms"] = timeout_ms
+    key = idempotency_key or new_idempotency_key()
+    return ApiRequest("POST", "/v1/actions/call", json=body, idempotency_key=key)
+
+
+def cancel_call(*, call_id: str | None, idempotency_key: str | None) -> ApiRequest:
+    if (call_id is None) == (idempotency_key is None):
+        raise TypeError("cancel takes exactly one of call_id= and idempotency_key=")
+    if call_id is not None:
+        return ApiRequest("POST", f"/v1/actions/calls/{segment(call_id)}/cancel")
+    return ApiRequest("POST", "/v1/actions/call/cancel", json={"idempotency_key": idempotency_key})
+
+
+# --- routines and runs --------------------------------------------------------------------------------
+
+
+def put_routine(yaml_text: str) -> ApiRequest:
+    return ApiRequest("POST", "/v1/routines", json={"yaml": yaml_text})
+
+
+def get_routine(name: str) -> ApiRequest:
+    return ApiRequest("GET", f"/v1/routines/{segment(name)}")
+
+
+def list_routines() -> ApiRequest:
+    return ApiRequest("GET", "/v1/routines", unwrap="routines")
+
+
+def run_routine(name: str, inputs: Mapping[str, Any] | None, *, idempotency_key: str | None) -> ApiRequest:
+    key = idempotency_key or new_idempotency_key()
+    path = f"/v1/routines/{segment(name)}/runs"
+    return ApiRequest("POST", path, json={"inputs": dict(inputs or {})}, idempotency_key=key)
+
+
+def get_run(run_id: str) -> ApiRequest:
+    return ApiRequest("GET", f"/v1/runs/{segment(run_id)}")
+
+
+def list_runs(routine: str | None, limit: int | None) -> ApiRequest:
+    return ApiRequest("GET", "/v1/runs", params={"routine": routine, "limit": limit}, unwrap="runs")
+
+
+def cancel_run(run_id: str) -> ApiRequest:
+    return ApiRequest("POST", f"/v1/runs/{segment(run_id)}/cancel")
+
+
+# --- usage and connections ----------------------------------------------------------------------------
+
+
+def usage(month: str | None) -> ApiRequest:
+    return ApiRequest("GET", "/v1/usage", params={"month": month})
+
+
+def add_connection(
+    pack: str, connection: str, secret: str | Mapping[str, Any], params: Mapping[str, Any] | None
+) -> ApiRequest:
+    value = secret if isinstance(secret, str) else dict(secret)
+    body: dict[str, Any] = {"pack": pack, "connection": connection, "secret": value}
+    if params is not None:
+        body["params"] = dict(params)
+    return ApiRequest("POST", "/v1/connections", json=body)
+
+
+def list_connections() -> ApiRequest:
+    return ApiRequest("GET", "/v1/connections", unwrap="items")
+
+
+def remove_connection(connection_id: str) -> ApiRequest:
+    return ApiRequest("DELETE", f"/v1/connections/{segment(connection_id)}", expect="empty")

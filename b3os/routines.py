@@ -1,0 +1,75 @@
+"""`client.routines`: store a routine's YAML, read the organization's routines, start a run."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from b3os import _endpoints as endpoints
+from b3os.actions import AsyncSend, Send
+
+
+class Routines:
+    """The routines of a `B3OS` client's organization."""
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+
+    def put(self, yaml_text: str) -> dict[str, Any]:
+        """Store a routine under the name its YAML gives (a new version when it exists).
+
+        Returns:
+            The stored routine: `name`, `version`, `description`, `steps`, `inputs`, ...
+
+        Raises:
+            InvalidRequest: the YAML is not a valid routine (`error.body["problems"]`, with lines), or a
+                `uses:` does not resolve.
+        """
+        return self._send(endpoints.put_routine(yaml_text))
+
+    def get(self, name: str) -> dict[str, Any]:
+        """One stored routine by name."""
+        return self._send(endpoints.get_routine(name))
+
+    def list(self) -> list[dict[str, Any]]:
+        """The organization's stored routines."""
+        return self._send(endpoints.list_routines())
+
+    def run(
+        self, name: str, inputs: Mapping[str, Any] | None = None, *, idempotency_key: str | None = None
+    ) -> dict[str, Any]:
+        """Start a run of a stored routine; the run as `runs.get` reads it (`run_id`, `status`, ...).
+
+        The same Idempotency-Key gives the same run; without one, the SDK makes one for this start, so a
+        start retried after a 429 or 503 never starts two runs.
+
+        Raises:
+            NotFound: no routine of that name.
+            InvalidRequest: an input does not fit the routine's inputs.
+        """
+        return self._send(endpoints.run_routine(name, inputs, idempotency_key=idempotency_key))
+
+
+class AsyncRoutines:
+    """The routines of an `AsyncB3OS` client's organization (the methods of `Routines`, awaited)."""
+
+    def __init__(self, send: AsyncSend) -> None:
+        self._send = send
+
+    async def put(self, yaml_text: str) -> dict[str, Any]:
+        """As `Routines.put`."""
+        return await self._send(endpoints.put_routine(yaml_text))
+
+    async def get(self, name: str) -> dict[str, Any]:
+        """As `Routines.get`."""
+        return await self._send(endpoints.get_routine(name))
+
+    async def list(self) -> list[dict[str, Any]]:
+        """As `Routines.list`."""
+        return await self._send(endpoints.list_routines())
+
+    async def run(
+        self, name: str, inputs: Mapping[str, Any] | None = None, *, idempotency_key: str | None = None
+    ) -> dict[str, Any]:
+        """As `Routines.run`."""
+        return await self._send(endpoints.run_routine(name, inputs, idempotency_key=idempotency_key))

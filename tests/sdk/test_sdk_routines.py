@@ -1,0 +1,133 @@
+"""The SDK's routines, runs, usage and connections against the real stack (Temporal, the worker, a node)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from typing import Any
+
+import pytest
+from realstack import FREE_ECHO, FREE_FAIL, RoutineStack
+
+from b3os import B3OS, AsyncB3OS, Conflict, InvalidRequest, NotFound
+
+GREET = f"""\
+name: sdk-greet
+inputs:
+  who: {{type: string}}
+steps:
+  - id: greet
+    uses: {FREE_ECHO}
+    with: {{text: "hello ${{{{ inputs.who }}}}"}}
+  - id: twice
+    uses: {FREE_ECHO}
+    with: {{text: "${{{{ steps.greet.output.text }}}}!"}}
+  - id: loud
+    uses: {FREE_ECHO}
+    if: ${{{{ inputs.who == "nobody" }}}}
+    with: {{text: HELLO}}
+outputs:
+  said: ${{{{ steps.twice.output.text }}}}
+"""
+SLOW = f"""\
+name: sdk-slow
+steps:
+  - id: nap
+    uses: {FREE_FAIL}
+    with: {{mode: sleep, seconds: 20}}
+"""
+CONNECTOR_SCOPES = ("connections:write", "connections:read")
+
+
+def test_put_run_and_wait_tell_each_step_as_it_finishes(stack: RoutineStack) -> None:
+    seen: list[tuple[str, str, Any]] = []
+    with B3OS(stack.url, stack.runner().key) as b3os:
+        stored = b3os.routines.put(GREET)
+        assert (stored["name"], stored["version"]) == ("sdk-greet", 1)
+        assert stored["steps"] == ["greet", "twice", "loud"]
+        assert b3os.routines.put(GREET)["version"] == 2
+        assert [r["name"] for r in b3os.routines.list()] == ["sdk-greet"]
+        stored = b3os.routines.get("sdk-greet")
+        assert stored["version"] == 2 and "who" in stored["inputs"]
+        started = b3os.routines.run("sdk-greet", {"who": "ann"}, idempotency_key="greet-ann")
+        assert b3os.routines.run("sdk-greet", {"who": "ann"}, idempotency_key="greet-ann")["run_id"] == (
+            started["run_id"]
+        )  # the same key: the same run
+        run = b3os.runs.wait(
+            started["run_id"],
+            on_step=lambda sid, step: seen.append((sid, step["status"], step.get("output"))),
+        )
+        assert run["status"] == "succeeded" and run["outputs"] == {"said": "hello ann!"}
+        assert seen == [
+            ("greet", "succeeded", {"text": "hello ann"}),
+            ("twice", "succeeded", {"text": "hello ann!"}),
+            ("loud", "skipped", None),
+        ]
+        steps = b3os.runs.get(started["run_id"])["steps"]
+        assert steps["twice"]["ref"] == "com.example.tools/free/echo@1.0.0"
+        listed = b3os.runs.list(routine="sdk-greet")
+        assert [r["run_id"] for r in listed] == [started["run_id"]]
+        with pytest.raises(InvalidRequest):
+            b3os.routines.put("name: broken\nsteps: []\n")
+        with pytest.raises(NotFound):
+            b3os.routines.run("no-such-routine")
+
+
+def test_a_running_run_is_cancelled_and_a_finished_one_is_a_conflict(stack: RoutineStack) -> None:
+    with B3OS(stack.url, stack.runner().key) as b3os:
+        b3os.routines.put(SLOW)
+        run_id = b3os.routines.run("sdk-slow")["run_id"]
+        deadline = time.monotonic() + 30
+        while b3os.runs.get(run_id)["steps"].get("nap", {}).get("status") != "running":
+            assert time.monotonic() < deadline, "the step never started"
+            time.sleep(0.1)
+        assert b3os.runs.cancel(run_id) == {"run_id": run_id, "status": "cancelling"}
+        assert b3os.runs.wait(run_id, timeout_s=30)["status"] == "cancelled"
+        with pytest.raises(Conflict) as ended:
+            b3os.runs.cancel(run_id)
+    assert ended.value.status == 409
+
+
+async def test_async_runs_wait_awaits_a_coroutine_callback(stack: RoutineStack) -> None:
+    seen: list[str] = []
+
+    async def on_step(step_id: str, step: dict[str, Any]) -> None:
+        seen.append(f"{step_id}:{step['status']}")
+
+    async with AsyncB3OS(stack.url, stack.runner().key) as b3os:
+        await b3os.routines.put(GREET)
+        started = await b3os.routines.run("sdk-greet", {"who": "bo"})
+        run = await b3os.runs.wait(started["run_id"], on_step=on_step)
+    assert run["outputs"] == {"said": "hello bo!"}
+    assert seen == ["greet:succeeded", "twice:succeeded", "loud:skipped"]
+
+
+def test_usage_is_the_months_charges(stack: RoutineStack) -> None:
+    with B3OS(stack.url, stack.org().key) as b3os:
+        b3os.actions.call("com.example.tools/echo/noop@1")
+        now = b3os.usage()
+        month = dt.datetime.now(dt.UTC).strftime("%Y-%m")
+        assert now["month"] == month and b3os.usage(month) == now
+        assert now["calls"] == 1 and now["cost"]["total"] > 0
+        assert b3os.usage("2001-01")["calls"] == 0
+
+
+def test_connections_are_added_listed_and_removed_without_the_secret(stack: RoutineStack) -> None:
+    secret = "sk-sdk-test-0123456789abcdef"
+    with B3OS(stack.url, stack.org(scopes=CONNECTOR_SCOPES).key) as b3os:
+        added = b3os.connections.add("com.example.tools/probe", "token", secret, {"region": "us"})
+        assert (added["connection"], added["kind"], added["params"], added["hint"]) == (
+            "token",
+            "bearer",
+            {"region": "us"},
+            "cdef",
+        )
+        listed = b3os.connections.list()
+        assert [c["id"] for c in listed] == [added["id"]] and secret not in repr(listed)
+        assert b3os.connections.remove(added["id"]) is None
+        assert b3os.connections.list() == []
+        with pytest.raises(NotFound) as gone:
+            b3os.connections.remove(added["id"])
+        with pytest.raises(InvalidRequest) as wrong:
+            b3os.connections.add("com.example.tools/probe", "token", {"not": "a text"})
+    assert gone.value.code == "not_found" and wrong.value.body["field"] == "secret"
