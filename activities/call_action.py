@@ -21,7 +21,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.config import ActivitySettings
-from activities.errors import error_for_answer, error_for_response, network_error
+from activities.errors import BENIGN, error_for_answer, error_for_response, is_wait, network_error
 from activities.idempotency import step_idempotency_key
 from engine import payloads
 
@@ -41,6 +41,52 @@ class CallActionInput(BaseModel):
     step_id: str
     index: int | None = None
     timeout_ms: int | None = None
+    max_attempts: int | None = None  # the step's; None: Temporal's retry policy alone counts attempts
+
+
+class Ledger:
+    """What a step's attempts so far counted against its `max-attempts`, carried from attempt to attempt
+    in the activity's heartbeat details.
+
+    Waiting is not failing: a 429 or 503 (and 409 idempotency_in_progress) is retried after its
+    Retry-After without counting. A retryable failure counts; so does an attempt that ended without
+    closing the ledger (it timed out, or its worker died). When the count reaches the step's
+    `max-attempts`, the failure is final (`non_retryable`).
+    """
+
+    def __init__(self, failures: int, open_: bool) -> None:
+        self.failures = failures + (1 if open_ else 0)
+        self.open = False
+        self.last_open = open_
+
+    @classmethod
+    def of(cls, details: Any) -> Ledger:
+        """The ledger the previous attempt left (none on the first attempt)."""
+        found = details[0] if details and isinstance(details[0], dict) else {}
+        failures = found.get("failures")
+        return cls(failures if isinstance(failures, int) else 0, found.get("open") is True)
+
+    def details(self) -> dict[str, Any]:
+        """The heartbeat details."""
+        return {"failures": self.failures, "open": self.open}
+
+    def close(self, error: ApplicationError, max_attempts: int | None) -> ApplicationError:
+        """Count the attempt's failure (unless it asks to wait), record it, and return what to raise."""
+        self.open = False
+        if not is_wait(error) and not error.non_retryable:
+            self.failures += 1
+            if max_attempts is not None and self.failures >= max_attempts:
+                error = ApplicationError(
+                    error.message, *error.details, type=error.type, non_retryable=True, category=BENIGN
+                )
+        activity.heartbeat(self.details())
+        return error
+
+    def exhausted(self, attempt: int) -> ApplicationError:
+        """The step's attempts are used up by attempts that did not end (timed out, or a worker died)."""
+        message = f"the step's call did not finish in time in {self.failures} attempt(s)"
+        fields = {"code": "step_timed_out", "reason": "attempts", "message": message, "attempt": attempt - 1}
+        return ApplicationError(message, fields, type="step_timed_out", non_retryable=True, category=BENIGN)
 
 
 class CallActionResult(BaseModel):
@@ -104,18 +150,22 @@ class ActionActivities:
             "X-B3OS-On-Behalf-Of": input.key_id,
             "Idempotency-Key": key,
         }
+        ledger = Ledger.of(info.heartbeat_details)
+        if input.max_attempts is not None and ledger.failures >= input.max_attempts:
+            raise ledger.exhausted(info.attempt)
+        ledger.open = True
         request = self._http().post(
             CALL_PATH, json=body, headers=headers, timeout=httpx.Timeout(read_s, connect=10.0)
         )
         try:
-            response = await self._wait_heartbeating(request)
+            response = await self._wait_heartbeating(request, ledger)
         except asyncio.CancelledError:
             await self._cancel_call(key, input)
             raise
         except httpx.TransportError as exc:
             error = network_error(exc, self._settings.api_url, attempt=info.attempt)
             activity.logger.warning("step %s attempt %d: %s", input.step_id, info.attempt, error)
-            raise error from None
+            raise ledger.close(error, input.max_attempts) from None
         if response.status_code // 100 != 2:
             error = error_for_response(response, attempt=info.attempt, key=key)
             activity.logger.info(
@@ -126,7 +176,7 @@ class ActionActivities:
                 response.status_code,
                 error,
             )
-            raise error
+            raise ledger.close(error, input.max_attempts)
         try:
             answer: Any = response.json()
         except (json.JSONDecodeError, UnicodeDecodeError):
@@ -181,12 +231,13 @@ class ActionActivities:
             status, text = response.status_code, response.text
             activity.logger.warning("step %s: its cancel answered %d %s", input.step_id, status, text)
 
-    async def _wait_heartbeating(self, request: Any) -> httpx.Response:
-        """Await the request, heartbeating meanwhile so that a cancellation reaches this attempt."""
+    async def _wait_heartbeating(self, request: Any, ledger: Ledger) -> httpx.Response:
+        """Await the request, heartbeating meanwhile so that a cancellation reaches this attempt (each
+        heartbeat carries the step's attempts ledger to the next attempt)."""
         task: asyncio.Task[httpx.Response] = asyncio.ensure_future(request)
         try:
             while True:
-                activity.heartbeat()
+                activity.heartbeat(ledger.details())
                 done, _ = await asyncio.wait({task}, timeout=self._settings.heartbeat_interval_s)
                 if done:
                     return task.result()

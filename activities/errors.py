@@ -143,6 +143,12 @@ def error_for_answer(
     return ApplicationError(text, fields, type=code, category=BENIGN)
 
 
+def is_wait(error: ApplicationError) -> bool:
+    """Whether an error asks the step to wait and send the call again (429, 503, 409 in progress)."""
+    fields = error.details[0] if error.details and isinstance(error.details[0], dict) else {}
+    return fields.get("status") in (429, 503) or error.type == "idempotency_in_progress"
+
+
 def network_error(exc: Exception, api_url: str, *, attempt: int) -> ApplicationError:
     """A retryable error for a call that did not reach the api or got no answer.
 

@@ -50,8 +50,9 @@ def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
     # Take transaction control away from the driver so `begin` below decides how a transaction starts.
     dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
+    # busy_timeout first: switching a new file to WAL takes a lock another starter may hold at that moment
     cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.close()
 

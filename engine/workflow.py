@@ -83,6 +83,7 @@ TIMEOUT_SLACK = timedelta(seconds=10)
 """Added to a step's `timeout` for the attempt, so the api's own timeout answer arrives first."""
 
 HEARTBEAT_TIMEOUT = timedelta(seconds=5)
+WAITS_PER_STEP = 100  # 429/503 refusals a call may wait out beyond its max-attempts before the step fails
 """An attempt that stops heartbeating (its worker died) is retried after this long."""
 
 
@@ -103,7 +104,9 @@ def retry_policy(policy: RetryPolicy | None) -> TemporalRetryPolicy:
     if p.backoff_coefficient < 1:
         raise ValueError(f"backoff-coefficient is {p.backoff_coefficient}; it must be at least 1")
     return TemporalRetryPolicy(
-        maximum_attempts=p.max_attempts,
+        # the step's max-attempts is counted by the activity (activities.call_action.Ledger), where a
+        # 429/503 that asks to wait is not a failure; Temporal's own bound only stops endless waiting
+        maximum_attempts=p.max_attempts + WAITS_PER_STEP,
         initial_interval=backoff,
         backoff_coefficient=p.backoff_coefficient,
         maximum_interval=longest,
@@ -356,6 +359,7 @@ class RoutineWorkflow:
                     step_id=step.id,
                     index=index,
                     timeout_ms=int(timeout.total_seconds() * 1000) if timeout else None,
+                    max_attempts=(step.retry or RetryPolicy()).max_attempts,
                 ),
                 result_type=CallActionResult,
                 activity_id=step.id if index is None else f"{step.id}-{index}",

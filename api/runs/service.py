@@ -39,6 +39,7 @@ from temporalio.common import (
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
+from api import registry
 from api.accounts import new_id
 from api.calls import idempotency
 from api.calls.errors import ConcurrencyLimited, IdempotencyKeyReused
@@ -61,6 +62,7 @@ from engine.runs import (
     routine_workflow_id,
 )
 from engine.validate import RoutineError, RoutineInputError, load_routine, resolve_inputs
+from packs.resolve import ResolveError, parse_ref
 
 T = TypeVar("T")
 FINAL = frozenset({"succeeded", "failed", "cancelled"})
@@ -185,7 +187,7 @@ class RunsService:
             run_id = "run_" + hashlib.sha256(f"{org_id}\n{idempotency_key}".encode()).hexdigest()[:20]
         else:
             run_id = new_id("run")
-        routine, pins = await self._db(self._pinned, record.source, name)
+        routine, pins = await self._db(self._pinned, record)
         try:
             resolved = resolve_inputs(routine, inputs)
             payloads.check_inputs(resolved)
@@ -213,23 +215,28 @@ class RunsService:
             return _same_request(stored, request, idempotency_key or ""), False
         return stored, True
 
-    def _pinned(self, source: str, name: str) -> tuple[Routine, dict[str, str]]:
-        """The stored routine validated again against the registry as it is now, and the exact pin of
-        each `uses:` (what the run calls, whatever is published while it runs).
+    def _pinned(self, record: RoutineRecord) -> tuple[Routine, dict[str, str]]:
+        """The stored routine as it was validated (its YAML is not parsed again) and the exact pin of each
+        `uses:` as the registry resolves it now: what the run calls, whatever is published while it runs.
 
         Raises:
-            InvalidRequest: a `uses:` no longer resolves or a literal `with:` no longer fits.
+            InvalidRequest: a `uses:` no longer resolves (its pack, version or action is gone).
         """
+        routine = Routine.model_validate(record.routine)
+        pins: dict[str, str] = {}
         with Session(self._engine) as session:
-            resolver = DbResolver(session)
-            try:
-                routine = load_routine(source, "routine.yaml", resolver)
-            except RoutineError as exc:
-                lines = exc.lines()
-                raise InvalidRequest(
-                    f"Routine {name!r} no longer fits the registry: {lines[0]}", field="yaml", problems=lines
-                ) from None
-        return routine, resolver.pins
+            for step in routine.steps:
+                if step.uses in pins:
+                    continue
+                try:
+                    resolved, _ = registry.resolve(session, ref=parse_ref(step.uses))
+                except ResolveError as exc:
+                    raise InvalidRequest(
+                        f"Routine {record.name!r}, step {step.id!r}: uses: cannot resolve {step.uses}: {exc}",
+                        field="yaml",
+                    ) from None
+                pins[step.uses] = resolved.pin
+        return routine, pins
 
     async def _check_running(self, client: Client, org_id: str) -> None:
         """Refuse a start past the organization's runs at once (`runs_per_org`), with Retry-After.

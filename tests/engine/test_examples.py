@@ -21,10 +21,11 @@ import jsonschema
 import pytest
 import yaml
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from activities.call_action import CallActionInput, CallActionResult
+from activities.call_action import CallActionInput, CallActionResult, Ledger
 from activities.errors import error_for_answer
 from engine.resolvers import LocalPackResolver
 from engine.runs import RunRoutineInput, RunRoutineResult, routine_workflow_id
@@ -69,7 +70,16 @@ def _tool_failed(reason: str, message: str, attempt: int, **details: Any) -> Exc
 
 @activity.defn(name="call_action")
 async def call_action(input: CallActionInput) -> CallActionResult:
-    """The step activity's stand-in: the echo tool's and the Open-Meteo place search's answers."""
+    """The step activity's stand-in: the echo tool's and the Open-Meteo place search's answers, its
+    failures counted against the step's max-attempts by the real activity's ledger."""
+    ledger = Ledger.of(activity.info().heartbeat_details)
+    try:
+        return await _answer(input)
+    except ApplicationError as exc:
+        raise ledger.close(exc, input.max_attempts) from None
+
+
+async def _answer(input: CallActionInput) -> CallActionResult:
     attempt = activity.info().attempt
     schema = PACKS.input_schema(input.ref)
     if schema is None:

@@ -123,3 +123,44 @@ async def test_a_connection_secret_appears_in_no_answer_log_history_or_database(
     assert not [str(log) for log in logs if needle in log.read_bytes()]
     state = routine_stack.root / "state"
     assert not [str(f) for f in state.rglob("*") if f.is_file() and needle in f.read_bytes()]
+
+
+async def test_a_429_does_not_use_up_max_attempts_waiting_is_not_failing(routine_stack: RoutineStack) -> None:
+    api = routine_stack.upstreams["api.example.com"]
+    seen: list[Recorded] = []
+
+    def busy_twice(req: Recorded) -> Reply:
+        seen.append(req)
+        if len(seen) <= 2:
+            return json_reply({"message": "slow down"}, 429, [("Retry-After", "1")])
+        return json_reply({"ok": True})
+
+    api.on("/public/busy-twice", busy_twice)
+    org = routine_stack.runner()
+    source = (
+        f"name: patient\nsteps:\n  - id: get\n    uses: {PUBLIC}\n    with: {{path: busy-twice}}\n"
+        "    retry: {max-attempts: 1}\n"
+    )
+    run = await routine_stack.run(org, source)
+    assert run["status"] == "succeeded", run  # two refusals waited out, though only one attempt may fail
+    assert run["steps"]["get"]["attempts"] == 3 and len(seen) == 3
+
+
+async def test_a_retryable_failure_still_counts_against_max_attempts(routine_stack: RoutineStack) -> None:
+    api = routine_stack.upstreams["api.example.com"]
+    api.on("/items/500", json_reply({"message": "oops"}, 500))
+    org = routine_stack.org(scopes=("routines:run", "routines:read", "actions:call", "connections:write"))
+    async with httpx.AsyncClient(base_url=routine_stack.url, headers=org.headers, timeout=30) as http:
+        added = await http.post(
+            "/v1/connections",
+            json={"pack": "com.example.tools/probe", "connection": "token", "secret": "sk-flaky-0123456789"},
+        )
+        assert added.status_code == 201, added.text
+    source = (
+        "name: flaky\nsteps:\n  - id: get\n    uses: com.example.tools/probe/get@1\n    with: {id: 500}\n"
+        "    retry: {max-attempts: 2, backoff: 100ms}\n"
+    )
+    run = await routine_stack.run(org, source)
+    step = run["steps"]["get"]
+    assert run["status"] == "failed" and step["attempts"] == 2, run  # the pack's flaky error is retryable
+    assert step["error"]["pack_error"]["code"] == "flaky" and step["error"]["retryable"] is True
