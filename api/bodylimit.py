@@ -12,6 +12,20 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from api.errors import PayloadTooLarge, error_response
 
 
+def replaying(body: bytes, receive: Receive) -> Receive:
+    """A `receive` that hands the app the body already read, then whatever comes after it."""
+    replayed = False
+
+    async def replay() -> Message:
+        nonlocal replayed
+        if not replayed:
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
 class BodyLimit:
     """Refuse bodies larger than `max_bytes` (except under `exempt_prefixes`)."""
 
@@ -47,13 +61,4 @@ class BodyLimit:
             if not message.get("more_body", False):
                 break
         body = b"".join(chunks)
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replaying(body, receive), send)

@@ -23,8 +23,9 @@ import math
 from typing import Any
 
 from starlette.requests import Request
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
+from api.bodylimit import replaying
 from api.errors import InvalidRequest, error_response
 
 MAX_DEPTH = 64
@@ -200,13 +201,4 @@ class JsonGuard:
             except InvalidRequest as err:
                 await error_response(err)(scope, receive, send)
                 return
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replaying(body, receive), send)

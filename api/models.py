@@ -15,7 +15,7 @@ from pydantic import ConfigDict, field_validator
 from sqlalchemy import JSON, BigInteger, Column, DateTime, TypeDecorator, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
-from api.scopes import SCOPE_PATTERN
+from api.scopes import KNOWN_SCOPES, SCOPE_PATTERN, is_known
 
 
 def utcnow() -> dt.datetime:
@@ -92,6 +92,11 @@ class ApiKeyCreate(ApiKeyBase):
         for scope in scopes:
             if not SCOPE_PATTERN.fullmatch(scope):
                 raise ValueError(f"{scope!r} is not a scope name such as actions:call or actions:*")
+            if not is_known(scope):
+                raise ValueError(
+                    f"{scope!r} is not a scope b3os grants: use one of {', '.join(KNOWN_SCOPES)}, "
+                    "an area's wildcard such as actions:*, or *"
+                )
         return scopes
 
 

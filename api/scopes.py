@@ -34,6 +34,13 @@ KNOWN_SCOPES = (
     CONNECTIONS_READ,
 )
 BY_NAME_ONLY = frozenset({TOOLS_PUBLISH})
+
+
+def is_known(scope: str) -> bool:
+    """Whether a scope names something b3os grants: a known scope, `*`, or `area:*` of a known area."""
+    if scope == "*" or scope in KNOWN_SCOPES:
+        return True
+    return scope.endswith(":*") and any(known.startswith(scope[:-1]) for known in KNOWN_SCOPES)
 OWNER_SCOPES = ["*", TOOLS_PUBLISH]
 
 

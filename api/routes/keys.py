@@ -53,6 +53,12 @@ def revoke_key(key_id: str, principal: Admin, session: SessionDep) -> ApiKeyPubl
     key = accounts.get_api_key(session, org_id=principal.org_id, key_id=key_id)
     if key is None:
         raise NotFound(f"Your organization has no key {key_id[:100]}.", field="key_id")
+    for scope in key.scopes:
+        if not covers(principal.scopes, scope):
+            raise Forbidden(
+                f"A key cannot revoke a key holding the scope {scope}, which it could not hand out itself.",
+                field="key_id",
+            )
     accounts.revoke_api_key(session, key=key)
     session.commit()
     return ApiKeyPublic.model_validate(key.model_dump())

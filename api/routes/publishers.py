@@ -86,9 +86,11 @@ def register_key(
 
 
 @router.get(
-    "/v1/actions/publishers/{namespace}/keys", response_model=SigningKeyList, responses=error_responses(404)
+    "/v1/actions/publishers/{namespace}/keys",
+    response_model=SigningKeyList,
+    responses=error_responses(403, 404),
 )
-def list_keys(namespace: Namespace, principal: PrincipalDep, session: SessionDep) -> SigningKeyList:
+def list_keys(namespace: Namespace, principal: Publishing, session: SessionDep) -> SigningKeyList:
     """The namespace's signing keys, revoked ones included."""
     publishers.own_publisher(session, namespace=namespace, org_id=principal.org_id)
     keys = publishers.list_signing_keys(session, namespace=namespace)

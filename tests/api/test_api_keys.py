@@ -105,3 +105,38 @@ def test_bad_key_requests_name_the_field(client: TestClient, make_org: Callable[
     assert r.status_code == 400 and r.json()["error"]["message"].startswith(
         "The request body is not valid JSON"
     )
+
+
+def test_a_scope_b3os_does_not_grant_is_refused_naming_the_known_ones(
+    client: TestClient, make_org: Callable[..., Org]
+) -> None:
+    owner = make_org()
+    for scope in ("actions:cal", "billing:*", "routines:run:now"):
+        r = client.post("/v1/keys", headers=owner.headers, json={"scopes": [scope]})
+        assert r.status_code == 400 and r.json()["error"]["field"] == "scopes", r.text
+        assert f"'{scope}' is not a scope b3os grants: use one of actions:write, actions:call" in r.text
+    for scope in ("actions:*", "connections:read", "*"):
+        assert client.post("/v1/keys", headers=owner.headers, json={"scopes": [scope]}).status_code == 201
+
+
+def test_a_key_revokes_only_keys_whose_scopes_it_could_hand_out(
+    client: TestClient, make_org: Callable[..., Org], add_key: Callable[..., Org]
+) -> None:
+    owner = make_org()  # "*" and actions:tools:publish: the only key that may publish tools
+    admin = add_key(owner, ["keys:admin"])
+    r = client.delete(f"/v1/keys/{owner.key_id}", headers=admin.headers)
+    assert r.status_code == 403 and r.json()["error"]["field"] == "key_id"
+    assert "could not hand out itself" in r.json()["error"]["message"]
+    assert client.get("/v1/keys", headers=owner.headers).status_code == 200  # still working
+    helper = add_key(owner, ["keys:admin"])
+    assert client.delete(f"/v1/keys/{helper.key_id}", headers=admin.headers).status_code == 200
+
+
+def test_the_signing_keys_of_a_namespace_need_the_publish_scope_to_be_listed(
+    client: TestClient, make_org: Callable[..., Org], add_key: Callable[..., Org]
+) -> None:
+    owner = make_org(namespaces=["com.acme.tools"])
+    caller = add_key(owner, ["actions:call"])
+    r = client.get("/v1/actions/publishers/com.acme.tools/keys", headers=caller.headers)
+    assert r.status_code == 403 and r.json()["error"]["missing_scope"] == "actions:tools:publish"
+    assert client.get("/v1/actions/publishers/com.acme.tools/keys", headers=owner.headers).status_code == 200
