@@ -37,6 +37,9 @@ class Settings(BaseSettings):
     temporal_address: str = Field(default="127.0.0.1:7233", description="the Temporal frontend, host:port")
     temporal_namespace: str = Field(default="default", description="the Temporal namespace of routine runs")
     temporal_task_queue: str = Field(default="b3os-routines", description="the routine workers' task queue")
+    auth_failures_per_minute: int = Field(
+        default=60, ge=1, description="requests with a bad API key per client address in 60 s before 429s"
+    )
     runs_per_org: int = Field(
         default=20, ge=1, description="runs of one organization running at once; more are refused (429)"
     )

@@ -16,6 +16,7 @@ from fastapi import Depends, Request
 from sqlmodel import Session
 
 from api.accounts import find_key
+from api.authlimit import AuthLimiter
 from api.config import Settings, get_settings
 from api.db import get_session
 from api.errors import Forbidden, Unauthorized
@@ -69,14 +70,20 @@ def bearer_token(request: Request) -> str:
 
 
 def _principal_for(request: Request, token: str) -> Principal:
+    limiter: AuthLimiter = request.app.state.auth_limiter
+    address = request.client.host if request.client else "unknown"
+    limiter.check(address, token)
     # A session of its own, closed at once: the request's session must not hold a transaction
     # (on SQLite, a write lock) for the whole request just because the key was looked up.
     with Session(request.app.state.engine) as session:
         key = find_key(session, secret=token)
         if key is None:
+            limiter.failed(address)
             raise Unauthorized("The API key is not valid.")
         if key.revoked_at is not None:
+            limiter.failed(address)
             raise Unauthorized("This API key was revoked.")
+        limiter.succeeded(token)
         org = session.get(Organization, key.org_id)
         return Principal(
             key_id=key.id,

@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from api.authlimit import AuthLimiter
 from api.blobstore import BlobStore
 from api.bodylimit import BodyLimit
 from api.calls.wiring import install_calls
@@ -40,6 +41,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app = FastAPI(title="b3os", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.settings = settings
+    app.state.auth_limiter = AuthLimiter(failures_per_minute=settings.auth_failures_per_minute)
     app.state.engine = engine
     app.state.blobs = BlobStore(settings.resolved_blob_dir())
     install_error_handlers(app)

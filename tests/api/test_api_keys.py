@@ -140,3 +140,17 @@ def test_the_signing_keys_of_a_namespace_need_the_publish_scope_to_be_listed(
     r = client.get("/v1/actions/publishers/com.acme.tools/keys", headers=caller.headers)
     assert r.status_code == 403 and r.json()["error"]["missing_scope"] == "actions:tools:publish"
     assert client.get("/v1/actions/publishers/com.acme.tools/keys", headers=owner.headers).status_code == 200
+
+
+def test_a_flood_of_bad_keys_meets_429s_while_a_good_key_keeps_working(
+    client: TestClient, make_org: Callable[..., Org]
+) -> None:
+    good = make_org()
+    assert client.get("/v1/keys", headers=good.headers).status_code == 200  # seen valid by this process
+    bad = {"Authorization": "Bearer b3_not-a-key"}
+    answers = [client.get("/v1/keys", headers=bad).status_code for _ in range(70)]
+    assert answers[:60] == [401] * 60 and answers[60:] == [429] * 10
+    refused = client.get("/v1/usage", headers=bad)
+    assert refused.status_code == 429 and 1 <= int(refused.headers["Retry-After"]) <= 61
+    assert refused.json()["error"]["code"] == "rate_limited"
+    assert client.get("/v1/keys", headers=good.headers).status_code == 200

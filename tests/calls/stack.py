@@ -131,6 +131,8 @@ class Stack:
             B3OS_NODE_TOKEN=NODE_TOKEN,
             B3OS_WORKER_TOKEN=WORKER_TOKEN,
             B3OS_NODE_HEARTBEAT_S="0.5",
+            # every test client is 127.0.0.1: the failed-auth limit is per address (tests/api/test_api_keys)
+            B3OS_AUTH_FAILURES_PER_MINUTE="100000",
         )
         if self.egress is not None:
             env.update(

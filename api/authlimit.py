@@ -1,0 +1,80 @@
+"""Failed authentications, limited per client address: a flood of bad keys is refused cheaply.
+
+Each api process counts, per client address, the requests whose API key was not valid within a sliding
+window (`B3OS_AUTH_FAILURES_PER_MINUTE`, default 60 in 60 s). Past it, a request from that address is
+refused with `429 rate_limited` (Retry-After: when the oldest failure leaves the window) before its key
+is looked up in the database, unless its key is one this process saw valid within the last 10 minutes:
+a good key keeps working from an address that also sends bad ones. Keys are held as sha256 digests;
+the tables are bounded (the least recently seen addresses and keys are forgotten first).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
+
+from api.errors import RateLimited
+
+WINDOW_S = 60.0
+GOOD_KEY_S = 600.0
+MAX_ADDRESSES = 10_000
+MAX_GOOD_KEYS = 10_000
+
+
+def _digest(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8", "replace")).hexdigest()
+
+
+class AuthLimiter:
+    """Counts failed authentications per client address and refuses a flood (see the module docstring)."""
+
+    def __init__(self, *, failures_per_minute: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self._limit = failures_per_minute
+        self._clock = clock
+        self._failures: OrderedDict[str, deque[float]] = OrderedDict()
+        self._good: OrderedDict[str, float] = OrderedDict()
+
+    def check(self, address: str, token: str) -> None:
+        """Refuse a request from an address past its failures, unless its key was seen valid.
+
+        Raises:
+            RateLimited: 429 with Retry-After.
+        """
+        recent = self._recent(address)
+        if len(recent) < self._limit:
+            return
+        seen = self._good.get(_digest(token))
+        if seen is not None and seen > self._clock():
+            return
+        wait = recent[0] + WINDOW_S - self._clock()
+        raise RateLimited(
+            f"Too many requests with an API key that is not valid came from this address ({len(recent)} in "
+            f"{int(WINDOW_S)} s); try again later.",
+            retry_after_s=max(1, int(wait) + 1),
+        )
+
+    def failed(self, address: str) -> None:
+        """Count one failed authentication from an address."""
+        recent = self._recent(address)
+        recent.append(self._clock())
+        self._failures[address] = recent
+        self._failures.move_to_end(address)
+        while len(self._failures) > MAX_ADDRESSES:
+            self._failures.popitem(last=False)
+
+    def succeeded(self, token: str) -> None:
+        """Remember a valid key for a while, so a flood from its address does not shut it out."""
+        digest = _digest(token)
+        self._good[digest] = self._clock() + GOOD_KEY_S
+        self._good.move_to_end(digest)
+        while len(self._good) > MAX_GOOD_KEYS:
+            self._good.popitem(last=False)
+
+    def _recent(self, address: str) -> deque[float]:
+        recent = self._failures.get(address, deque())
+        horizon = self._clock() - WINDOW_S
+        while recent and recent[0] <= horizon:
+            recent.popleft()
+        return recent
