@@ -78,6 +78,13 @@ def register_signing_key(session: Session, *, namespace: str, kid: str, public_k
         ):
             return existing
         raise Conflict(f"The kid {kid} is already registered; a kid names one key forever.", field="kid")
+    other = session.exec(select(SigningKey).where(SigningKey.public_key == public_key)).first()
+    if other is not None:  # one key, one kid: revoking a kid then revokes its key everywhere
+        raise Conflict(
+            f"This public key is already registered as {other.kid}; a key has one kid: generate a new "
+            "key pair for a new kid.",
+            field="public_key",
+        )
     key = SigningKey(kid=kid, namespace=namespace, public_key=public_key)
     session.add(key)
     session.flush()

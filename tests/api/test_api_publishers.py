@@ -95,6 +95,15 @@ def test_signing_key_registration_refuses_bad_kids_and_keys(
     assert r.status_code == 409 and r.json()["error"]["message"] == (
         f"The kid {NAMESPACE}#k is already registered; a kid names one key forever."
     )
+    again = client.post(url, headers=owner.headers, json={"kid": f"{NAMESPACE}#k2", "public_key": PUBLIC})
+    assert again.status_code == 409 and again.json()["error"]["field"] == "public_key"
+    assert again.json()["error"]["message"] == (
+        f"This public key is already registered as {NAMESPACE}#k; a key has one kid: "
+        "generate a new key pair for a new kid."
+    )  # so revoking that kid revokes the key: no second kid keeps it alive
+    other_ns = "/v1/actions/publishers/org.other/keys"
+    r = client.post(other_ns, headers=owner.headers, json={"kid": "org.other#k", "public_key": PUBLIC})
+    assert r.status_code == 409 and r.json()["error"]["field"] == "public_key"
 
 
 def test_registering_signing_keys_needs_the_publish_scope_by_name(
