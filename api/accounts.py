@@ -7,14 +7,16 @@ the lookup prefix. CRUD functions take keyword-only arguments and do not commit.
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import hmac
 import secrets
 import string
 from collections.abc import Sequence
 
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
+from api.errors import RateLimited
 from api.models import ApiKey, Organization, utcnow
 
 _ALPHABET = string.ascii_letters + string.digits
@@ -99,3 +101,20 @@ def revoke_api_key(session: Session, *, key: ApiKey) -> ApiKey:
         session.add(key)
         session.flush()
     return key
+
+
+def check_key_creations(session: Session, *, org_id: str, per_hour: int) -> None:
+    """Refuse a key past the organization's `per_hour` creations in the last hour (429, Retry-After)."""
+    since = utcnow() - dt.timedelta(hours=1)
+    made = session.exec(
+        select(ApiKey.created_at)
+        .where(col(ApiKey.org_id) == org_id, col(ApiKey.created_at) > since)
+        .order_by(col(ApiKey.created_at))
+    ).all()
+    if len(made) >= per_hour:
+        frees_at = made[len(made) - per_hour] + dt.timedelta(hours=1)
+        raise RateLimited(
+            f"This organization made {len(made)} API keys in the last hour, the most it may ({per_hour}).",
+            retry_after_s=max(1, int((frees_at - utcnow()).total_seconds()) + 1),
+            limit=per_hour,
+        )

@@ -40,6 +40,10 @@ class Settings(BaseSettings):
     auth_failures_per_minute: int = Field(
         default=60, ge=1, description="requests with a bad API key per client address in 60 s before 429s"
     )
+    keys_per_hour: int = Field(default=50, ge=1, description="API keys an organization may create in an hour")
+    run_starts_per_minute: int = Field(
+        default=60, ge=1, description="runs one organization may start in 60 s (replays of a key excepted)"
+    )
     runs_per_org: int = Field(
         default=20, ge=1, description="runs of one organization running at once; more are refused (429)"
     )

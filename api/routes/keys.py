@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends
 from pydantic import BaseModel
 
 from api import accounts
-from api.deps import Principal, SessionDep, require
+from api.deps import Principal, SessionDep, SettingsDep, require
 from api.errors import Forbidden, NotFound, error_responses
 from api.models import ApiKeyCreate, ApiKeyCreated, ApiKeyPublic
 from api.scopes import KEYS_ADMIN, covers
@@ -21,9 +21,14 @@ class ApiKeyList(BaseModel):
     keys: list[ApiKeyPublic]
 
 
-@router.post("", status_code=201, response_model=ApiKeyCreated, responses=error_responses(400, 403, 413))
-def create_key(body: ApiKeyCreate, principal: Admin, session: SessionDep) -> ApiKeyCreated:
+@router.post(
+    "", status_code=201, response_model=ApiKeyCreated, responses=error_responses(400, 403, 413, 429)
+)
+def create_key(
+    body: ApiKeyCreate, principal: Admin, session: SessionDep, settings: SettingsDep
+) -> ApiKeyCreated:
     """Create a key in the caller's organization; the secret is in this answer only."""
+    accounts.check_key_creations(session, org_id=principal.org_id, per_hour=settings.keys_per_hour)
     for scope in body.scopes:
         if not covers(principal.scopes, scope):
             raise Forbidden(

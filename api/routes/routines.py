@@ -72,7 +72,7 @@ async def get_routine(name: str, principal: Reader, runs: Runs) -> RoutinePublic
     response_model=RunPublic,
     responses={
         200: {"model": RunPublic, "description": "the run this Idempotency-Key started before"},
-        **error_responses(400, 403, 404, 413, 422, 503),
+        **error_responses(400, 403, 404, 413, 422, 429, 503),
     },
 )
 async def start_run(

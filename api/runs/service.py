@@ -44,7 +44,7 @@ from api.accounts import new_id
 from api.calls import idempotency
 from api.calls.errors import ConcurrencyLimited, IdempotencyKeyReused
 from api.config import Settings
-from api.errors import Conflict, InvalidRequest, NotFound, ServiceUnavailable
+from api.errors import Conflict, InvalidRequest, NotFound, RateLimited, ServiceUnavailable
 from api.models import utcnow
 from api.runs.models import RunError, RunPublic, RunSummary
 from api.runs.progress import fill_outputs, note_retries
@@ -187,6 +187,7 @@ class RunsService:
             run_id = "run_" + hashlib.sha256(f"{org_id}\n{idempotency_key}".encode()).hexdigest()[:20]
         else:
             run_id = new_id("run")
+        await self._db(self._check_starts, org_id)
         routine, pins = await self._db(self._pinned, record)
         try:
             resolved = resolve_inputs(routine, inputs)
@@ -237,6 +238,25 @@ class RunsService:
                     ) from None
                 pins[step.uses] = resolved.pin
         return routine, pins
+
+    def _check_starts(self, org_id: str) -> None:
+        """Refuse a start past the organization's `run_starts_per_minute` (429 rate_limited, Retry-After)."""
+        limit = self._settings.run_starts_per_minute
+        since = utcnow() - timedelta(seconds=60)
+        with Session(self._engine) as session:
+            started = session.exec(
+                select(RunRecord.created_at)
+                .where(col(RunRecord.org_id) == org_id, col(RunRecord.created_at) > since)
+                .order_by(col(RunRecord.created_at))
+            ).all()
+        if len(started) >= limit:
+            frees_at = started[len(started) - limit] + timedelta(seconds=60)
+            raise RateLimited(
+                f"This organization started {len(started)} runs in the last 60 seconds, the most it may "
+                f"({limit}).",
+                retry_after_s=max(1, int((frees_at - utcnow()).total_seconds()) + 1),
+                limit=limit,
+            )
 
     async def _check_running(self, client: Client, org_id: str) -> None:
         """Refuse a start past the organization's runs at once (`runs_per_org`), with Retry-After.

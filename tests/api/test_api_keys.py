@@ -154,3 +154,18 @@ def test_a_flood_of_bad_keys_meets_429s_while_a_good_key_keeps_working(
     assert refused.status_code == 429 and 1 <= int(refused.headers["Retry-After"]) <= 61
     assert refused.json()["error"]["code"] == "rate_limited"
     assert client.get("/v1/keys", headers=good.headers).status_code == 200
+
+
+def test_key_creation_is_limited_per_organization_and_hour(
+    app: FastAPI, client: TestClient, make_org: Callable[..., Org]
+) -> None:
+    app.state.settings.keys_per_hour = 3  # the organization's own key counts: two more, then 429
+    owner, other = make_org(), make_org()
+    body = {"scopes": ["actions:call"]}
+    made = [client.post("/v1/keys", headers=owner.headers, json=body) for _ in range(3)]
+    assert [r.status_code for r in made] == [201, 201, 429]
+    refused = made[2]
+    assert refused.json()["error"]["code"] == "rate_limited" and refused.json()["error"]["limit"] == 3
+    assert 3500 <= int(refused.headers["Retry-After"]) <= 3601
+    assert "made 3 API keys in the last hour" in refused.json()["error"]["message"]
+    assert client.post("/v1/keys", headers=other.headers, json=body).status_code == 201

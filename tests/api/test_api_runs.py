@@ -271,3 +271,22 @@ async def test_runs_past_the_organizations_limit_at_once_are_refused_with_retry_
         assert (await routine_stack.final(org, again, url=url))["status"] == "succeeded"
     finally:
         proc.stop()
+
+
+async def test_run_starts_are_limited_per_organization_and_minute(routine_stack: RoutineStack) -> None:
+    url, proc = routine_stack.start_api(extra_env={"B3OS_RUN_STARTS_PER_MINUTE": "2"}, listed=False)
+    try:
+        org = routine_stack.runner()
+        fast = f"name: fast\nsteps:\n  - id: e\n    uses: {FREE_ECHO}\n    with: {{text: hi}}\n"
+        assert (await routine_stack.store(org, fast, url=url)).status_code == 201
+        first = await routine_stack.start_run(org, "fast", url=url)
+        await routine_stack.start_run(org, "fast", url=url)
+        refused = httpx.post(f"{url}/v1/routines/fast/runs", headers=org.headers, json={}, timeout=30)
+        assert refused.status_code == 429, refused.text
+        error = refused.json()["error"]
+        assert error["code"] == "rate_limited" and error["limit"] == 2
+        assert "started 2 runs in the last 60 seconds" in error["message"]
+        assert 1 <= int(refused.headers["Retry-After"]) <= 61
+        assert (await routine_stack.final(org, first, url=url))["status"] == "succeeded"
+    finally:
+        proc.stop()
