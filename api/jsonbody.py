@@ -27,6 +27,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.bodylimit import replaying
 from api.errors import InvalidRequest, error_response
+from engine.payloads import is_unicode
 
 MAX_DEPTH = 64
 MAX_SAFE_INTEGER = 2**53 - 1
@@ -67,19 +68,9 @@ def _field(path: list[str | int]) -> str:
     return field if len(field) <= _FIELD_CHARS else field[:_FIELD_CHARS] + "..."
 
 
-def _utf8(text: str) -> bool:
-    if text.isascii():
-        return True
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def _scalar_problem(value: Any, path: list[str | int]) -> InvalidRequest | None:
     if isinstance(value, str):
-        if _utf8(value):
+        if is_unicode(value):
             return None
         field = _field(path)
         return InvalidRequest(
@@ -129,7 +120,7 @@ def check_value(value: Any) -> None:
             )
         items = container.items() if isinstance(container, dict) else enumerate(container)
         for key, child in items:
-            if isinstance(key, str) and not _utf8(key):
+            if isinstance(key, str) and not is_unicode(key):
                 field = _field([*path, key])
                 raise InvalidRequest(
                     f"A member name at {field} is not valid Unicode (a lone surrogate such as \\udaac); send "

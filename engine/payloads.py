@@ -175,12 +175,12 @@ def _surrogate_at(value: Any) -> str | None:
     while stack:
         item, path = stack.pop()
         if isinstance(item, str):
-            if not _is_unicode(item):
+            if not is_unicode(item):
                 return path or None
         elif isinstance(item, dict):
             for key, child in item.items():
                 where = f"{path}.{key}" if path else str(key)
-                if isinstance(key, str) and not _is_unicode(key):
+                if isinstance(key, str) and not is_unicode(key):
                     return where
                 stack.append((child, where))
         elif isinstance(item, list):
@@ -188,7 +188,10 @@ def _surrogate_at(value: Any) -> str | None:
     return None
 
 
-def _is_unicode(text: str) -> bool:
+def is_unicode(text: str) -> bool:
+    """Whether UTF-8 can carry a text (a lone surrogate such as "\\ud800" it cannot)."""
+    if text.isascii():
+        return True
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:

@@ -152,11 +152,11 @@ def _not_unicode(value: Any, doc: Located) -> Iterator[tuple[tuple[int, int], Pa
     while stack:
         item, where = stack.pop()
         if isinstance(item, str):
-            if not _unicode(item):
+            if not payloads.is_unicode(item):
                 yield doc.position(where), where, _NOT_UNICODE
         elif isinstance(item, dict):
             for key, child in item.items():
-                if isinstance(key, str) and not _unicode(key):
+                if isinstance(key, str) and not payloads.is_unicode(key):
                     yield doc.key_position((*where, key)), where, f"a key: {_NOT_UNICODE}"
                 stack.append((child, (*where, key)))
         elif isinstance(item, list):
@@ -164,16 +164,6 @@ def _not_unicode(value: Any, doc: Located) -> Iterator[tuple[tuple[int, int], Pa
 
 
 _NOT_UNICODE = "the text is not Unicode (a lone surrogate such as \\ud800): write the character itself"
-
-
-def _unicode(text: str) -> bool:
-    if text.isascii():
-        return True
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _place(data: dict[str, Any], path: Path) -> str:
