@@ -52,5 +52,5 @@ def run(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
-    uvicorn.run(app, host=host, port=port, log_level=args.log_level)
+    uvicorn.run(app, host=host, port=port, log_level=args.log_level, use_colors=False)
     return 0

@@ -77,8 +77,11 @@ def _first_line(doc: str | None) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from cli.terminal import safe_streams
+
     try:
-        return int(args._run(args) or 0)
+        with safe_streams():
+            return int(args._run(args) or 0)
     except KeyboardInterrupt:
         return 130
 

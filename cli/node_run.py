@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         driver.close()
         raise
     try:
-        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, use_colors=False)
     finally:
         driver.close()  # again, for when the app never started (a port in use); closing twice is harmless
     return 0

@@ -156,3 +156,32 @@ def test_input_values_parse_as_json_else_text() -> None:
         "e": "",
         "q": "1",
     }
+
+
+HOSTILE_TEXT = "\x1b]0;owned\x07\x1b[2J\u009b31m\u202eevil\r"
+
+
+async def test_routine_run_writes_no_control_characters_from_an_answer(api: Api, tmp_path: Path) -> None:
+    """A step's output carrying escape sequences (OSC, CSI, C1, a bidi override, a carriage return)
+    reaches the terminal as visible `\\uXXXX` text; `--json` still decodes to the very same output."""
+    (tmp_path / "greet.yaml").write_text(ROUTINE)
+    who = json.dumps(HOSTILE_TEXT)
+    code, out, err = await b3os(api, tmp_path, "routine", "run", "greet.yaml", "--input", f"who={who}")
+    assert code == 0, err
+    shown = out + err
+    assert not any(ch in shown for ch in "\x1b\x07\r\u009b\u202e")
+    assert '✓ greet (1 attempt): {"text": "hello \\u001b]0;owned\\u0007' in out
+    code, out, err = await b3os(
+        api, tmp_path, "routine", "run", "greet.yaml", "--input", f"who={who}", "--json"
+    )
+    assert code == 0, err
+    assert "\x1b" not in out and "\u009b" not in out
+    assert json.loads(out)["outputs"]["greeting"] == f"hello {HOSTILE_TEXT}"
+
+
+def test_the_cli_streams_escape_what_a_terminal_would_obey() -> None:
+    from cli.terminal import clean
+
+    assert clean("a\tb\nc") == "a\tb\nc"
+    assert clean("\x1b[2J\x7f\u0085\u2066") == "\\u001b[2J\\u007f\\u0085\\u2066"
+    assert json.loads(clean(json.dumps({"t": "\u009b\u202e"}, ensure_ascii=False))) == {"t": "\u009b\u202e"}
