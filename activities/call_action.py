@@ -2,11 +2,14 @@
 
 It sends `POST {B3OS_API_URL}/v1/actions/call` with `{"ref", "input"}` (and `timeout_ms` only when
 the step sets `timeout`), on behalf of the API key that started the run, with the step's derived
-`Idempotency-Key`. It heartbeats while it waits so that a cancelled run cancels the attempt; a
-cancelled attempt then sends `POST /v1/actions/call/cancel {"idempotency_key"}`, so the call's node
-kills its VM at once instead of letting it run to its timeout. An output that could not travel back
-to the workflow (over `engine.payloads.STEP_OUTPUT_LIMIT_BYTES`, nested deeper than 64 levels, or
-text that is not Unicode) fails the step for good, `payload_too_large` or `payload_invalid`.
+`Idempotency-Key`, the worker token, the run's grant (`X-B3OS-Run-Grant`, minted by the api when it
+started the run) and the step it calls for (`X-B3OS-Run-Step`): the api honours the call only for a
+run it started that still runs (api.runs.grants). It heartbeats while it waits so that a cancelled
+run cancels the attempt; a cancelled attempt then sends `POST /v1/actions/call/cancel
+{"idempotency_key"}` with the same headers, so the call's node kills its VM at once instead of
+letting it run to its timeout. An output that could not travel back to the workflow (over
+`engine.payloads.STEP_OUTPUT_LIMIT_BYTES`, nested deeper than 64 levels, or text that is not
+Unicode) fails the step for good, `payload_too_large` or `payload_invalid`.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ class CallActionInput(BaseModel):
     ref: str
     input: dict[str, Any] = Field(default_factory=dict)
     key_id: str
+    grant: str | None = None  # the run's grant (RunRoutineInput.grant); None: the api refuses the call
     step_id: str
     index: int | None = None
     timeout_ms: int | None = None
@@ -145,11 +149,7 @@ class ActionActivities:
         if input.timeout_ms is not None:
             body["timeout_ms"] = input.timeout_ms
             read_s = input.timeout_ms / 1000 + _SLACK_S
-        headers = {
-            "Authorization": f"Bearer {self._settings.worker_token.get_secret_value()}",
-            "X-B3OS-On-Behalf-Of": input.key_id,
-            "Idempotency-Key": key,
-        }
+        headers = self._headers(input, key)
         ledger = Ledger.of(info.heartbeat_details)
         if input.max_attempts is not None and ledger.failures >= input.max_attempts:
             raise ledger.exhausted(info.attempt)
@@ -200,16 +200,25 @@ class ActionActivities:
             output_bytes=measured.size,
         )
 
+    def _headers(self, input: CallActionInput, key: str) -> dict[str, str]:
+        """The worker token, the run's grant and the step: what the api checks on a step's call or cancel."""
+        headers = {
+            "Authorization": f"Bearer {self._settings.worker_token.get_secret_value()}",
+            "X-B3OS-On-Behalf-Of": input.key_id,
+            "X-B3OS-Run-Step": input.step_id if input.index is None else f"{input.step_id}/{input.index}",
+            "Idempotency-Key": key,
+        }
+        if input.grant:
+            headers["X-B3OS-Run-Grant"] = input.grant
+        return headers
+
     async def _cancel_call(self, key: str, input: CallActionInput) -> None:
         """The run was cancelled: ask the api to stop the call sent with `key` (its node kills the VM).
 
         A call still being placed (409) is asked again, for at most `_CANCEL_S`; any other failure is
         logged and left: the call then runs to its end, as before.
         """
-        headers = {
-            "Authorization": f"Bearer {self._settings.worker_token.get_secret_value()}",
-            "X-B3OS-On-Behalf-Of": input.key_id,
-        }
+        headers = self._headers(input, key)
         give_up = asyncio.get_running_loop().time() + _CANCEL_S
         while True:
             try:

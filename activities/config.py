@@ -1,7 +1,8 @@
 """The routine worker's settings for its activities (env prefix `B3OS_`).
 
 `B3OS_WORKER_TOKEN` lives only in the worker's process: it is sent as a header by the activity and
-never enters an activity input, a result or workflow history.
+never enters an activity input, a result or workflow history. Alone it calls nothing: each call also
+sends the run's grant, which the api minted when it started the run (api.runs.grants).
 """
 
 from __future__ import annotations

@@ -7,14 +7,35 @@ Served through `get_settings` (a FastAPI dependency) so tests build an app with 
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
 
 from fastapi import Request
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MIB = 1024 * 1024
+# loopback and the private ranges (RFC 1918, IPv6 unique local): where a cluster's nodes usually are
+DEFAULT_NODE_NETWORKS = "127.0.0.0/8,::1/128,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,fc00::/7"
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def parse_networks(value: str) -> list[IPNetwork]:
+    """The CIDRs of a comma-separated list.
+
+    Raises:
+        ValueError: an entry is not a network; the sentence names it.
+    """
+    networks: list[IPNetwork] = []
+    for entry in (e.strip() for e in value.split(",")):
+        if not entry:
+            continue
+        try:
+            networks.append(ipaddress.ip_network(entry, strict=False))
+        except ValueError:
+            raise ValueError(f"{entry[:100]!r} is not a network such as 10.0.0.0/8 or fc00::/7") from None
+    return networks
 
 
 class Settings(BaseSettings):
@@ -27,8 +48,9 @@ class Settings(BaseSettings):
         default=None, description="SQLAlchemy URL; default SQLite under data_dir"
     )
     blob_dir: Path | None = Field(default=None, description="where blobs are stored; default data_dir/blobs")
-    node_token: str | None = Field(
-        default=None, description="the bearer token nodes present (B3OS_NODE_TOKEN)"
+    node_networks: str = Field(
+        default=DEFAULT_NODE_NETWORKS,
+        description="the networks (CIDRs, comma-separated) a node's heartbeat URL may be on",
     )
     worker_token: str | None = Field(default=None, description="the bearer token routine workers present")
     max_blob_bytes: int = Field(default=64 * MIB, ge=1, description="the largest blob a PUT accepts")
@@ -37,12 +59,26 @@ class Settings(BaseSettings):
     temporal_address: str = Field(default="127.0.0.1:7233", description="the Temporal frontend, host:port")
     temporal_namespace: str = Field(default="default", description="the Temporal namespace of routine runs")
     temporal_task_queue: str = Field(default="b3os-routines", description="the routine workers' task queue")
+    temporal_tls: bool = Field(default=False, description="TLS to Temporal with the system's roots")
+    temporal_tls_ca_file: Path | None = Field(
+        default=None, description="PEM of the CA of Temporal's frontend certificate (turns TLS on)"
+    )
+    temporal_tls_cert_file: Path | None = Field(default=None, description="the api's client cert, mTLS")
+    temporal_tls_key_file: Path | None = Field(default=None, description="that certificate's key (PEM)")
+    temporal_tls_server_name: str | None = Field(
+        default=None, description="the name Temporal's certificate is checked against"
+    )
     auth_failures_per_minute: int = Field(
         default=60, ge=1, description="requests with a bad API key per client address in 60 s before 429s"
     )
     keys_per_hour: int = Field(default=50, ge=1, description="API keys an organization may create in an hour")
     run_starts_per_minute: int = Field(
         default=60, ge=1, description="runs one organization may start in 60 s (replays of a key excepted)"
+    )
+    run_timeout_s: int = Field(
+        default=24 * 3600,
+        ge=60,
+        description="the longest a run may last (its Temporal execution timeout; its grant expires with it)",
     )
     runs_per_org: int = Field(
         default=20, ge=1, description="runs of one organization running at once; more are refused (429)"
@@ -55,6 +91,16 @@ class Settings(BaseSettings):
         default=None,
         description="the egress proxy's X25519 public key, base64 raw (default: asked from egress_url)",
     )
+
+    @field_validator("node_networks")
+    @classmethod
+    def _networks(cls, value: str) -> str:
+        parse_networks(value)
+        return value
+
+    def node_network_list(self) -> list[IPNetwork]:
+        """The networks a node's URL may be on (B3OS_NODE_NETWORKS)."""
+        return parse_networks(self.node_networks)
 
     def resolved_database_url(self) -> str:
         """The database URL: B3OS_DATABASE_URL, then DATABASE_URL, then SQLite under data_dir."""

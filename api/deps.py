@@ -1,13 +1,12 @@
 """Request dependencies: settings, session, and who is calling.
 
 An API key arrives as `Authorization: Bearer b3_...` and becomes a `Principal` (key id, org,
-scopes). `require(scope, ...)` checks scopes with `api.scopes.grants`. Nodes present the node
-token (`B3OS_NODE_TOKEN`) instead and become a `NodeCaller`.
+scopes). `require(scope, ...)` checks scopes with `api.scopes.grants`. A node presents its own
+credential (`b3n_...`, api.node_credentials) instead and becomes a `NodeCaller` of that node id.
 """
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated
@@ -21,7 +20,9 @@ from api.config import Settings, get_settings
 from api.db import get_session
 from api.errors import Forbidden, Unauthorized
 from api.models import Organization
+from api.node_credentials import find_credential
 from api.scopes import BY_NAME_ONLY, grants
+from node.credential import is_node_secret
 
 SessionDep = Annotated[Session, Depends(get_session)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
@@ -49,7 +50,9 @@ class Principal:
 
 @dataclass(frozen=True)
 class NodeCaller:
-    """A node, authenticated by the node token."""
+    """A node, authenticated by its own credential."""
+
+    node_id: str
 
 
 def _missing_scope(scope: str) -> str:
@@ -111,27 +114,30 @@ def require(*scopes: str) -> Callable[..., Principal]:
     return dependency
 
 
-def is_node_token(settings: Settings, token: str) -> bool:
-    """Whether `token` is this installation's node token."""
-    return bool(settings.node_token) and hmac.compare_digest(
-        token.encode(), str(settings.node_token).encode()
-    )
+def _node_for(request: Request, token: str) -> NodeCaller:
+    limiter: AuthLimiter = request.app.state.auth_limiter
+    address = request.client.host if request.client else "unknown"
+    limiter.check(address, token)
+    with Session(request.app.state.engine) as session:
+        credential = find_credential(session, secret=token)
+    if credential is None:
+        limiter.failed(address)
+        raise Unauthorized("The node credential is not valid (issue one with b3os node credential issue).")
+    if credential.revoked_at is not None:
+        limiter.failed(address)
+        raise Unauthorized(f"The credential of node {credential.node_id} was revoked.")
+    limiter.succeeded(token)
+    return NodeCaller(node_id=credential.node_id)
 
 
-def node_caller(request: Request, settings: SettingsDep) -> NodeCaller:
-    """A node (the node token), or Unauthorized."""
-    if not settings.node_token:
-        raise Unauthorized(
-            "This installation has no node token: set B3OS_NODE_TOKEN on the api and the node."
-        )
-    if not is_node_token(settings, bearer_token(request)):
-        raise Unauthorized("The node token is not valid.")
-    return NodeCaller()
+def node_caller(request: Request) -> NodeCaller:
+    """A node (by its own credential), or Unauthorized."""
+    return _node_for(request, bearer_token(request))
 
 
-def principal_or_node(request: Request, settings: SettingsDep) -> Principal | NodeCaller:
-    """A node (by the node token) or an API key."""
+def principal_or_node(request: Request) -> Principal | NodeCaller:
+    """A node (by its credential) or an API key."""
     token = bearer_token(request)
-    if is_node_token(settings, token):
-        return NodeCaller()
+    if is_node_secret(token):
+        return _node_for(request, token)
     return _principal_for(request, token)

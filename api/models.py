@@ -2,7 +2,8 @@
 
 Tables: organizations, api_keys (hash only), publishers (namespace -> org), signing_keys (Ed25519 by
 kid), blob_uploads (which org uploaded which blob; the bytes live on disk), packs, pack_versions
-(immutable; `seq` orders the node feed), nodes. The schema's revisions are in api/alembic/versions/.
+(immutable; `seq` orders the node feed), nodes, node_credentials (a hash and a call key, never the
+secret). The schema's revisions are in api/alembic/versions/.
 Request models forbid unknown fields. Times are timezone-aware UTC; money is integer micro-USD.
 """
 
@@ -241,3 +242,15 @@ class Node(NodeBase, table=True):
 
 class NodePublic(NodeBase):
     last_seen: dt.datetime
+
+
+class NodeCredential(SQLModel, table=True):
+    """A node's own credential (api.node_credentials): its secret's hash and the key of its call traffic."""
+
+    __tablename__ = "node_credentials"
+    node_id: str = Field(primary_key=True, max_length=100)
+    prefix: str = Field(unique=True, max_length=40)
+    secret_hash: str = Field(max_length=64)
+    call_key: str = Field(max_length=64)
+    created_at: dt.datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+    revoked_at: dt.datetime | None = Field(default=None, sa_type=UTCDateTime)

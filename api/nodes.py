@@ -1,19 +1,61 @@
 """Nodes as the api knows them: registration by heartbeat, liveness, and the registry feed.
 
 A node heartbeats every few seconds with its URL, free slots and installed versions; a node whose
-last heartbeat is older than `max_age_s` is not offered calls. The feed hands out published pack
-versions in `seq` order after a cursor (the last `seq` a node has seen).
+last heartbeat is older than `max_age_s`, or whose credential is revoked (api.node_credentials), is
+not offered calls. A heartbeat's URL must be `http(s)://host[:port]` (no user, path, query or
+fragment) with every address of the host on a network the operator allows (B3OS_NODE_NETWORKS);
+a host name is resolved when the heartbeat arrives. The feed hands out published pack versions in
+`seq` order after a cursor (the last `seq` a node has seen).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import ipaddress
+import socket
+from collections.abc import Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
-from api.models import Node, NodeHeartbeat, PackVersion, SigningKey, utcnow
+from api.config import IPNetwork
+from api.errors import InvalidRequest
+from api.models import Node, NodeCredential, NodeHeartbeat, PackVersion, SigningKey, utcnow
+
+
+def check_node_url(url: str, *, networks: Sequence[IPNetwork]) -> None:
+    """Refuse a node URL that is not plain http(s) on an allowed network (InvalidRequest naming `url`)."""
+
+    def refuse(why: str) -> InvalidRequest:
+        return InvalidRequest(f"The node url {url[:200]!r} is refused: {why}.", field="url", value=url[:200])
+
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        raise refuse("it is not a URL") from None
+    if parts.scheme not in ("http", "https"):
+        raise refuse("a node is reached over http or https only")
+    if parts.username is not None or parts.password is not None or "@" in parts.netloc:
+        raise refuse("it carries a user or password")
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise refuse("a node URL is scheme, host and port only")
+    host = parts.hostname or ""
+    if not host:
+        raise refuse("it names no host")
+    try:
+        infos = socket.getaddrinfo(host, port or 80, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        raise refuse(f"the host {host} does not resolve") from None
+    for info in infos:
+        address = ipaddress.ip_address(str(info[4][0]).split("%")[0])
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+            address = address.ipv4_mapped
+        if not any(address in network for network in networks):
+            shown = ", ".join(str(n) for n in networks) or "none"
+            raise refuse(f"{host} is {address}, outside the node networks ({shown}; B3OS_NODE_NETWORKS)")
 
 
 def record_heartbeat(session: Session, *, beat: NodeHeartbeat) -> Node:
@@ -35,12 +77,13 @@ def record_heartbeat(session: Session, *, beat: NodeHeartbeat) -> Node:
     raise RuntimeError(f"heartbeat of node {beat.node_id} could not be stored")
 
 
-def live_nodes(session: Session, *, max_age_s: float = 15.0) -> list[Node]:
-    """Nodes heard from within `max_age_s`, the most free slots first."""
-    since = utcnow() - dt.timedelta(seconds=max_age_s)
+def live_nodes(session: Session, *, max_age_s: float = 15.0, now: dt.datetime | None = None) -> list[Node]:
+    """Nodes heard from within `max_age_s` whose credential stands, the most free slots first."""
+    since = (now or utcnow()) - dt.timedelta(seconds=max_age_s)
     stmt = (
         select(Node)
-        .where(col(Node.last_seen) >= since)
+        .join(NodeCredential, col(NodeCredential.node_id) == col(Node.node_id))
+        .where(col(Node.last_seen) >= since, col(NodeCredential.revoked_at).is_(None))
         .order_by(col(Node.slots_free).desc(), col(Node.node_id))
     )
     return list(session.exec(stmt).all())

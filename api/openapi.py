@@ -58,7 +58,7 @@ def openapi_document(app: FastAPI) -> dict[str, Any]:
     components.setdefault("securitySchemes", {})[SECURITY_SCHEME] = {
         "type": "http",
         "scheme": "bearer",
-        "description": "An API key (`b3_...`); the node routes take the node token (B3OS_NODE_TOKEN).",
+        "description": "An API key (`b3_...`); the node routes take a node's own credential (`b3n_...`).",
     }
     for path in schema.get("paths", {}).values():
         for operation in path.values():

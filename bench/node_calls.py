@@ -34,6 +34,7 @@ import httpx
 
 from node.cache import InstallCache
 from node.config import Settings
+from node.credential import call_key, new_secret, signed_headers
 from node.models import NodeCall
 from node.runner import Runner
 from node.template import build_base, rootfs_path
@@ -51,7 +52,8 @@ import sys
 json.load(sys.stdin)
 print(json.dumps({"output": {}}))
 """
-TOKEN = "bench-node-token"
+NODE_ID = "bench-node"
+NODE_SECRET = new_secret()  # the bench's own node credential (the node needs no api to check proofs)
 REQUEST = {
     "action": "noop",
     "input": {},
@@ -179,24 +181,32 @@ def _http_rows(n: int, tmp: Path, cache: InstallCache, tool: str) -> list[str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = {**os.environ, "B3OS_NODE_TOKEN": TOKEN, "B3OS_CACHE_DIR": str(cache.root),
-           "B3OS_RUN_DIR": str(tmp / "node-vms")}  # fmt: skip
+    env = {**os.environ, "B3OS_NODE_ID": NODE_ID, "B3OS_NODE_CREDENTIAL": NODE_SECRET,
+           "B3OS_CACHE_DIR": str(cache.root), "B3OS_RUN_DIR": str(tmp / "node-vms")}  # fmt: skip
     proc = subprocess.Popen(
         [sys.executable, "-m", "cli", "node", "run", "--port", str(port)], cwd=REPO, env=env
     )
     url = f"http://127.0.0.1:{port}/v1/node/calls"
-    headers = {"Authorization": f"Bearer {TOKEN}"}
+    key = call_key(NODE_SECRET)
+
+    def signed(method: str, path: str, body: bytes = b"") -> dict[str, str]:
+        # as the api signs each request (node.credential): part of what a call costs
+        return signed_headers(key, node_id=NODE_ID, method=method, path=path, body=body)
+
     try:
-        with httpx.Client(headers=headers, timeout=30, limits=httpx.Limits(max_connections=16)) as client:
+        with httpx.Client(timeout=30, limits=httpx.Limits(max_connections=16)) as client:
             for _ in range(300):
                 try:
-                    client.get(f"http://127.0.0.1:{port}/v1/node/status")
+                    client.get(
+                        f"http://127.0.0.1:{port}/v1/node/status", headers=signed("GET", "/v1/node/status")
+                    )
                     break
                 except httpx.TransportError:
                     time.sleep(0.1)
 
             def via_http(i: int) -> None:
-                resp = client.post(url, content=_call(i, tool).model_dump_json())
+                body = _call(i, tool).model_dump_json().encode()
+                resp = client.post(url, content=body, headers=signed("POST", "/v1/node/calls", body))
                 assert resp.status_code == 200 and resp.json()["ok"], resp.text
 
             _timed(via_http, 10, 1)

@@ -16,10 +16,12 @@ state under .b3os/.
    verified and unpacked them from the registry feed);
 4. the routine worker (`python -m engine.worker`); ready when it polls its task queue.
 
-Every child shares the generated B3OS_NODE_TOKEN, B3OS_WORKER_TOKEN and B3OS_EGRESS_TOKEN, kept in
-`<data dir>/dev.env` (mode 0600) and never printed. Ports default to api 8700, node 8710, egress 8720,
-Temporal 7233, UI 8233, from flags or B3OS_DEV_API_PORT, B3OS_DEV_NODE_PORT, B3OS_DEV_EGRESS_PORT,
-B3OS_DEV_TEMPORAL_PORT, B3OS_DEV_UI_PORT; a taken port is refused before anything starts.
+Every child shares the generated B3OS_WORKER_TOKEN and B3OS_EGRESS_TOKEN; the node alone gets its own
+credential (B3OS_NODE_ID, B3OS_NODE_CREDENTIAL, issued into the database at the first start and kept while
+it stands). All are kept in `<data dir>/dev.env` (mode 0600) and never printed. Ports default to api
+8700, node 8710, egress 8720, Temporal 7233, UI 8233, from flags or B3OS_DEV_API_PORT, B3OS_DEV_NODE_PORT,
+B3OS_DEV_EGRESS_PORT, B3OS_DEV_TEMPORAL_PORT, B3OS_DEV_UI_PORT; a taken port is refused before anything
+starts.
 """
 
 from __future__ import annotations
@@ -243,14 +245,16 @@ def start_embedded(
     os.chmod(data_dir, 0o711)
     emb = Embedded(data_dir=data_dir, ports=ports, api_key="")
     egress_url = f"http://127.0.0.1:{ports['egress']}"
-    state = prepare(data_dir, emb.api_url, temporal_address=emb.temporal_address, egress_url=egress_url)
+    node_id = f"node-127.0.0.1-{ports['node']}"
+    state = prepare(
+        data_dir, emb.api_url, node_id=node_id, temporal_address=emb.temporal_address, egress_url=egress_url
+    )
     emb.api_key = state.api_key
     key_file = data_dir / "egress" / "egress.key"
     env = dict(os.environ)  # the user's B3OS_* settings reach the children; the stack's own win
     env.update(
         B3OS_DATA_DIR=str(data_dir),
         B3OS_API_URL=emb.api_url,
-        B3OS_NODE_TOKEN=state.node_token,
         B3OS_WORKER_TOKEN=state.worker_token,
         B3OS_TEMPORAL_ADDRESS=emb.temporal_address,
         B3OS_TEMPORAL_NAMESPACE=NAMESPACE,
@@ -309,10 +313,10 @@ def start_embedded(
     say(f"api ready        {emb.api_url} ({time.monotonic() - t0:.1f} s)")
     emb.pins, tools = publish_examples(state, [options.examples, options.packs], data_dir / "build")
     tags = sorted(tools)
-    node_id = f"node-127.0.0.1-{ports['node']}"
     node_env = {
         **env,
         "B3OS_NODE_ID": node_id,
+        "B3OS_NODE_CREDENTIAL": state.node_credential,
         "B3OS_HEARTBEAT_S": HEARTBEAT_S,
         "B3OS_CACHE_DIR": str(data_dir / "node" / "cache"),
     }

@@ -8,11 +8,11 @@ B3OS_DEV_UI_PORT). The node needs root and the base template (`b3os node build-b
 it creates a dev organization (the operator) and a dev key, gives it the publisher namespaces
 com.example.tools and io.b3os with the signing keys com.example.tools#dev and io.b3os#dev (generated
 into $B3OS_KEYS_DIR or ~/.b3os/keys), builds and publishes the example tools (examples/tools/*) and the
-example declarative packs (examples/packs/*), and writes B3OS_API_URL, B3OS_API_KEY, B3OS_DEV_KID,
-B3OS_NODE_TOKEN, B3OS_WORKER_TOKEN, B3OS_EGRESS_URL, B3OS_EGRESS_TOKEN and B3OS_TEMPORAL_ADDRESS to
-.b3os/dev.env (mode 0600). Later starts reuse all of it. Each part is ready before the next starts (the
-node has installed the published tools from the registry feed). Ctrl-C or SIGTERM stops every child and
-their children.
+example declarative packs (examples/packs/*), issues the node its own credential (as `b3os node credential
+issue` does), and writes B3OS_API_URL, B3OS_API_KEY, B3OS_DEV_KID, B3OS_NODE_ID, B3OS_NODE_CREDENTIAL,
+B3OS_WORKER_TOKEN, B3OS_EGRESS_URL, B3OS_EGRESS_TOKEN and B3OS_TEMPORAL_ADDRESS to .b3os/dev.env (mode
+0600). Later starts reuse all of it. Each part is ready before the next starts (the node has installed
+the published tools from the registry feed). Ctrl-C or SIGTERM stops every child and their children.
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ class DevState:
 
     api_url: str
     api_key: str
-    node_token: str
+    node_id: str
+    node_credential: str
     worker_token: str
     temporal_address: str
     egress_url: str = ""
@@ -55,7 +56,7 @@ class DevState:
     def env_lines(self) -> str:
         return (
             f"B3OS_API_URL={self.api_url}\nB3OS_API_KEY={self.api_key}\n"
-            f"B3OS_DEV_KID={self.kid}\nB3OS_NODE_TOKEN={self.node_token}\n"
+            f"B3OS_DEV_KID={self.kid}\nB3OS_NODE_ID={self.node_id}\nB3OS_NODE_CREDENTIAL={self.node_credential}\n"
             f"B3OS_WORKER_TOKEN={self.worker_token}\nB3OS_TEMPORAL_ADDRESS={self.temporal_address}\n"
             f"B3OS_EGRESS_URL={self.egress_url}\nB3OS_EGRESS_TOKEN={self.egress_token}\n"
         )
@@ -68,15 +69,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def prepare(
-    data_dir: Path, api_url: str, *, temporal_address: str = "127.0.0.1:7233", egress_url: str = ""
+    data_dir: Path,
+    api_url: str,
+    *,
+    node_id: str = "node-127.0.0.1-8710",
+    temporal_address: str = "127.0.0.1:7233",
+    egress_url: str = "",
 ) -> DevState:
-    """Create (or reuse) the dev organization, key, publishers and signing keys; write dev.env.
+    """Create (or reuse) the dev organization, key, publishers, signing keys and the node's credential;
+    write dev.env.
 
-    The node, worker and egress tokens are generated on first start and kept in dev.env after.
+    The worker and egress tokens are generated on first start and kept in dev.env after; the node's
+    credential is kept while it stands for `node_id` (else a new one is issued).
     """
     from sqlmodel import Session, select
 
-    from api import accounts, publishers
+    from api import accounts, node_credentials, publishers
     from api.config import Settings
     from api.db import engine_from_settings
     from api.errors import ApiError
@@ -120,13 +128,18 @@ def prepare(
                         f"{exc.message} The key directory {keys_dir()} holds another {dev_kid(namespace)}: "
                         f"remove {data_dir} to start afresh."
                     ) from exc
+            node_secret = previous.get("B3OS_NODE_CREDENTIAL", "")
+            credential = node_credentials.find_credential(session, secret=node_secret)
+            if credential is None or credential.revoked_at is not None or credential.node_id != node_id:
+                _, node_secret = node_credentials.issue_credential(session, node_id=node_id)
             session.commit()
     finally:
         engine.dispose()
     state = DevState(
         api_url=api_url,
         api_key=secret,
-        node_token=previous.get("B3OS_NODE_TOKEN") or secrets.token_urlsafe(32),
+        node_id=node_id,
+        node_credential=node_secret,
         worker_token=previous.get("B3OS_WORKER_TOKEN") or secrets.token_urlsafe(32),
         temporal_address=temporal_address,
         egress_url=egress_url,
@@ -222,7 +235,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     print(f"api      {emb.api_url}  (OpenAPI docs at {emb.api_url}/docs)")
     print(f"temporal {emb.temporal_address}  (UI {emb.ui_url})")
-    print(f"env      {emb.dev_env}  (B3OS_API_URL, B3OS_API_KEY, B3OS_NODE_TOKEN, B3OS_WORKER_TOKEN, ...)")
+    print(f"env      {emb.dev_env}  (B3OS_API_URL, B3OS_API_KEY, B3OS_NODE_CREDENTIAL, ...)")
     print(f"logs     {stack.log_dir}")
     for pin in emb.pins:
         print(f"published {pin}")

@@ -1,6 +1,7 @@
 """Run a node worker: the VM pool, the json-stdio runner and POST /v1/node/calls on 127.0.0.1.
 
-Reads B3OS_* settings (B3OS_NODE_TOKEN is required; B3OS_API_URL turns on heartbeat and registry sync).
+Reads B3OS_* settings: B3OS_NODE_ID and B3OS_NODE_CREDENTIAL are required (from `b3os node credential
+issue NODE_ID` on the api's database); B3OS_API_URL turns on heartbeat and registry sync.
 Needs root (namespaces, cgroups, mounts) and the base template (`b3os node build-base`).
 """
 
@@ -33,8 +34,12 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    if not settings.node_token.get_secret_value():
-        print("b3os node run: B3OS_NODE_TOKEN is not set: the api and the node share it", file=sys.stderr)
+    if not settings.node_id or not settings.node_credential.get_secret_value():
+        print(
+            "b3os node run: set B3OS_NODE_ID and B3OS_NODE_CREDENTIAL (b3os node credential issue NODE_ID "
+            "prints both)",
+            file=sys.stderr,
+        )
         return 2
     if not is_built(settings.base_dir):
         print(

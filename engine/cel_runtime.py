@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections import ChainMap
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -389,8 +390,31 @@ class _MacroEvaluator(_Evaluator):
         return self
 
 
-def run(tree: lark.Tree, names: Mapping[str, Any], budget: Budget) -> Any:
+def _status_function(name: str, value: bool) -> Callable[..., Any]:
+    def function(*args: Any) -> Any:
+        if args:
+            return CELEvalError(f"{name}() takes no arguments", TypeError, ())
+        return _TRUE if value else _FALSE
+
+    function.__name__ = name
+    return function
+
+
+def status_functions(status: Mapping[str, bool]) -> dict[str, Any]:
+    """The status functions of one step's `if:` (`success()`, ...), each answering its value here."""
+    return {name: _status_function(name, value) for name, value in status.items()}
+
+
+def run(
+    tree: lark.Tree, names: Mapping[str, Any], budget: Budget, functions: Mapping[str, Any] | None = None
+) -> Any:
     """Evaluate a (runnable) parse tree over CEL values.
+
+    Args:
+        tree: the runnable tree.
+        names: the CEL values of the names the expression reads.
+        budget: what the evaluation may spend.
+        functions: functions beyond the standard ones (a step's status functions), by name.
 
     Returns:
         The CEL result; a failure of the expression is a `CELEvalError` value, raised.
@@ -399,4 +423,7 @@ def run(tree: lark.Tree, names: Mapping[str, Any], budget: Budget) -> Any:
         CELEvalError: the expression failed (CEL's own errors).
         BudgetExceeded: a bound was passed.
     """
-    return _Evaluator(tree, _BASE, budget).evaluate(dict(names))
+    base = _BASE
+    if functions:
+        base = Activation(functions=ChainMap(dict(functions), FUNCTIONS), based_on=_BASE)
+    return _Evaluator(tree, base, budget).evaluate(dict(names))

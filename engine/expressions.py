@@ -49,6 +49,9 @@ ROOT_NAMES = frozenset({"inputs", "steps"})
 FOREACH_NAMES = frozenset({"item", "index"})
 STEP_FIELDS = frozenset({"output", "status"})
 
+STATUS_FUNCTIONS = ("success", "failure", "always", "cancelled")
+"""The status functions a step's `if:` may call (as GitHub Actions has them), each with no argument."""
+
 SHOWN_CHARS = 120
 """Messages show at most this many characters of an expression's text (and of a value)."""
 
@@ -183,6 +186,7 @@ class Compiled:
     references: tuple[Reference, ...]
     functions: tuple[str, ...]
     reads: tuple[tuple[str, str | None], ...]
+    status_calls: tuple[StatusCall, ...]
 
 
 _lock = threading.Lock()
@@ -223,6 +227,7 @@ def _compiled(expr: str) -> Compiled:
         references=refs,
         functions=tuple(_functions(tree)),
         reads=tuple(dict.fromkeys(reads)),
+        status_calls=tuple(_status_calls(tree)),
     )
     with _lock:
         _programs[expr] = found
@@ -411,6 +416,46 @@ def _string_literal(node: Any) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class StatusCall:
+    """One call of a status function in an expression: its name, and whether it is called as it must
+    be (`success()`: no argument, no receiver)."""
+
+    name: str
+    well_formed: bool
+
+
+def status_calls(expr: str) -> list[StatusCall]:
+    """The status functions (`success()`, `failure()`, `always()`, `cancelled()`) an expression calls.
+
+    Raises:
+        ExpressionSyntaxError: the expression does not parse or its shape is refused.
+    """
+    return list(_compiled(expr).status_calls)
+
+
+def _status_calls(tree: lark.Tree) -> list[StatusCall]:
+    found: list[StatusCall] = []
+    for node in tree.iter_subtrees_topdown():
+        if node.data == "ident_arg" and node.children and str(node.children[0]) in STATUS_FUNCTIONS:
+            found.append(StatusCall(str(node.children[0]), len(node.children) == 1))
+        elif node.data == "member_dot_arg" and len(node.children) >= 2:
+            if str(node.children[1]) in STATUS_FUNCTIONS:
+                found.append(StatusCall(str(node.children[1]), False))
+    return found
+
+
+def uses_status(condition: str | bool | None) -> bool:
+    """Whether a step's `if:` calls a status function (else it runs only when `success()` too).
+
+    Raises:
+        ExpressionSyntaxError: the expression does not parse.
+    """
+    if not isinstance(condition, str):
+        return False
+    return bool(status_calls(condition_expression(condition)))
+
+
 def referenced_steps(expr: str) -> set[str]:
     """The step ids an expression reads as `steps.<id>` (or `steps["<id>"]`).
 
@@ -487,11 +532,12 @@ def evaluate_expression(expr: str, context: Context) -> Any:
     return _run(expr, _scope(context), Budget())
 
 
-def _run(expr: str, scope: Scope, budget: Budget) -> Any:
+def _run(expr: str, scope: Scope, budget: Budget, status: Mapping[str, bool] | None = None) -> Any:
     compiled = _compiled(expr)
     try:
         names = scope.activation(compiled.reads, budget)
-        result = cel_runtime.run(compiled.tree, names, budget)
+        functions = cel_runtime.status_functions(status) if status and compiled.status_calls else None
+        result = cel_runtime.run(compiled.tree, names, budget, functions)
         return cel_runtime.to_json(result, budget)
     except CELEvalError as exc:
         raise ExpressionError(expr, _eval_problem(exc)) from None
@@ -545,8 +591,16 @@ def to_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def evaluate_condition(condition: str | bool | None, context: Context) -> bool:
+def evaluate_condition(
+    condition: str | bool | None, context: Context, status: Mapping[str, bool] | None = None
+) -> bool:
     """Evaluate a step's `if:`: a bare CEL expression or one `${{ }}`; absent means true.
+
+    Args:
+        condition: the step's `if:`.
+        context: the names in scope.
+        status: what the status functions answer for this step, by name (`success`, `failure`,
+            `always`, `cancelled`); without it, an `if:` that calls one fails.
 
     Raises:
         ExpressionError: the expression fails or its result is not a boolean.
@@ -554,7 +608,7 @@ def evaluate_condition(condition: str | bool | None, context: Context) -> bool:
     if condition is None or isinstance(condition, bool):
         return condition is not False
     expr = condition_expression(condition)
-    result = evaluate_expression(expr, context)
+    result = _run(expr, _scope(context), Budget(), status)
     if not isinstance(result, bool):
         raise ExpressionError(expr, f"if: must give true or false, got {shown(to_text(result))}")
     return result

@@ -1,8 +1,13 @@
 """The routine language: pydantic models of a routine YAML file.
 
-A routine has `name`, `description`, `inputs` (JSON-Schema-typed, with defaults), `steps` and
-`outputs`. A step has `id`, `uses`, `with`, and the controls `if`, `timeout`, `retry`,
-`continue-on-error` and `foreach`. Values may hold `${{ }}` CEL expressions (engine.expressions).
+A routine has `name`, `description`, `inputs` (JSON-Schema-typed, with defaults), `max-parallel`,
+`steps` and `outputs`. A step has `id`, `uses`, `with`, and the controls `needs`, `if`, `timeout`,
+`retry`, `continue-on-error` and `foreach`. Values may hold `${{ }}` CEL expressions
+(engine.expressions).
+
+A step waits for the steps its `needs:` names (`[]`: none); a step without `needs:` waits for the
+step before it (the first step for none), so a routine without `needs:` runs its steps in order.
+`direct_needs` and `transitive_needs` compute that graph for the workflow and the validator alike.
 
 The workflow receives only a validated `Routine` (parsing and validation happen at the edge, in
 engine.validate). This module imports only the standard library and pydantic, so the workflow
@@ -32,6 +37,12 @@ USES_PATTERN = (
 )
 """`ns/pack/action@1` (newest 1.x.y) or `ns/pack/action@1.0.0` (exact); packs.refs has the full rules."""
 
+MAX_PARALLEL_DEFAULT = 4
+"""Steps a run runs at once when the routine does not set `max-parallel`."""
+
+MAX_PARALLEL_LIMIT = 32
+"""The largest `max-parallel` a routine may set."""
+
 _UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
 _DURATION_RE = re.compile(DURATION_PATTERN)
 
@@ -51,8 +62,8 @@ InputName = Annotated[str, Field(pattern=INPUT_NAME_PATTERN)]
 
 InputType = Literal["string", "integer", "number", "boolean", "array", "object"]
 
-StepStatus = Literal["succeeded", "failed", "skipped"]
-"""What `steps.<id>.status` reads once a step has finished."""
+StepStatus = Literal["succeeded", "failed", "skipped", "cancelled"]
+"""What `steps.<id>.status` reads once a step has ended (cancelled: in an always() or cancelled() step)."""
 
 
 def duration_ms(text: str) -> int:
@@ -171,11 +182,19 @@ class Step(_Model):
         description="The action's input. Values may hold ${{ }} expressions; "
         "a whole-value one keeps its type.",
     )
+    needs: list[str] | None = Field(
+        default=None,
+        description="The ids of the steps this step waits for ([] to start at once); without needs:, "
+        "the step waits for the step before it. The step's expressions read only the steps it needs, "
+        "directly or through others.",
+        examples=[["fetch", "parse"], []],
+    )
     if_: str | bool | None = Field(
         default=None,
         alias="if",
         description="Run the step only when this CEL expression (bare or in ${{ }}) is true; "
-        "otherwise it is skipped.",
+        "otherwise it is skipped. Without a status function (success(), failure(), always(), "
+        "cancelled()), it runs only when success() too: none of its needs failed or was cancelled.",
     )
     timeout: Duration | None = Field(
         default=None,
@@ -220,7 +239,18 @@ class Routine(_Model):
         description="The values a run takes, by name; read as inputs.<name>.",
         json_schema_extra={"propertyNames": {"pattern": INPUT_NAME_PATTERN}},
     )
-    steps: list[Step] = Field(min_length=1, description="The steps, run in this order.")
+    max_parallel: Annotated[int, Strict()] = Field(
+        default=MAX_PARALLEL_DEFAULT,
+        alias="max-parallel",
+        ge=1,
+        le=MAX_PARALLEL_LIMIT,
+        description=f"The most steps that run at once (1 to {MAX_PARALLEL_LIMIT}); steps whose needs "
+        "are met start in file order while fewer run.",
+    )
+    steps: list[Step] = Field(
+        min_length=1,
+        description="The steps. A step waits for its needs: (or, without needs:, for the step before it).",
+    )
     outputs: dict[str, Any] = Field(
         default_factory=dict,
         description="The run's result, by name; values may hold ${{ }} expressions over inputs and steps.",
@@ -236,3 +266,41 @@ class Routine(_Model):
             if step.id == step_id:
                 return step
         raise KeyError(step_id)
+
+    def step_needs(self) -> dict[str, tuple[str, ...]]:
+        """Each step's direct needs, by step id (the step before it when it sets no `needs:`)."""
+        return direct_needs([(step.id, step.needs) for step in self.steps])
+
+
+def direct_needs(steps: list[tuple[str, list[str] | None]]) -> dict[str, tuple[str, ...]]:
+    """The steps each step waits for: its `needs:`, or the step before it when it has none.
+
+    Args:
+        steps: `(id, needs)` of each step, in file order (`needs` None when the step sets none).
+    """
+    found: dict[str, tuple[str, ...]] = {}
+    before: str | None = None
+    for step_id, needs in steps:
+        if needs is None:
+            found.setdefault(step_id, () if before is None else (before,))
+        else:
+            found.setdefault(step_id, tuple(dict.fromkeys(needs)))
+        before = step_id
+    return found
+
+
+def transitive_needs(needs: dict[str, tuple[str, ...]]) -> dict[str, frozenset[str]]:
+    """The steps each step waits for, directly or through others (never itself; unknown ids ignored)."""
+    found: dict[str, frozenset[str]] = {}
+    for start in needs:
+        seen: set[str] = set()
+        stack = [n for n in needs[start] if n in needs]
+        while stack:
+            step_id = stack.pop()
+            if step_id in seen:
+                continue
+            seen.add(step_id)
+            stack.extend(n for n in needs[step_id] if n in needs and n not in seen)
+        seen.discard(start)
+        found[start] = frozenset(seen)
+    return found

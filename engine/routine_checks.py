@@ -15,6 +15,7 @@ import jsonschema
 from engine import expressions as ex
 from engine import payloads
 from engine.cel_syntax import MAX_FIELD_EXPRESSION_CHARS
+from engine.routine_needs import explicit_needs, readable_steps
 from engine.runs import FOREACH_MAX_ITEMS
 from engine.yaml_positions import Located, Path
 from packs.schemas import Validator
@@ -52,8 +53,10 @@ def _strings(value: Any, path: Path) -> Iterator[tuple[Path, str]]:
 def check_expressions(data: dict[str, Any], doc: Located) -> list[Triple]:
     """Syntax and scope of every expression in `with:`, `if:`, `foreach:` and `outputs`.
 
-    A step reads `inputs.<declared name>`, `steps.<id>.output|status` of earlier steps only, and
-    `item`/`index` only in `with:` of a step with `foreach:`. Outputs read any step.
+    A step reads `inputs.<declared name>`, `steps.<id>.output|status` of the steps it needs (directly
+    or through others; without `needs:`, every step before it), and `item`/`index` only in `with:` of
+    a step with `foreach:`. Outputs read any step. The status functions (`success()`, ...) are called
+    only in `if:`, with no argument.
     """
     problems: list[Triple] = []
     steps = _as_list(data.get("steps"))
@@ -61,8 +64,9 @@ def check_expressions(data: dict[str, Any], doc: Located) -> list[Triple]:
     for i, step in enumerate(steps):
         if isinstance(step, dict) and isinstance(step.get("id"), str):
             order.setdefault(step["id"], i)
+    readable, explicit = readable_steps(data), explicit_needs(data)
     inputs = _as_dict(data.get("inputs"))
-    scope = _Scope(order=order, inputs=set(inputs), position=len(steps), foreach=False, where="outputs")
+    scope = _Scope(order, set(inputs), len(steps), False, "outputs", frozenset(order))
     outputs = data.get("outputs")
     if isinstance(outputs, dict):
         for path, text in _strings(outputs, ("outputs",)):
@@ -73,11 +77,14 @@ def check_expressions(data: dict[str, Any], doc: Located) -> list[Triple]:
             continue
         label = _step_label(step, i)
         has_foreach = step.get("foreach") is not None
+        sid = step.get("id")
+        reads = readable.get(sid, frozenset()) if isinstance(sid, str) else frozenset()
+        needs = sid in explicit
         for key in ("if", "foreach", "with"):
             problems.extend(_field_length(doc, ("steps", i, key), step.get(key), f"{label}: {key}"))
         for key in ("if", "foreach"):
             value = step.get(key)
-            here = _Scope(order, set(inputs), i, False, f"{label}: {key}")
+            here = _Scope(order, set(inputs), i, False, f"{label}: {key}", reads, needs, key)
             if isinstance(value, str):
                 problems.extend(_check_bare(doc, ("steps", i, key), value, here))
                 if key == "foreach":
@@ -87,7 +94,7 @@ def check_expressions(data: dict[str, Any], doc: Located) -> list[Triple]:
                     problems.extend(_check_template(doc, path, text, here))
         with_ = step.get("with")
         if isinstance(with_, dict):
-            here = _Scope(order, set(inputs), i, has_foreach, f"{label}: with")
+            here = _Scope(order, set(inputs), i, has_foreach, f"{label}: with", reads, needs, "with")
             for path, text in _strings(with_, ("steps", i, "with")):
                 problems.extend(_check_template(doc, path, text, here))
     return problems
@@ -193,12 +200,25 @@ def _foreach_of_input(
 
 
 class _Scope:
-    def __init__(self, order: dict[str, int], inputs: set[str], position: int, foreach: bool, where: str):
+    def __init__(
+        self,
+        order: dict[str, int],
+        inputs: set[str],
+        position: int,
+        foreach: bool,
+        where: str,
+        readable: frozenset[str],
+        needs: bool = False,
+        field: str = "outputs",
+    ):
         self.order = order
         self.inputs = inputs
         self.position = position
         self.foreach = foreach
         self.where = where
+        self.readable = readable  # the steps this one needs, directly or through others
+        self.needs = needs  # the step sets needs:
+        self.field = field  # if, foreach, with or outputs
 
 
 def _check_bare(doc: Located, path: Path, text: str, scope: _Scope) -> list[Triple]:
@@ -255,8 +275,15 @@ def _check_one(doc: Located, path: Path, expr: str, scope: _Scope, at: Any, lead
         message = _scope_problem(ref, scope)
         if message:
             problems.append((*at(0), f"{where}: {message}"))
+    for call in dict.fromkeys(ex.status_calls(expr)):
+        if scope.field != "if":
+            problems.append(
+                (*at(0), f"{where}: {call.name}() is a status function: it may be called only in if:")
+            )
+        elif not call.well_formed:
+            problems.append((*at(0), f"{where}: {call.name}() takes no arguments: call it as {call.name}()"))
     for name in dict.fromkeys(ex.functions(expr)):
-        if name not in ex.FUNCTIONS:
+        if name not in ex.FUNCTIONS and name not in ex.STATUS_FUNCTIONS:
             problems.append((*at(0), f"{where}: there is no function {name}() in CEL"))
     return problems
 
@@ -276,8 +303,18 @@ def _scope_problem(ref: ex.Reference, scope: _Scope) -> str | None:
             return f"no step '{sid}' (steps: {known})"
         if scope.order[sid] == scope.position:
             return f"a step cannot read its own steps.{sid}"
-        if scope.order[sid] > scope.position:
-            return f"steps.{sid} runs later: a step reads only the steps before it"
+        if sid not in scope.readable:
+            if not scope.needs and scope.order[sid] > scope.position:
+                return f"steps.{sid} runs later: a step reads only the steps before it"
+            if not scope.needs:
+                return (
+                    f"steps.{sid} is not among the steps this step waits for (the step before it, and "
+                    f"what that one waits for): list {sid} in its needs:"
+                )
+            return (
+                f"steps.{sid} is not among the steps this step needs, directly or through others: "
+                f"add {sid} to its needs:"
+            )
         if len(ref.path) > 1 and ref.path[1] not in ex.STEP_FIELDS:
             return f"steps.{sid}.{ref.path[1]}: a step has output and status"
         return None

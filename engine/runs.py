@@ -116,7 +116,10 @@ class RunRoutineInput(BaseModel):
 
     `key_id` is the id of the API key that started the run (never a secret): each step's call is
     made on its behalf. `pins` maps each `uses:` ref to the exact version it resolved to when the run
-    started (`ns/pack/action@1.2.3`): the run calls what it was validated against.
+    started (`ns/pack/action@1.2.3`): the run calls what it was validated against. `grant` is the
+    run's grant, minted by the api when it started the run (api.runs.grants): each step's call sends
+    it, and the api honours no call without it (None in runs started before grants, and in runs
+    started on Temporal by anything but the api: their steps' calls are refused).
     """
 
     routine: Routine
@@ -125,6 +128,7 @@ class RunRoutineInput(BaseModel):
     key_id: str
     run_id: str
     pins: dict[str, str] = Field(default_factory=dict)
+    grant: str | None = None
 
 
 class RunRoutineResult(BaseModel):

@@ -2,8 +2,10 @@
 
 `load_routine(text, filename)` gives a `Routine` or raises `RoutineError`, whose `problems` each read
 `file:line:column: message`. Checked: YAML syntax, unknown, missing and mistyped fields (from the
-pydantic models), duplicate step ids, `uses:` refs, durations, `${{ }}` syntax and scope (a step
-reads only earlier steps, declared inputs, and `item`/`index` inside its foreach), inputs' JSON
+pydantic models), duplicate step ids, `uses:` refs, durations, `needs:` (known steps, once each, no
+cycle), `${{ }}` syntax and scope (a step reads only the steps it needs, directly or through others
+(without `needs:`, the steps before it), declared inputs, and `item`/`index` inside its foreach;
+status functions only in `if:`), inputs' JSON
 Schemas and defaults, and, given an `ActionResolver`, that each `uses:` resolves and that literal
 `with:` values fit the action's inputSchema.
 
@@ -27,6 +29,7 @@ from engine import expressions as ex
 from engine.errors import EngineError
 from engine.routine import InputType, RetryPolicy, Routine, Step
 from engine.routine_checks import check_expressions, check_sizes, check_with
+from engine.routine_needs import check_needs
 from engine.yaml_positions import Located, YamlRefused, compose
 from packs.schemas import Validator, refused_pattern
 
@@ -133,6 +136,7 @@ def load_routine(text: str, filename: str = "<routine>", resolver: ActionResolve
     except ValidationError as exc:
         problems.extend(_pydantic_problems(exc, doc))
     problems.extend(Problem(*p) for p in _structure_problems(data, doc))
+    problems.extend(Problem(*p) for p in check_needs(data, doc))
     problems.extend(Problem(*p) for p in check_expressions(data, doc))
     problems.extend(Problem(*p) for p in check_sizes(data, doc))
     problems.extend(Problem(*p) for p in _input_problems(data, doc))

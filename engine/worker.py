@@ -1,6 +1,7 @@
 """The routine worker: `python -m engine.worker` (also started by `b3os dev`).
 
-Connects to Temporal (`B3OS_TEMPORAL_ADDRESS`, `B3OS_TEMPORAL_NAMESPACE`), makes sure the search
+Connects to Temporal (`B3OS_TEMPORAL_ADDRESS`, `B3OS_TEMPORAL_NAMESPACE`; over TLS or mTLS with
+`B3OS_TEMPORAL_TLS_*`, docs/operations.md), makes sure the search
 attributes `B3osRoutine` and `B3osOrg` exist, and polls the task queue `b3os-routines` (override:
 `B3OS_TEMPORAL_TASK_QUEUE`) with the routine workflow and the `call_action` activity. The activity
 settings (`B3OS_API_URL`, `B3OS_WORKER_TOKEN`) stay in this process.
@@ -12,13 +13,14 @@ import asyncio
 import logging
 import signal
 from datetime import timedelta
+from pathlib import Path
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.service import RPCError
+from temporalio.service import RPCError, TLSConfig
 from temporalio.worker import Worker
 
 from activities.call_action import ActionActivities
@@ -27,7 +29,14 @@ from engine import expressions
 from engine.runs import ROUTINES_TASK_QUEUE, SEARCH_ATTRIBUTE_ORG, SEARCH_ATTRIBUTE_ROUTINE
 from engine.workflow import RoutineWorkflow
 
-__all__ = ["ROUTINES_TASK_QUEUE", "TemporalSettings", "build_worker", "connect", "ensure_search_attributes"]
+__all__ = [
+    "ROUTINES_TASK_QUEUE",
+    "TemporalSettings",
+    "build_worker",
+    "connect",
+    "ensure_search_attributes",
+    "tls_config",
+]
 
 log = logging.getLogger("b3os.worker")
 
@@ -40,19 +49,82 @@ class TemporalSettings(BaseSettings):
     address: str = "127.0.0.1:7233"
     namespace: str = "default"
     task_queue: str = ROUTINES_TASK_QUEUE
+    tls: bool = False
+    tls_ca_file: Path | None = None
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    tls_server_name: str | None = None
+
+    def tls_config(self) -> TLSConfig | None:
+        """The client's TLS settings, or None for plaintext (see `tls_config`)."""
+        return tls_config(
+            enabled=self.tls,
+            ca_file=self.tls_ca_file,
+            cert_file=self.tls_cert_file,
+            key_file=self.tls_key_file,
+            server_name=self.tls_server_name,
+        )
 
 
-async def connect(address: str, namespace: str = "default") -> Client:
+def tls_config(
+    *,
+    enabled: bool,
+    ca_file: Path | None,
+    cert_file: Path | None,
+    key_file: Path | None,
+    server_name: str | None,
+) -> TLSConfig | None:
+    """TLS to the Temporal frontend (`B3OS_TEMPORAL_TLS_*`): on when `enabled` or any file is given.
+
+    Args:
+        enabled: TLS with the system's roots even when no file is given.
+        ca_file: PEM of the CA that signed the frontend's certificate (default: the system's roots).
+        cert_file: This process's client certificate (PEM), for mTLS; goes with `key_file`.
+        key_file: Its private key (PEM).
+        server_name: The name to check the frontend's certificate against (default: the address's host).
+
+    Returns:
+        The TLS configuration, or None for plaintext.
+
+    Raises:
+        ValueError: only one of the certificate and its key is given, or a file cannot be read.
+    """
+    if not (enabled or ca_file or cert_file or key_file):
+        return None
+    if (cert_file is None) != (key_file is None):
+        raise ValueError(
+            "B3OS_TEMPORAL_TLS_CERT_FILE and B3OS_TEMPORAL_TLS_KEY_FILE go together: "
+            "set both for mTLS, or neither"
+        )
+
+    def read(path: Path | None) -> bytes | None:
+        try:
+            return path.read_bytes() if path is not None else None
+        except OSError as exc:
+            raise ValueError(f"cannot read {path}: {exc.strerror}") from None
+
+    return TLSConfig(
+        server_root_ca_cert=read(ca_file),
+        client_cert=read(cert_file),
+        client_private_key=read(key_file),
+        domain=server_name or None,
+    )
+
+
+async def connect(address: str, namespace: str = "default", tls: TLSConfig | None = None) -> Client:
     """A Temporal client with the pydantic data converter every b3os process uses.
 
     Args:
         address: host:port of the Temporal frontend.
         namespace: The Temporal namespace.
+        tls: TLS (and the client certificate for mTLS) to the frontend; None: plaintext.
 
     Returns:
         The connected client.
     """
-    return await Client.connect(address, namespace=namespace, data_converter=pydantic_data_converter)
+    return await Client.connect(
+        address, namespace=namespace, data_converter=pydantic_data_converter, tls=tls or False
+    )
 
 
 async def ensure_search_attributes(client: Client) -> None:
@@ -105,7 +177,7 @@ async def main() -> None:
     """Run the worker until SIGINT or SIGTERM, then finish the running tasks and stop."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = TemporalSettings()
-    client = await connect(settings.address, settings.namespace)
+    client = await connect(settings.address, settings.namespace, settings.tls_config())
     await ensure_search_attributes(client)
     activities = ActionActivities(ActivitySettings())
     expressions.check("true")  # cel-python loads its grammar on the first compile: here, not in a run

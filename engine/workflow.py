@@ -1,8 +1,14 @@
 """The one workflow type that runs every routine: `RoutineWorkflow`, registered as "routine".
 
 Deterministic code only (the Temporal sandbox re-imports this module): no I/O, clock or randomness.
-Steps run in order. A step's `if:` false marks it skipped; `foreach` runs one `call_action`
-activity per item (at most `FOREACH_PARALLEL` at once, results kept in item order, at most
+A step starts once the steps it needs have ended (`needs:`; without it, the step before it), in file
+order, while fewer than the routine's `max-parallel` steps run: steps that do not need each other
+run at once, as concurrent activities. A step's `if:` false marks it skipped; an `if:` that calls
+no status function runs only when `success()` too (no step it needs, directly or through others,
+failed without continue-on-error or was cancelled), so a step after a failure is skipped unless its
+`if:` asks for it (`failure()`, `always()`). A cancelled run cancels its running steps, then runs
+the steps whose `if:` asks for it (`always()`, `cancelled()`), then ends cancelled. `foreach` runs one
+`call_action` activity per item (at most `FOREACH_PARALLEL` at once, results kept in item order, at most
 `FOREACH_MAX_ITEMS` items); `timeout` bounds each attempt and is sent as the call's `timeout_ms`;
 `retry` becomes the activity's retry policy (the api's Retry-After still wins, through the
 activity's `next_retry_delay`). A cancelled run waits for its running activities to stop (they
@@ -16,7 +22,8 @@ over too many items (`too_many_items`), a history near Temporal's limits (`histo
 more calls start), a retry policy Temporal refuses (`retry_invalid`); anything else is
 `workflow_error`. Each expression's scope is converted to CEL once a run (engine.scope).
 
-A step that fails without `continue-on-error` fails the run: the workflow raises a non-retryable
+A step that fails without `continue-on-error` fails the run (once every step has ended: steps that do
+not depend on it go on, and the steps whose `if:` asks for it run): the workflow raises a non-retryable
 `ApplicationError` of type `StepFailed` whose message reads `step <id> failed: <code> (<reason>):
 <message>`, so the Temporal UI shows the run as Failed with that sentence; its details are
 `[{"step", "code", "reason", "message"}, <the RunRoutineResult as a dict>]`. The `progress` query
@@ -50,7 +57,7 @@ with workflow.unsafe.imports_passed_through():
     import engine.expressions as expressions
     import engine.payloads as payloads
     from activities.call_action import CallActionInput, CallActionResult
-    from engine.routine import RetryPolicy, Routine, Step
+    from engine.routine import RetryPolicy, Routine, Step, transitive_needs
     from engine.runs import (
         FOREACH_MAX_ITEMS,
         WORKFLOW_TYPE,
@@ -60,6 +67,11 @@ with workflow.unsafe.imports_passed_through():
         StepResult,
     )
     from engine.scope import Scope
+
+PATCH_NEEDS = "routines-v2-needs"
+"""The `workflow.patched` id of routines v2 (needs:, status functions): a run started before it (its
+history has no marker) keeps v1's behaviour: it ends at the first step that fails, or at once when
+cancelled, leaving the steps it did not reach pending."""
 
 FOREACH_PARALLEL = 4
 """Items of one foreach step in flight at once (the api allows 4 calls at once per organization)."""
@@ -138,6 +150,8 @@ class RoutineWorkflow:
         self._result = RunRoutineResult()
         self._shown_bytes = 0
         self._step: str | None = None
+        self._cancelled = False  # what cancelled() answers
+        self._failed: list[str] = []  # the steps that failed, in the order they ended
 
     @workflow.query(name="progress")
     def progress(self) -> RunRoutineResult:
@@ -171,24 +185,18 @@ class RoutineWorkflow:
         routine = input.routine
         self._result = RunRoutineResult(steps={step.id: StepResult() for step in routine.steps})
         scope = Scope({"inputs": input.inputs, "steps": {}})
-        try:
-            for step in routine.steps:
-                self._step = step.id
-                state = self._result.steps[step.id]
-                output = await self._run_step(step, state, input, scope)
-                scope.set_member("steps", step.id, {"output": output, "status": state.status})
-                if state.status == "failed" and not step.continue_on_error:
-                    assert state.error is not None
-                    self._result.status = "failed"
-                    raise self._run_failure(step.id, state.error)
-        except BaseException as exc:
-            if not is_cancelled_exception(exc):
-                raise
+        # Before the first command: a run started by a v1 worker replays without the marker.
+        v2 = workflow.patched(PATCH_NEEDS)
+        cancel = await self._run_steps(routine, input, scope, v2)
+        if cancel is not None:
             self._result.status = "cancelled"
-            for state in self._result.steps.values():
-                if state.status == "running":
-                    state.status = "cancelled"
-            raise
+            raise cancel
+        failed = next((s for s in self._failed if not routine.step(s).continue_on_error), None)
+        if failed is not None:
+            error = self._result.steps[failed].error
+            assert error is not None
+            self._result.status = "failed"
+            raise self._run_failure(failed, error)
         self._step = None
         self._result.outputs = self._outputs(routine, scope)
         self._result.status = "succeeded"
@@ -198,6 +206,81 @@ class RoutineWorkflow:
             self._result.status = "failed"
             raise self._outputs_failure(exc.code, "result", exc.message) from None
         return self._result
+
+    async def _run_steps(
+        self, routine: Routine, input: RunRoutineInput, scope: Scope, v2: bool
+    ) -> BaseException | None:
+        """Run the steps, each once its needs have ended, at most `max-parallel` at once.
+
+        Returns:
+            The cancellation to raise when the run was cancelled (after its always()/cancelled() steps).
+        """
+        needs = routine.step_needs()
+        above = transitive_needs(needs)
+        waiting = list(routine.steps)
+        running: dict[str, asyncio.Task[Any]] = {}
+        ended: list[str] = []  # steps whose task has ended, in the order they ended
+        # what success() and failure() read: a failure with continue-on-error counts as a success
+        concluded: dict[str, str] = {}
+        cancel: BaseException | None = None
+
+        async def one(step: Step, status: dict[str, bool]) -> Any:
+            try:
+                return await self._run_step(step, self._result.steps[step.id], input, scope, status)
+            finally:
+                ended.append(step.id)
+
+        while waiting or running:
+            for step in list(waiting) if cancel is None or v2 else []:
+                if len(running) >= routine.max_parallel:
+                    break
+                if any(n not in concluded for n in needs[step.id]):
+                    continue
+                waiting.remove(step)
+                self._step = step.id
+                before = [concluded.get(n, "pending") for n in sorted(above[step.id])]
+                status = {
+                    "success": not self._cancelled and not any(c in ("failed", "cancelled") for c in before),
+                    "failure": "failed" in before,
+                    "always": True,
+                    "cancelled": self._cancelled,
+                }
+                running[step.id] = asyncio.create_task(one(step, status))
+            if not running:
+                break  # only with needs the validator refuses (a cycle): those steps stay pending
+            try:
+                await workflow.wait_condition(lambda: bool(ended))
+            except BaseException as exc:
+                if not is_cancelled_exception(exc) or cancel is not None:
+                    raise
+                # Cancel the running steps; wait until their calls have stopped (they heartbeat).
+                cancel, self._cancelled = exc, True
+                for task in running.values():
+                    task.cancel()
+                continue
+            while ended:
+                step_id = ended.pop(0)
+                self._step = step_id
+                state = self._result.steps[step_id]
+                try:
+                    output = running.pop(step_id).result()
+                except BaseException as exc:
+                    if not is_cancelled_exception(exc) or cancel is None:
+                        raise
+                    output, state.status = None, "cancelled"
+                scope.set_member("steps", step_id, {"output": output, "status": state.status})
+                concluded[step_id] = state.status
+                if state.status == "failed":
+                    self._failed.append(step_id)
+                    if routine.step(step_id).continue_on_error:
+                        concluded[step_id] = "succeeded"
+                    elif not v2:
+                        return None  # v1: the run ends at its first failure
+            if cancel is not None and not v2:
+                if not running:
+                    return cancel  # v1: the run ends once its running step has stopped
+                continue
+        return cancel
 
     def _outputs(self, routine: Routine, scope: Scope) -> dict[str, Any]:
         """The routine's outputs, evaluated and checked against RUN_OUTPUTS_LIMIT_BYTES."""
@@ -247,11 +330,21 @@ class RoutineWorkflow:
             non_retryable=True,
         )
 
-    async def _run_step(self, step: Step, state: StepResult, input: RunRoutineInput, scope: Scope) -> Any:
-        """Run one step; its output (what later expressions read), or None."""
+    async def _run_step(
+        self, step: Step, state: StepResult, input: RunRoutineInput, scope: Scope, status: dict[str, bool]
+    ) -> Any:
+        """Run one step; its output (what later expressions read), or None.
+
+        `status` holds what the status functions of its `if:` answer; an `if:` that calls none runs
+        the step only when `success()` too.
+        """
         field = "if"
         try:
-            if not expressions.evaluate_condition(step.if_, scope):
+            if expressions.uses_status(step.if_):
+                run = expressions.evaluate_condition(step.if_, scope, status)
+            else:
+                run = status["success"] and expressions.evaluate_condition(step.if_, scope)
+            if not run:
                 state.status = "skipped"
                 return None
             field = "foreach"
@@ -356,6 +449,7 @@ class RoutineWorkflow:
                     ref=ref,
                     input=call_input,
                     key_id=input.key_id,
+                    grant=input.grant,
                     step_id=step.id,
                     index=index,
                     timeout_ms=int(timeout.total_seconds() * 1000) if timeout else None,

@@ -1,7 +1,10 @@
 """The node's HTTP service: `POST /v1/node/calls` (docs/internals.md) and a small status endpoint.
 
-Every request needs `Authorization: Bearer <B3OS_NODE_TOKEN>` (401 otherwise; a node without a token refuses
-all). The node runs `slots` calls at once (8); one more is answered at once with 503 `node_busy` and
+Every request needs the api's proof for this node (`node.credential`: `X-B3os-Node`, `X-B3os-Timestamp`,
+`X-B3os-Proof`, an HMAC with the key derived from B3OS_NODE_CREDENTIAL), else 401 naming what is wrong; a
+node without a credential refuses all. Each answer carries this node's proof (`X-B3os-Answer-Proof`), which
+the api checks before it believes a result. The node runs `slots` calls at once (8); one more is answered
+at once with 503 `node_busy` and
 `Retry-After`: the whole seconds to the soonest deadline of the running calls (at least 1). A call runs in a
 worker thread; the answer is a `NodeCallResult` with status 200 for every outcome of the call itself. A
 request the node cannot use is 400 `invalid_request` naming the field.
@@ -13,7 +16,6 @@ command ended, with `cancelled: true`.
 
 from __future__ import annotations
 
-import hmac
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -22,11 +24,12 @@ from typing import Any
 
 import anyio.to_thread
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
 from node.cache import InstallCache
 from node.config import Settings
+from node.credential import PROOF_HEADER, ProofChecker
 from node.models import CALL_ID_RE, NodeCall, NodeCallError, NodeCallResult
 from node.runner import InvalidCall, Runner
 from node.sync import RegistrySync
@@ -89,8 +92,10 @@ def create_app(
     """The node app; the sync client (and a driver it makes) start with the app and stop with it.
 
     A given `driver` is closed at shutdown too unless `close_driver` is False (uvicorn re-raises SIGTERM after
-    its shutdown, so the app's shutdown is the last place where cleanup surely runs).
+    its shutdown, so the app's shutdown is the last place where cleanup surely runs). The node's id is
+    `settings.node_id`, else `node-127.0.0.1-<port>`.
     """
+    node_id = settings.node_id or f"node-127.0.0.1-{port}"
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -100,10 +105,9 @@ def create_app(
             settings, Runner(drv, cache, slots=settings.slots, memory_mb=settings.memory_mb), None
         )
         if settings.api_url:
-            node_id = settings.node_id or f"node-127.0.0.1-{port}"
             state.sync = RegistrySync(
                 api_url=settings.api_url,
-                token=settings.node_token.get_secret_value(),
+                credential=settings.node_credential.get_secret_value(),
                 cache=cache,
                 node_id=node_id,
                 node_url=settings.node_url or f"http://127.0.0.1:{port}",
@@ -121,24 +125,33 @@ def create_app(
                 drv.close()
 
     app = FastAPI(title="b3os node", lifespan=lifespan)
+    secret = settings.node_credential.get_secret_value()
+    checker = ProofChecker(secret, node_id) if secret else None
 
-    def authorized(request: Request) -> JSONResponse | None:
-        token = settings.node_token.get_secret_value()
-        if not token:
-            return _error(401, "unauthorized", "This node has no node token: set B3OS_NODE_TOKEN.")
-        given = request.headers.get("authorization", "")
-        scheme, _, value = given.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(value.strip().encode(), token.encode()):
-            return _error(401, "unauthorized", "The node token is missing or not valid.")
-        return None
+    @app.middleware("http")
+    async def proven(request: Request, call_next: Any) -> Any:
+        """Refuse a request without the api's proof; prove the answer to one with it."""
+        if checker is None:
+            return _error(401, "unauthorized", "This node has no credential: set B3OS_NODE_CREDENTIAL.")
+        body = await request.body()
+        refused = checker.check(
+            method=request.method, path=request.url.path, headers=request.headers, body=body
+        )
+        if refused is not None:
+            return _error(401, "unauthorized", refused)
+        response = await call_next(request)
+        chunks = [chunk async for chunk in response.body_iterator]
+        content = b"".join(c if isinstance(c, bytes) else c.encode() for c in chunks)
+        proof = checker.answer_headers(
+            proof=request.headers[PROOF_HEADER], status=response.status_code, body=content
+        )
+        headers = {k: v for k, v in response.headers.items() if k.lower() != "content-length"}
+        return Response(content, status_code=response.status_code, headers={**headers, **proof})
 
     @app.post("/v1/node/calls", response_model=NodeCallResult)
     async def node_call(request: Request) -> Any:
         """Run one tool call in a fresh VM."""
         received = time.monotonic()
-        denied = authorized(request)
-        if denied is not None:
-            return denied
         state: NodeState = request.app.state.node
         if state.in_flight >= settings.slots:
             busy = NodeCallResult(
@@ -169,9 +182,6 @@ def create_app(
     @app.post("/v1/node/calls/{call_id}/cancel")
     async def node_cancel(call_id: str, request: Request) -> Any:
         """Cancel a call: kill its VM now (the call then answers how its command ended, `cancelled: true`)."""
-        denied = authorized(request)
-        if denied is not None:
-            return denied
         if CALL_ID_RE.match(call_id) is None:
             return _error(400, "invalid_request", f"call_id {call_id[:100]!r} is not a call id")
         state: NodeState = request.app.state.node
@@ -180,9 +190,6 @@ def create_app(
     @app.get("/v1/node/status")
     async def node_status(request: Request) -> Any:
         """Free slots and installed versions."""
-        denied = authorized(request)
-        if denied is not None:
-            return denied
         state: NodeState = request.app.state.node
         return {
             "slots_total": settings.slots,

@@ -15,8 +15,13 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="B3OS_", extra="ignore")
 
-    node_token: SecretStr = Field(default=SecretStr(""), description="Bearer token shared with the api.")
-    node_id: str = Field(default="", description="Stable id of this node; empty: derived from host and port.")
+    node_credential: SecretStr = Field(
+        default=SecretStr(""),
+        description="This node's secret (b3os node credential issue NODE_ID); without it all is refused.",
+    )
+    node_id: str = Field(
+        default="", description="Stable id of this node, the one its credential was issued for."
+    )
     node_url: str = Field(
         default="", description="URL the api reaches this node at; empty: http://127.0.0.1:<port>."
     )

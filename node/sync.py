@@ -2,7 +2,8 @@
 
 Per docs/internals.md: `POST /v1/nodes/heartbeat` registers the node and reports its free slots and installed
 versions; `GET /v1/nodes/registry?after=<cursor>` lists published versions oldest first;
-`GET /v1/actions/registry/blobs/sha256:<hex>` returns an archive's bytes. All with the node token.
+`GET /v1/actions/registry/blobs/sha256:<hex>` returns an archive's bytes. All with this node's credential
+(`Authorization: Bearer <B3OS_NODE_CREDENTIAL>`), which the api issued for this node id alone.
 
 A tool version is installed only when every check passes, in this order: the feed's pack and version are the
 manifest's; the signature verifies over the recomputed content hash (`packs.signing.verify_manifest`, which
@@ -42,7 +43,7 @@ class RegistrySync:
         self,
         *,
         api_url: str,
-        token: str,
+        credential: str,
         cache: InstallCache,
         node_id: str,
         node_url: str,
@@ -54,7 +55,7 @@ class RegistrySync:
         self.node_id, self.node_url = node_id, node_url
         self.slots_total, self._slots_free = slots_total, slots_free
         self._client = client or httpx.Client(
-            base_url=api_url, headers={"Authorization": f"Bearer {token}"}, timeout=30.0
+            base_url=api_url, headers={"Authorization": f"Bearer {credential}"}, timeout=30.0
         )
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

@@ -13,6 +13,7 @@ API, `history` for a run's Temporal history, `start_worker` for more worker proc
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import os
 import shutil
 import sys
@@ -34,6 +35,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from api.calls.tables import IdempotencyRecord, ToolCall
 from api.db import make_engine
+from api.runs import grants
 from node.vm import mounts
 
 ECHO_REF = f"{ECHO}/echo@1"
@@ -142,6 +144,21 @@ class RoutineStack(Stack):
                 select(ToolCall).where(col(ToolCall.org_id) == org.org_id).order_by(col(ToolCall.started_at))
             )
             return list(session.exec(stmt).all())
+
+    def grant(self, org: Org, *, workflow_id: str = "test", lasts_s: float = 3600) -> str:
+        """A grant as the api mints one when it starts a run, here for `workflow_id` (ActivityEnvironment's
+        workflow is "test"); `lasts_s` below -60 gives one that has already expired."""
+        with Session(self.engine) as session:
+            secret = grants.mint(
+                session,
+                run_id=f"run_{uuid.uuid4().hex[:20]}",
+                org_id=org.org_id,
+                key_id=org.key_id,
+                workflow_id=workflow_id,
+                lasts=dt.timedelta(seconds=lasts_s),
+            )
+            session.commit()
+        return secret
 
     def stored_keys(self, org: Org) -> dict[str, str | None]:
         """Idempotency-Key -> the call id its stored answer came from, for an organization."""

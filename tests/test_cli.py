@@ -60,12 +60,12 @@ def test_a_dev_env_left_in_the_checkout_does_not_reach_the_cli_under_test(
     (checkout / ".b3os").mkdir(parents=True)
     (checkout / ".b3os" / "dev.env").write_text(f"B3OS_API_URL={dead}\nB3OS_API_KEY=b3_left_by_make_run\n")
     monkeypatch.chdir(checkout)  # as if pytest had been started there
-    monkeypatch.setenv("B3OS_NODE_TOKEN", "exported-by-the-callers-shell")
+    monkeypatch.setenv("B3OS_NODE_CREDENTIAL", "exported-by-the-callers-shell")
     code, err = _earnings_in_process(capsys)
     assert code == 1 and dead in err, "run there, the CLI calls the api that dev.env names"
     with hermetic(tmp_path / "fresh") as work:
-        assert Path.cwd() == work and "B3OS_NODE_TOKEN" not in os.environ
+        assert Path.cwd() == work and "B3OS_NODE_CREDENTIAL" not in os.environ
         for code, err in (_earnings_in_process(capsys), _earnings_subprocess()):
             assert code == 1 and "Traceback" not in err
             assert "No API key" in err and dead not in err
-    assert Path.cwd() == checkout and os.environ["B3OS_NODE_TOKEN"] == "exported-by-the-callers-shell"
+    assert Path.cwd() == checkout and os.environ["B3OS_NODE_CREDENTIAL"] == "exported-by-the-callers-shell"

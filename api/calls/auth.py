@@ -1,10 +1,13 @@
-"""Who calls an action: an API key, or the routine worker acting for one.
+"""Who calls an action: an API key, or a routine step of a run the api started.
 
-An API key (`Authorization: Bearer b3_...`) calls for itself. The routine worker presents the
-worker token (`B3OS_WORKER_TOKEN`) and `X-B3OS-On-Behalf-Of: <api key id>`, the key that started the
-run; the call is then limited and metered exactly as if that key had made it. Either way the key
-must hold `actions:call` and not be revoked. The lookup uses its own short session, so no database
-transaction stays open while the call runs.
+An API key (`Authorization: Bearer b3_...`) calls for itself. A routine step's call comes from the
+routine worker: the worker token (`B3OS_WORKER_TOKEN`) together with its run's grant
+(`X-B3OS-Run-Grant`) and step (`X-B3OS-Run-Step`), checked by `api.runs.grants`; the call is then
+limited and metered exactly as if the key that started the run had made it. The worker token alone
+(with `X-B3OS-On-Behalf-Of` or not) calls nothing, and only over HTTP (`POST /v1/actions/call` and
+its cancel). Either way the key must hold `actions:call` and not be revoked. The lookup (one query:
+the grant joined with its key, or the key) uses its own short session, so no database transaction
+stays open while the call runs.
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ from api.calls.service import Caller
 from api.deps import bearer_token, current_principal
 from api.errors import Forbidden, Unauthorized
 from api.models import ApiKey
-from api.scopes import ACTIONS_CALL, grants
+from api.runs import grants
+from api.scopes import ACTIONS_CALL
+from api.scopes import grants as scope_grants
 
 ON_BEHALF_OF = "X-B3OS-On-Behalf-Of"
 
@@ -27,31 +32,67 @@ def _is_worker_token(expected: str | None, token: str) -> bool:
     return bool(expected) and hmac.compare_digest(token.encode(), str(expected).encode())
 
 
-def caller_for(request: Request, *, surface: str) -> Caller:
+def caller_for(request: Request, *, surface: str, cancelling: bool = False) -> Caller:
     """The caller of a request to a call surface (a sync dependency body: it runs in a thread).
 
+    Args:
+        request: The request.
+        surface: `http` or `mcp`.
+        cancelling: The request cancels a call (a cancelled run's steps may still do that).
+
     Raises:
-        Unauthorized: no key, an unknown or revoked key, or a worker request without a valid key id.
-        Forbidden: the key lacks `actions:call`.
+        Unauthorized: no key, an unknown or revoked key, or the worker token without a run's grant.
+        Forbidden: the key lacks `actions:call`; the run's grant does not cover this request.
     """
     token = bearer_token(request)
-    worker = _is_worker_token(request.app.state.settings.worker_token, token)
-    key_id = (
-        current_principal(request).key_id if not worker else request.headers.get(ON_BEHALF_OF, "").strip()
-    )
-    if worker and not key_id:
-        raise Unauthorized(f"The worker token calls on behalf of a key: send {ON_BEHALF_OF}: <api key id>.")
+    if not _is_worker_token(request.app.state.settings.worker_token, token):
+        with Session(request.app.state.engine) as session:
+            key = session.get(ApiKey, current_principal(request).key_id)
+        return _caller(key, surface=surface, run_key=None)
+    if surface != "http":
+        raise Forbidden("The worker token calls only over POST /v1/actions/call, for a routine run's step.")
+    secret = request.headers.get(grants.GRANT_HEADER, "").strip()
+    if not secret:
+        raise Unauthorized(
+            f"The worker token alone calls nothing: a routine step's call sends its run's grant "
+            f"({grants.GRANT_HEADER}), which the api gives a run when it starts it; start runs with "
+            "POST /v1/routines/{name}/runs."
+        )
     with Session(request.app.state.engine) as session:
-        key = session.get(ApiKey, key_id)
+        grant, key = grants.lookup(session, secret)
+    run_key = grants.check(
+        grant,
+        step=request.headers.get(grants.STEP_HEADER, ""),
+        idempotency_key=request.headers.get("Idempotency-Key"),
+        cancelling=cancelling,
+    )
+    named = request.headers.get(ON_BEHALF_OF, "").strip()
+    if named and named != grant.key_id:
+        raise Forbidden(f"{ON_BEHALF_OF} names another key than the one that started run {grant.run_id}.")
+    return _caller(key, surface="routine", run_key=run_key)
+
+
+def _caller(key: ApiKey | None, *, surface: str, run_key: str | None) -> Caller:
     if key is None:
-        raise Unauthorized(f"{ON_BEHALF_OF} names no API key ({key_id[:60]}).")
+        raise Unauthorized("The API key is not valid.")
     if key.revoked_at is not None:
         raise Unauthorized("This API key was revoked.")
-    if not grants(key.scopes, ACTIONS_CALL):
+    if not scope_grants(key.scopes, ACTIONS_CALL):
         raise Forbidden(f"This key lacks the scope {ACTIONS_CALL}.", missing_scope=ACTIONS_CALL)
     return Caller(
         org_id=key.org_id,
         key_id=key.id,
         spend_cap_microusd=key.monthly_spend_cap_microusd,
-        surface="routine" if worker else surface,
+        surface=surface,
+        run_key=run_key,
     )
+
+
+def check_run_key(caller: Caller, key: str | None) -> None:
+    """Refuse a routine step's cancel of a call that is not its own (by another key, or by call id).
+
+    Raises:
+        Forbidden: the caller is a run's step and `key` is not its step's Idempotency-Key.
+    """
+    if caller.run_key is not None and key != caller.run_key:
+        raise Forbidden("A routine step cancels only its own call: send its Idempotency-Key.")

@@ -1,13 +1,21 @@
-"""The api's side of `POST /v1/node/calls` (see docs/internals.md): send one call, read one result."""
+"""The api's side of `POST /v1/node/calls` (see docs/internals.md): send one call, read one result.
+
+Every request is signed for the node it goes to (`node.credential`: the node's call key, its id, the
+method, path, time and body), so a node runs only what the api sent it. Redirects are never followed,
+and a result (status 200) is believed only with that node's proof over that request and its body;
+without it the call counts as not answered (nothing billed).
+"""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
 from b3os import retry_after_seconds
+from node.credential import PROOF_HEADER, answer_is_proven, signed_headers
 
 NODE_CALLS_PATH = "/v1/node/calls"
 
@@ -16,7 +24,8 @@ NODE_CALLS_PATH = "/v1/node/calls"
 class NodeAnswer:
     """What a node said about a call, or why it said nothing.
 
-    `status` is the node's HTTP status (0 when it could not be reached or did not answer in time).
+    `status` is the node's HTTP status (0 when it could not be reached, did not answer in time, or
+    answered without its proof).
     """
 
     status: int
@@ -26,17 +35,35 @@ class NodeAnswer:
     timed_out: bool = False
 
 
+@dataclass(frozen=True)
+class NodeTarget:
+    """The node a request goes to: its URL, its id and its call key."""
+
+    url: str
+    node_id: str
+    key: str
+
+    def request(self, path: str, body: dict[str, Any] | None) -> tuple[str, bytes, dict[str, str]]:
+        """The URL, body bytes and signed headers of one POST to this node."""
+        content = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
+        headers = signed_headers(self.key, node_id=self.node_id, method="POST", path=path, body=content)
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        return self.url.rstrip("/") + path, content, headers
+
+
 async def send_call(
-    client: httpx.AsyncClient, *, url: str, token: str | None, body: dict[str, Any], timeout_s: float
+    client: httpx.AsyncClient, *, node: NodeTarget, body: dict[str, Any], timeout_s: float
 ) -> NodeAnswer:
     """Send one call to a node and wait for its result (at most `timeout_s`)."""
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    url, content, headers = node.request(NODE_CALLS_PATH, body)
     try:
         response = await client.post(
-            url.rstrip("/") + NODE_CALLS_PATH,
-            json=body,
+            url,
+            content=content,
             headers=headers,
             timeout=httpx.Timeout(timeout_s, connect=5.0),
+            follow_redirects=False,
         )
     except httpx.ConnectError:
         return NodeAnswer(status=0, failure="the node could not be reached")
@@ -44,6 +71,15 @@ async def send_call(
         return NodeAnswer(status=0, failure="the node did not answer in time", timed_out=True)
     except httpx.TransportError as exc:
         return NodeAnswer(status=0, failure=f"the connection to the node failed ({type(exc).__name__})")
+    if response.status_code == 200 and not answer_is_proven(
+        node.key,
+        node_id=node.node_id,
+        proof=headers[PROOF_HEADER],
+        status=200,
+        body=response.content,
+        headers=response.headers,
+    ):
+        return NodeAnswer(status=0, failure=f"the answer did not carry the proof of node {node.node_id}")
     try:
         result = response.json()
     except ValueError:
@@ -57,17 +93,27 @@ async def send_call(
     )
 
 
-async def send_cancel(client: httpx.AsyncClient, *, url: str, token: str | None, call_id: str) -> str:
+async def send_cancel(client: httpx.AsyncClient, *, node: NodeTarget, call_id: str) -> str:
     """Ask a node to kill a call's VM; the node's state ("killed", "not_started", "unknown") or
-    "unreachable" when it did not answer."""
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    "unreachable" when it did not answer (or not with its proof)."""
+    url, content, headers = node.request(f"{NODE_CALLS_PATH}/{call_id}/cancel", None)
     try:
         response = await client.post(
-            f"{url.rstrip('/')}{NODE_CALLS_PATH}/{call_id}/cancel",
+            url,
+            content=content,
             headers=headers,
             timeout=httpx.Timeout(5.0, connect=2.0),
+            follow_redirects=False,
         )
-        state = response.json().get("state") if response.status_code == 200 else None
+        proven = answer_is_proven(
+            node.key,
+            node_id=node.node_id,
+            proof=headers[PROOF_HEADER],
+            status=response.status_code,
+            body=response.content,
+            headers=response.headers,
+        )
+        state = response.json().get("state") if response.status_code == 200 and proven else None
     except (httpx.TransportError, ValueError, AttributeError):
         return "unreachable"
     return state if isinstance(state, str) else "unreachable"

@@ -42,12 +42,16 @@ MAINTENANCE_S = 600.0
 
 @dataclass(frozen=True)
 class Caller:
-    """Who calls: the key the call is metered under, and the surface it came through."""
+    """Who calls: the key the call is metered under, and the surface it came through.
+
+    `run_key` is set for a routine step's call (api.runs.grants): the one Idempotency-Key it may use.
+    """
 
     org_id: str
     key_id: str
     spend_cap_microusd: int | None = None
     surface: str = "http"
+    run_key: str | None = None
 
 
 @dataclass
@@ -127,15 +131,13 @@ class CallService:
         *,
         engine: Engine,
         settings: CallSettings,
-        node_token: str | None,
         egress_url: str | None = None,
         egress_token: str | None = None,
         clock: Callable[[], dt.datetime] = utcnow,
     ) -> None:
-        """Keep the engine, settings and node token; the HTTP client is made on first use."""
+        """Keep the engine and settings; the HTTP client is made on first use (it never follows redirects)."""
         self.engine = engine
         self.settings = settings
-        self.node_token = node_token
         self.clock = clock
         self.prices = settings.unit_prices()
         self._client: httpx.AsyncClient | None = None
@@ -157,7 +159,7 @@ class CallService:
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
             self._client = httpx.AsyncClient(
-                limits=httpx.Limits(max_connections=200, max_keepalive_connections=50)
+                limits=httpx.Limits(max_connections=200, max_keepalive_connections=50), follow_redirects=False
             )
         return self._client
 

@@ -5,8 +5,9 @@ has but no live node has installed (not synced yet, or its verification failed t
 pack_unavailable`, with `Retry-After` set to when the nodes next report: a node installs at its next
 registry sync and says so in the heartbeat after it, so two heartbeat periods after the oldest live
 node was last heard from (two periods when no node is live). Admission then takes a slot on the least
-loaded of them; `execute` sends the call to that node and reads its answer (json-stdio outcome,
-usage, phases `start` `copy` `unpack` `run` `collect` `delete`).
+loaded of them; `execute` sends the call to that node, signed with its call key (api.calls.nodeclient),
+and reads its answer (json-stdio outcome, usage, phases `start` `copy` `unpack` `run` `collect`
+`delete`). A node whose credential is revoked is not live (api.nodes.live_nodes).
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ from api.calls.costs import call_cost
 from api.calls.errors import NODE_ERRORS, CallError, PackUnavailable, ToolTimedOut, ToolUnavailable
 from api.calls.executor import Execution, Prepared
 from api.calls.metering import GIB_MS, PUBLISHER_MICROUSD, TOOL_CALL, VCPU_MS
-from api.calls.nodeclient import NodeAnswer, send_call, send_cancel
+from api.calls.nodeclient import NodeAnswer, NodeTarget, send_call, send_cancel
 from api.calls.outputs import check_output
 from api.calls.tables import RUNNING, ToolCall
-from api.models import Node
+from api.models import Node, NodeCredential
+from api.nodes import live_nodes
 
 if TYPE_CHECKING:
     from api.calls.service import CallService
@@ -34,10 +36,11 @@ PHASES = ("start", "copy", "unpack", "run", "collect", "delete")
 _NODE_FIELDS_SKIPPED = ("code", "reason", "message", "retry_after")
 
 
-def live_nodes(session: Session, *, now: dt.datetime, max_age_s: float) -> list[Node]:
-    """Nodes heard from within `max_age_s`."""
-    since = now - dt.timedelta(seconds=max_age_s)
-    return list(session.exec(select(Node).where(col(Node.last_seen) >= since)).all())
+def _call_keys(session: Session, node_ids: list[str]) -> dict[str, str]:
+    stmt = select(NodeCredential).where(
+        col(NodeCredential.node_id).in_(node_ids), col(NodeCredential.revoked_at).is_(None)
+    )
+    return {c.node_id: c.call_key for c in session.exec(stmt)}
 
 
 def next_report_s(live: list[Node], *, now: dt.datetime, heartbeat_s: float) -> float:
@@ -57,14 +60,16 @@ class VmExecutor:
         self._service = service
 
     async def prepare(self, prepared: Prepared, *, org_id: str) -> Prepared:
-        """The live nodes that have the exact version installed, or `503 pack_unavailable`."""
+        """The live nodes that have the exact version installed (and their call keys, in `state`), or
+        `503 pack_unavailable`."""
         settings, resolved = self._service.settings, prepared.resolved
         now = self._service.clock()
         tag = f"{resolved.pack}@{resolved.version}"
 
-        def find(session: Session) -> list[Node]:
+        def find(session: Session) -> tuple[list[Node], dict[str, str]]:
             live = live_nodes(session, now=now, max_age_s=settings.node_live_s)
-            nodes = [n for n in live if tag in (n.installed or [])]
+            keys = _call_keys(session, [n.node_id for n in live])
+            nodes = [n for n in live if tag in (n.installed or []) and n.node_id in keys]
             if not nodes:
                 raise PackUnavailable(
                     f"{resolved.ref}: no node has {resolved.pack} {resolved.version} installed yet "
@@ -72,19 +77,23 @@ class VmExecutor:
                     retry_after=next_report_s(live, now=now, heartbeat_s=settings.node_heartbeat_s),
                     details={"ref": str(resolved.ref)},
                 )
-            return nodes
+            return nodes, keys
 
-        nodes: list[Node] = await self._service._db(find)
-        return replace(prepared, nodes=nodes)
+        nodes, keys = await self._service._db(find)
+        return replace(prepared, nodes=nodes, state=keys)
 
     async def cancel(self, call: ToolCall) -> str:
         """Ask the call's node to kill its VM at once."""
-        node: Node | None = await self._service._db(lambda s: s.get(Node, call.node_id))
+
+        def target(session: Session) -> NodeTarget | None:
+            node = session.get(Node, call.node_id)
+            keys = _call_keys(session, [call.node_id])
+            return NodeTarget(node.url, node.node_id, keys[node.node_id]) if node and keys else None
+
+        node: NodeTarget | None = await self._service._db(target)
         if node is None:
             return "unreachable"
-        return await send_cancel(
-            self._service._http(), url=node.url, token=self._service.node_token, call_id=call.id
-        )
+        return await send_cancel(self._service._http(), node=node, call_id=call.id)
 
     async def execute(self, call: ToolCall, prepared: Prepared) -> Execution:
         """Send the call to its node and read the outcome, usage and phases."""
@@ -105,8 +114,7 @@ class VmExecutor:
         }
         reply = await send_call(
             service._http(),
-            url=node.url,
-            token=service.node_token,
+            node=NodeTarget(node.url, node.node_id, prepared.state[node.node_id]),
             body=body,
             timeout_s=call.timeout_ms / 1000 + service.settings.call_overhead_s,
         )

@@ -24,7 +24,6 @@ def install_calls(
     service = CallService(
         engine=app.state.engine,
         settings=settings or CallSettings(),
-        node_token=app.state.settings.node_token,
         egress_url=app.state.settings.egress_url,
         egress_token=app.state.settings.egress_token,
         clock=clock,

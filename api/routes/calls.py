@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from api.calls.auth import caller_for
+from api.calls.auth import caller_for, check_run_key
 from api.calls.cancel import parse_cancel
 from api.calls.errors import BodyTooLarge, CallError
 from api.calls.idempotency import MAX_KEY_LENGTH
@@ -22,8 +22,13 @@ router = APIRouter(prefix="/v1/actions", tags=["calls"])
 
 
 def http_caller(request: Request) -> Caller:
-    """The key calling over HTTP (or the worker for one)."""
+    """The key calling over HTTP (or a routine step, for the key that started its run)."""
     return caller_for(request, surface="http")
+
+
+def http_canceller(request: Request) -> Caller:
+    """The key cancelling a call over HTTP (or a routine step cancelling its own call)."""
+    return caller_for(request, surface="http", cancelling=True)
 
 
 REPLAYED = {
@@ -158,7 +163,7 @@ class CancelBody(BaseModel):
     },
 )
 async def cancel_call_by_key(
-    request: Request, caller: Annotated[Caller, Depends(http_caller)]
+    request: Request, caller: Annotated[Caller, Depends(http_canceller)]
 ) -> JSONResponse:
     """Cancel the running call sent with this Idempotency-Key: its node kills its VM at once.
 
@@ -171,15 +176,17 @@ async def cancel_call_by_key(
         key = parse_cancel(await read_json(request, 4096))
     except CallError as exc:
         return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+    check_run_key(caller, key)
     answer = await service.cancel(caller, key=key)
     return JSONResponse(answer.body, status_code=answer.status, headers=answer.headers)
 
 
 @router.post("/calls/{call_id}/cancel", responses={**CANCEL_STATUSES, **error_responses(403, 404)})
 async def cancel_call_by_id(
-    call_id: str, request: Request, caller: Annotated[Caller, Depends(http_caller)]
+    call_id: str, request: Request, caller: Annotated[Caller, Depends(http_canceller)]
 ) -> JSONResponse:
     """Cancel a running call by its id (`tcall_...`): as `POST /v1/actions/call/cancel`."""
+    check_run_key(caller, None)
     service: CallService = request.app.state.calls
     answer = await service.cancel(caller, call_id=call_id)
     return JSONResponse(answer.body, status_code=answer.status, headers=answer.headers)

@@ -5,6 +5,11 @@ queue, started with the search attributes `B3osRoutine` and `B3osOrg`. With an I
 the run id is derived from the organization and the key, so the same key gives the same run (the
 same key with other inputs is refused). A finished run's result is kept in its row.
 
+Each run gets a grant when it starts (api.runs.grants): the only thing that lets its steps call
+actions. The run lasts at most `run_timeout_s` (its Temporal execution timeout), and so does its
+grant; the grant ends earlier when this service learns the run ended (reading it, or refusing to
+cancel it), and starts no new call once the run is cancelled.
+
 Database work runs in worker threads; Temporal calls are awaited on the event loop.
 """
 
@@ -46,6 +51,7 @@ from api.calls.errors import ConcurrencyLimited, IdempotencyKeyReused
 from api.config import Settings
 from api.errors import Conflict, InvalidRequest, NotFound, RateLimited, ServiceUnavailable
 from api.models import utcnow
+from api.runs import grants
 from api.runs.models import RunError, RunPublic, RunSummary
 from api.runs.progress import fill_outputs, note_retries
 from api.runs.resolver import DbResolver
@@ -88,11 +94,19 @@ class RunsService:
         """The Temporal client, connected on first use (ServiceUnavailable when Temporal is down)."""
         async with self._lock:
             if self._client is None:
-                from engine.worker import connect, ensure_search_attributes
+                from engine.worker import connect, ensure_search_attributes, tls_config
 
-                address = self._settings.temporal_address
+                s = self._settings
+                address = s.temporal_address
+                tls = tls_config(
+                    enabled=s.temporal_tls,
+                    ca_file=s.temporal_tls_ca_file,
+                    cert_file=s.temporal_tls_cert_file,
+                    key_file=s.temporal_tls_key_file,
+                    server_name=s.temporal_tls_server_name,
+                )
                 try:
-                    client = await connect(address, self._settings.temporal_namespace)
+                    client = await connect(address, s.temporal_namespace, tls)
                 except (RuntimeError, RPCError) as exc:
                     raise ServiceUnavailable(
                         f"Temporal at {address} is not reachable; try again shortly.", retry_after_s=5
@@ -283,6 +297,8 @@ class RunsService:
     async def _start_workflow(self, row: RunRecord, routine: Routine, pins: dict[str, str]) -> None:
         client = await self.client()
         await self._check_running(client, row.org_id)
+        lasts = timedelta(seconds=self._settings.run_timeout_s)
+        grant: str = await self._db(self._mint_grant, row, lasts)
         run_input = RunRoutineInput(
             routine=routine,
             inputs=row.inputs,
@@ -290,16 +306,18 @@ class RunsService:
             key_id=row.key_id,
             run_id=row.id,
             pins=pins,
+            grant=grant,
         )
-        size = len(run_input.model_dump_json().encode())
-        if size > payloads.PAYLOAD_LIMIT_BYTES - 64 * payloads.KIB:
-            raise InvalidRequest(
-                f"The run's start (the routine and its inputs) is {payloads.size_text(size)} encoded, more "
-                f"than Temporal takes in one payload ({payloads.size_text(payloads.PAYLOAD_LIMIT_BYTES)}): "
-                "send smaller inputs.",
-                field="inputs",
-            )
+        started = False
         try:
+            size = len(run_input.model_dump_json().encode())
+            if size > payloads.PAYLOAD_LIMIT_BYTES - 64 * payloads.KIB:
+                raise InvalidRequest(
+                    f"The run's start (the routine and its inputs) is {payloads.size_text(size)} encoded, "
+                    f"more than Temporal takes in one payload "
+                    f"({payloads.size_text(payloads.PAYLOAD_LIMIT_BYTES)}): send smaller inputs.",
+                    field="inputs",
+                )
             await client.start_workflow(
                 WORKFLOW_TYPE,
                 run_input,
@@ -310,14 +328,42 @@ class RunsService:
                 ),
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                execution_timeout=lasts,
                 static_summary=f"{row.routine_name} · {row.id}",
             )
+            started = True
         except WorkflowAlreadyStartedError:
             pass  # the same idempotent run, already finished: its row is written below
         except RPCError as exc:
             raise ServiceUnavailable(
                 f"Temporal did not start the run: {exc.message}", retry_after_s=5
             ) from exc
+        finally:
+            if not started:  # a run that an earlier request started holds that request's grant
+                await self._db(self._forget_grant, grant)
+
+    def _mint_grant(self, row: RunRecord, lasts: timedelta) -> str:
+        with Session(self._engine) as session:
+            secret = grants.mint(
+                session,
+                run_id=row.id,
+                org_id=row.org_id,
+                key_id=row.key_id,
+                workflow_id=row.workflow_id,
+                lasts=lasts,
+            )
+            session.commit()
+            return secret
+
+    def _forget_grant(self, secret: str) -> None:
+        with Session(self._engine) as session:
+            grants.forget(session, secret)
+            session.commit()
+
+    def _mark_grants(self, run_id: str, mark: Any) -> None:
+        with Session(self._engine) as session:
+            mark(session, run_id)
+            session.commit()
 
     def _run_by_key(self, org_id: str, key: str) -> RunRecord | None:
         with Session(self._engine) as session:
@@ -398,6 +444,7 @@ class RunsService:
             raise ServiceUnavailable(
                 f"Temporal did not cancel the run: {exc.message}", retry_after_s=5
             ) from exc
+        await self._db(self._mark_grants, row.id, grants.cancelled)
         return row
 
     async def _refresh(self, row: RunRecord) -> None:
@@ -452,7 +499,8 @@ class RunsService:
                 stored.status, stored.result, stored.error = row.status, row.result, row.error
                 stored.finished_at = row.finished_at
                 session.add(stored)
-                session.commit()
+            grants.end(session, row.id)
+            session.commit()
 
 
 async def _progress(handle: WorkflowHandle[Any, RunRoutineResult]) -> RunRoutineResult:

@@ -5,6 +5,9 @@
 - `routine_runs`: one row per run: its workflow id, the key that started it, the Idempotency-Key
   and request hash when one was sent, and the final result once the run has ended (so a finished
   run is read without asking Temporal).
+- `run_grants`: what lets a run's steps call actions (api.runs.grants): the sha256 of a random secret
+  minted when the api starts the run, the run, organization, key and workflow it is bound to, when
+  it expires (the run's execution timeout), and when the run was cancelled or seen to end.
 """
 
 from __future__ import annotations
@@ -58,4 +61,19 @@ class RunRecord(SQLModel, table=True):
     finished_at: dt.datetime | None = Field(default=None, sa_type=UTCDateTime)
 
 
-TABLES = ("routines", "routine_runs")
+class RunGrant(SQLModel, table=True):
+    """A run's grant: its steps' calls are honoured while it is neither ended, cancelled nor expired."""
+
+    __tablename__ = "run_grants"
+    grant_hash: str = Field(primary_key=True, max_length=64, description="sha256 of the secret, hex")
+    run_id: str = Field(max_length=40, index=True)
+    org_id: str = Field(max_length=40)
+    key_id: str = Field(max_length=40, description="the API key that started the run")
+    workflow_id: str = Field(max_length=200)
+    created_at: dt.datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+    expires_at: dt.datetime = Field(sa_type=UTCDateTime)
+    cancelled_at: dt.datetime | None = Field(default=None, sa_type=UTCDateTime)
+    ended_at: dt.datetime | None = Field(default=None, sa_type=UTCDateTime)
+
+
+TABLES = ("routines", "routine_runs", "run_grants")

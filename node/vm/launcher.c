@@ -9,8 +9,9 @@
 
    On the host the node also runs it as `launch --as UID GID NSFD PROGRAM ARGS...` to start bwrap as the
    VM's user: it enters the mount namespace NSFD (when not -1), drops every group and sets the gid and uid
-   (real, effective, saved) before execv(), so the node can spawn with vfork instead of forking its whole
-   Python process to change the user.
+   (real, effective, saved) before execv() with PROGRAM's base name as argv[0] (no host path in the sandbox's
+   /proc/1/cmdline), so the node can spawn with vfork instead of forking its whole Python process to change
+   the user.
 
    And once per node as `launch --hold NODE_DIR`: it makes a small mount namespace (a tmpfs root with /usr,
    /bin, /sbin, /lib*, /etc, /proc, /dev, an empty /tmp (bwrap's staging point) and NODE_DIR, receiving the host's later mounts under NODE_DIR),
@@ -59,7 +60,9 @@ static int run_as(char **argv) {
     }
     if (setgroups(0, NULL) != 0 || setgid(gid) != 0 || setuid(uid) != 0) _exit(126);
     if (getuid() != uid || geteuid() != uid || getgid() != gid || getegid() != gid) _exit(126);
-    execv(argv[5], argv + 5);
+    char *prog = argv[5], *base = strrchr(prog, '/');
+    if (base != NULL) argv[5] = base + 1;
+    execv(prog, argv + 5);
     _exit(127);
 }
 

@@ -4,6 +4,10 @@
 mount_setattr, move_mount): the copy is read-only before it is attached, so the copies the kernel propagates
 into a running VM's mount namespace (a slave of that mount point) are read-only there from the first moment.
 
+`overlay` shows a host directory read-only without naming it: a bind mount's root in `/proc/*/mountinfo` is
+its path on the host's filesystem, an overlay's is `/`, and its options name its layers by the strings given
+at mount time, here `/proc/self/fd/N` (descriptors of the mounting process, closed right after).
+
 Also the one process setting the driver needs: being the child subreaper of its VMs.
 """
 
@@ -41,7 +45,9 @@ class MountError(NodeError):
     """A mount or unmount failed; the message names the path and the reason."""
 
 
-def _mount(source: str, target: Path, fstype: str | None, flags: int, data: str | None) -> None:
+def _mount(
+    source: str, target: Path, fstype: str | None, flags: int, data: str | None, what: str = ""
+) -> None:
     res = _libc.mount(
         source.encode(),
         str(target).encode(),
@@ -51,7 +57,7 @@ def _mount(source: str, target: Path, fstype: str | None, flags: int, data: str 
     )
     if res != 0:
         err = ctypes.get_errno()
-        raise MountError(f"cannot mount {source} on {target}: {os.strerror(err)}")
+        raise MountError(f"cannot mount {what or source} on {target}: {os.strerror(err)}")
 
 
 def bind(source: Path, target: Path, *, read_only: bool) -> None:
@@ -104,10 +110,34 @@ def attach_tree(source: Path, target: Path) -> None:
         os.close(fd)
 
 
-def tmpfs(target: Path, *, size_bytes: int, uid: int, gid: int, inodes: int, mode: int = 0o700) -> None:
-    """Mount a fresh tmpfs of at most `size_bytes` and `inodes` files, owned by uid:gid."""
+def tmpfs(
+    target: Path, *, size_bytes: int, uid: int, gid: int, inodes: int, mode: int = 0o700, exec_ok: bool = False
+) -> None:
+    """Mount a fresh tmpfs of at most `size_bytes` and `inodes` files, owned by uid:gid (noexec unless asked)."""
     opts = f"size={size_bytes},nr_inodes={inodes},mode={mode:o},uid={uid},gid={gid}"
-    _mount("b3os-vm", target, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts)
+    _mount("b3os-vm", target, "tmpfs", MS_NOSUID | MS_NODEV | (0 if exec_ok else MS_NOEXEC), opts)
+
+
+def overlay(source: Path, empty: Path, target: Path) -> None:
+    """Mount `source` read-only, nosuid, nodev on `target` as an overlay whose mount info names no host path.
+
+    An overlay without an upper layer needs two lower ones: `empty` is an empty directory.
+
+    Raises:
+        MountError: a directory cannot be opened or the mount failed.
+    """
+    fds: list[int] = []
+    try:
+        for path in (source, empty):
+            fds.append(os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
+        lower = ":".join(f"/proc/self/fd/{fd}" for fd in fds)
+        flags = MS_RDONLY | MS_NOSUID | MS_NODEV
+        _mount("b3os", target, "overlay", flags, f"lowerdir={lower}", what=f"an overlay of {source}")
+    except OSError as exc:
+        raise MountError(f"cannot open {exc.filename} for an overlay: {exc.strerror}") from exc
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def unmount(target: Path, *, stacked: int = 1) -> None:

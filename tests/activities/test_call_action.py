@@ -45,7 +45,8 @@ async def _error(url: str, key_id: str, **kw: Any) -> ApplicationError:
 
 async def test_a_call_runs_on_behalf_of_the_key_under_the_derived_key(routine_stack: RoutineStack) -> None:
     org = routine_stack.runner()
-    result = await _run(routine_stack.url, org.key_id, step_id="say", index=2, timeout_ms=2500)
+    grant = routine_stack.grant(org)
+    result = await _run(routine_stack.url, org.key_id, grant=grant, step_id="say", index=2, timeout_ms=2500)
     assert result.output == {"text": "hi"} and result.attempt == 1
     assert result.cost is not None and result.cost["total"] > 0
     (call,) = routine_stack.calls_of(org)
@@ -57,19 +58,23 @@ async def test_a_call_runs_on_behalf_of_the_key_under_the_derived_key(routine_st
     )
     assert routine_stack.stored_keys(org) == {step_idempotency_key(WORKFLOW_ID, "say", 2): call.id}
     # the same step again is the same key: the stored answer, no second call
-    again = await _run(routine_stack.url, org.key_id, step_id="say", index=2, timeout_ms=2500)
+    again = await _run(routine_stack.url, org.key_id, grant=grant, step_id="say", index=2, timeout_ms=2500)
     assert again.call_id == call.id and len(routine_stack.calls_of(org)) == 1
 
 
 async def test_the_apis_refusals_and_tool_errors_become_their_codes(routine_stack: RoutineStack) -> None:
     org = routine_stack.runner()
-    err = await _error(routine_stack.url, org.key_id, input={"text": 5})
+    grant = routine_stack.grant(org)
+    err = await _error(routine_stack.url, org.key_id, grant=grant, input={"text": 5})
     assert (err.type, err.non_retryable, err.details[0]["status"]) == ("invalid_request", True, 400)
     assert err.details[0]["message"] == "input.text: 5 is not of type 'string'"
-    err = await _error(routine_stack.url, org.key_id, ref="com.example.tools/free/nope@1", step_id="b")
+    nope = "com.example.tools/free/nope@1"
+    err = await _error(routine_stack.url, org.key_id, grant=grant, ref=nope, step_id="b")
     assert (err.type, err.non_retryable, err.details[0]["status"]) == ("not_found", True, 404)
     tool_error = {"mode": "tool_error", "code": "busy", "message": "try later", "retryable": True}
-    err = await _error(routine_stack.url, org.key_id, ref=FREE_FAIL, input=tool_error, step_id="c")
+    err = await _error(
+        routine_stack.url, org.key_id, grant=grant, ref=FREE_FAIL, input=tool_error, step_id="c"
+    )
     assert (err.type, err.non_retryable, err.next_retry_delay) == ("tool_failed", False, None)
     assert (err.details[0]["reason"], err.details[0]["tool_code"]) == ("tool_error", "busy")
     assert err.details[0]["idempotency_key"] == step_idempotency_key(WORKFLOW_ID, "c", None)
@@ -79,10 +84,32 @@ async def test_a_wrong_worker_token_is_refused_and_never_shown(routine_stack: Ro
     org = routine_stack.runner()
     wrong = "wkr_not-the-token-s3cret"
     with pytest.raises(ApplicationError) as info:
-        await _run(routine_stack.url, org.key_id, token=wrong)
+        await _run(routine_stack.url, org.key_id, token=wrong, grant=routine_stack.grant(org))
     err = info.value
     assert (err.type, err.non_retryable, err.details[0]["status"]) == ("unauthorized", True, 401)
     assert wrong not in str(err) and wrong not in str(err.details)
+    assert routine_stack.calls_of(org) == []
+
+
+async def test_a_call_without_its_runs_grant_is_refused_and_charges_no_one(
+    routine_stack: RoutineStack,
+) -> None:
+    org = routine_stack.runner()
+    err = await _error(routine_stack.url, org.key_id)
+    assert (err.type, err.non_retryable, err.details[0]["status"]) == ("unauthorized", True, 401)
+    assert err.details[0]["message"].startswith("The worker token alone calls nothing")
+    # a grant of another run (another workflow) does not cover this workflow's keys
+    other = routine_stack.grant(org, workflow_id="routine-other-run_1")
+    err = await _error(routine_stack.url, org.key_id, grant=other)
+    assert (err.type, err.details[0]["status"], err.details[0]["reason"]) == (
+        "forbidden",
+        403,
+        "key_not_of_run",
+    )
+    expired = routine_stack.grant(org, lasts_s=-120)
+    err = await _error(routine_stack.url, org.key_id, grant=expired)
+    assert (err.type, err.details[0]["status"], err.details[0]["reason"]) == ("forbidden", 403, "run_ended")
+    assert "outlived its execution timeout" in err.message
     assert routine_stack.calls_of(org) == []
 
 

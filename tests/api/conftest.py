@@ -12,17 +12,15 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlmodel import Session
 
-from api import accounts, publishers
+from api import accounts, node_credentials, publishers
 from api.config import Settings
 from api.main import create_app
 from api.scopes import OWNER_SCOPES
 
-NODE_TOKEN = "node-token-for-tests"
-
 
 @pytest.fixture
 def settings(database_url: str, tmp_path: Path) -> Settings:  # noqa: F811
-    return Settings(data_dir=tmp_path / "state", database_url=database_url, node_token=NODE_TOKEN)
+    return Settings(data_dir=tmp_path / "state", database_url=database_url)
 
 
 @pytest.fixture
@@ -71,3 +69,22 @@ def add_key(app: FastAPI) -> Callable[..., Org]:
             return Org(org_id=org.org_id, key_id=key.id, key=secret)
 
     return add
+
+
+@pytest.fixture
+def issue_node(app: FastAPI) -> Callable[[str], dict[str, str]]:
+    """Issue a node its credential: `issue_node("n1")` is the headers that node sends."""
+
+    def issue(node_id: str) -> dict[str, str]:
+        with Session(app.state.engine) as session:
+            _, secret = node_credentials.issue_credential(session, node_id=node_id)
+            session.commit()
+        return {"Authorization": f"Bearer {secret}"}
+
+    return issue
+
+
+@pytest.fixture
+def node_headers(issue_node: Callable[[str], dict[str, str]]) -> dict[str, str]:
+    """The headers of a node `node-test` with its own credential."""
+    return issue_node("node-test")

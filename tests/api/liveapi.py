@@ -22,13 +22,12 @@ from apitest import NAMESPACE, Org, build_echo, register_key, upload
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlmodel import Session
 
-from api import accounts, publishers
+from api import accounts, node_credentials, publishers
 from api.db import make_engine
 from api.scopes import OWNER_SCOPES
 from cli._embedded import api_argv
 
 REPO = Path(__file__).resolve().parents[2]
-NODE_TOKEN = "node-token-live-api"
 WORKER_TOKEN = "worker-token-live-api"
 ECHO_REF = f"{NAMESPACE}/echo/echo@1"
 
@@ -43,6 +42,7 @@ class LiveApi:
     owner: Org
     log: Path
     worker: subprocess.Popen[bytes] | None = None
+    node_secret: str = ""
 
     def stop(self) -> None:
         """Stop the worker and the api process."""
@@ -105,7 +105,6 @@ def start_live_api(root: Path, *, temporal_address: str | None = None) -> LiveAp
     env.update(
         B3OS_DATA_DIR=str(state),
         B3OS_DATABASE_URL=db_url,
-        B3OS_NODE_TOKEN=NODE_TOKEN,
         B3OS_WORKER_TOKEN=WORKER_TOKEN,
         B3OS_AUTH_FAILURES_PER_MINUTE="100000",  # schemathesis sends bad keys on purpose, all from 127.0.0.1
         B3OS_TEMPORAL_ADDRESS=temporal_address or "127.0.0.1:1",
@@ -123,6 +122,7 @@ def start_live_api(root: Path, *, temporal_address: str | None = None) -> LiveAp
             org = accounts.create_organization(session, name="live api owner", is_operator=True)
             key, secret = accounts.create_api_key(session, org_id=org.id, scopes=OWNER_SCOPES, name="owner")
             publishers.set_publisher(session, namespace=NAMESPACE, org_id=org.id)
+            _, node_secret = node_credentials.issue_credential(session, node_id="live-api-node")
             session.commit()
             owner = Org(org_id=org.id, key_id=key.id, key=secret)
         engine.dispose()
@@ -137,7 +137,7 @@ def start_live_api(root: Path, *, temporal_address: str | None = None) -> LiveAp
                 json={"manifest": built.manifest, "files": built.records},
             )
             assert r.status_code == 201, r.text
-        live = LiveApi(url=url, root=root, process=process, owner=owner, log=log)
+        live = LiveApi(url=url, root=root, process=process, owner=owner, log=log, node_secret=node_secret)
     except BaseException:
         process.terminate()
         process.wait(timeout=15)

@@ -6,7 +6,6 @@ import hashlib
 from collections.abc import Callable, Iterator
 
 from apitest import Org
-from conftest import NODE_TOKEN
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
@@ -18,7 +17,7 @@ def _name(data: bytes) -> str:
 
 
 def test_a_blob_is_stored_once_under_its_sha256_and_read_back(
-    client: TestClient, app: FastAPI, make_org: Callable[..., Org]
+    client: TestClient, app: FastAPI, make_org: Callable[..., Org], node_headers: dict[str, str]
 ) -> None:
     org = make_org(scopes=PUBLISH)
     data = b"archive bytes\n" * 1000
@@ -31,7 +30,7 @@ def test_a_blob_is_stored_once_under_its_sha256_and_read_back(
     head = client.head(url, headers=org.headers)
     assert head.status_code == 200 and head.headers["content-length"] == str(len(data))
     assert client.get(url, headers=org.headers).content == data
-    assert client.get(url, headers={"Authorization": f"Bearer {NODE_TOKEN}"}).content == data
+    assert client.get(url, headers=node_headers).content == data
     stored = list((app.state.settings.resolved_blob_dir() / "sha256").rglob("*"))
     assert [p.name for p in stored if p.is_file()] == [hashlib.sha256(data).hexdigest()]
 

@@ -52,7 +52,6 @@ def env_vars(database_url: str, tmp_path: Path) -> dict[str, str]:
         "B3OS_DATABASE_URL": database_url,
         "B3OS_DATA_DIR": str(tmp_path / "state"),
         "B3OS_KEYS_DIR": str(tmp_path / "keys"),
-        "B3OS_NODE_TOKEN": "node-token-e2e",
     }
 
 
@@ -243,13 +242,23 @@ def test_b3os_dev_starts_publishes_the_examples_and_stops_on_sigterm(
     env: dict[str, str], tmp_path: Path
 ) -> None:
     port = _free_port()
-    dev_env = {
-        k: v for k, v in env.items() if k not in ("B3OS_DATABASE_URL", "B3OS_DATA_DIR", "B3OS_NODE_TOKEN")
-    }
+    dev_env = {k: v for k, v in env.items() if k not in ("B3OS_DATABASE_URL", "B3OS_DATA_DIR")}
     with subprocess.Popen(
-        [sys.executable, "-m", "cli", "dev", "--port", str(port), "--data-dir", str(tmp_path / "dev"),
-         *(a for flag in ("--node-port", "--egress-port", "--temporal-port", "--ui-port")
-           for a in (flag, str(_free_port())))],
+        [
+            sys.executable,
+            "-m",
+            "cli",
+            "dev",
+            "--port",
+            str(port),
+            "--data-dir",
+            str(tmp_path / "dev"),
+            *(
+                a
+                for flag in ("--node-port", "--egress-port", "--temporal-port", "--ui-port")
+                for a in (flag, str(_free_port()))
+            ),
+        ],
         env=dev_env,
         cwd=tmp_path,
         stdout=subprocess.PIPE,

@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 from apitest import KID, NAMESPACE, REPO, Built, Org, build_echo, register_key, upload
-from conftest import NODE_TOKEN
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
@@ -64,7 +63,7 @@ def _refusal(r: Any, status: int, reason: str) -> dict[str, Any]:
 
 
 def test_the_echo_tool_publishes_and_reads_back_everywhere(
-    client: TestClient, publisher: Org, echo: Built, key: Ed25519PrivateKey
+    client: TestClient, publisher: Org, echo: Built, key: Ed25519PrivateKey, node_headers: dict[str, str]
 ) -> None:
     said: list[str] = []
     api = B3OS(str(client.base_url), publisher.key, http_client=client)
@@ -93,7 +92,7 @@ def test_the_echo_tool_publishes_and_reads_back_everywhere(
         "publish a new version. (409 conflict)"
     )
     # A node sees it in the feed with the public key, and reads every blob.
-    node = {"Authorization": f"Bearer {NODE_TOKEN}"}
+    node = node_headers
     feed = client.get("/v1/nodes/registry", params={"after": 0}, headers=node).json()
     assert feed["cursor"] == 1 and [(v["pack"], v["version"]) for v in feed["versions"]] == [
         (f"{NAMESPACE}/echo", "1.0.0")
@@ -380,6 +379,7 @@ def test_pack_publish_of_a_declarative_pack_needs_actions_write_only_and_prints_
     add_key: Callable[..., Org],
     github: Path,
     capsys: pytest.CaptureFixture[str],
+    node_headers: dict[str, str],
 ) -> None:
     writer = add_key(io_publisher, ["actions:write"])
     api = B3OS(str(client.base_url), writer.key, http_client=client)
@@ -396,9 +396,7 @@ def test_pack_publish_of_a_declarative_pack_needs_actions_write_only_and_prints_
     base = "/v1/actions/packs/io.b3os/github"
     assert client.get(f"{base}/versions/1.0.0/manifest", headers=writer.headers).json() == manifest
     # A node's feed carries it too; the node leaves it alone (no tool section: tests/node/test_sync.py).
-    feed = client.get(
-        "/v1/nodes/registry", params={"after": 0}, headers={"Authorization": f"Bearer {NODE_TOKEN}"}
-    )
+    feed = client.get("/v1/nodes/registry", params={"after": 0}, headers=node_headers)
     assert [v["pack"] for v in feed.json()["versions"]] == ["io.b3os/github"]
 
 

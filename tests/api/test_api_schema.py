@@ -38,7 +38,7 @@ from typing import Any
 
 import httpx
 import pytest
-from liveapi import NODE_TOKEN, LiveApi, start_live_api
+from liveapi import LiveApi, start_live_api
 from temporalio.testing import WorkflowEnvironment
 
 from api.config import Settings
@@ -69,7 +69,11 @@ def live_api(tmp_path: Path, temporal_env: WorkflowEnvironment) -> Iterator[Live
 
 @pytest.mark.timeout(BUDGET_S + 60)
 def test_schemathesis_finds_no_failure_in_the_api(live_api: LiveApi, tmp_path: Path) -> None:
-    env = {**os.environ, "B3OS_SCHEMA_KEY": live_api.owner.key, "B3OS_SCHEMA_NODE_TOKEN": NODE_TOKEN}
+    env = {
+        **os.environ,
+        "B3OS_SCHEMA_KEY": live_api.owner.key,
+        "B3OS_SCHEMA_NODE_CREDENTIAL": live_api.node_secret,
+    }
     paths = httpx.get(f"{live_api.url}/openapi.json").json()["paths"]
     operations = sum(len(methods) for methods in paths.values())
     junit = tmp_path / "schemathesis.xml"
@@ -106,7 +110,7 @@ def test_every_operation_but_healthz_takes_the_bearer_key(document: dict[str, An
     assert document["components"]["securitySchemes"]["bearer"] == {
         "type": "http",
         "scheme": "bearer",
-        "description": "An API key (`b3_...`); the node routes take the node token (B3OS_NODE_TOKEN).",
+        "description": "An API key (`b3_...`); the node routes take a node's own credential (`b3n_...`).",
     }
     for path, methods in document["paths"].items():
         for method, operation in methods.items():

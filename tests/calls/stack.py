@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import Engine
 from sqlmodel import Session, col, select
 
-from api import accounts, publishers
+from api import accounts, node_credentials, publishers
 from api.db import make_engine
 from api.models import Node
 from api.scopes import OWNER_SCOPES
@@ -45,7 +45,6 @@ REPO = Path(__file__).resolve().parents[2]
 ECHO_DIR = REPO / "examples" / "tools" / "echo"
 NAMESPACE = "com.example.tools"
 KID = f"{NAMESPACE}#calls-test"
-NODE_TOKEN = "node-token-calls-test"
 WORKER_TOKEN = "worker-token-calls-test"
 ECHO = f"{NAMESPACE}/echo"
 PRICEY = f"{NAMESPACE}/pricey"
@@ -118,6 +117,7 @@ class Stack:
     signing_key: Ed25519PrivateKey | None = None
     egress: ProxyProcess | None = None
     upstreams: dict[str, Upstream] = field(default_factory=dict)
+    node_secrets: dict[str, str] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
@@ -128,7 +128,6 @@ class Stack:
         env.update(
             B3OS_DATA_DIR=str(self.root / "state"),
             B3OS_DATABASE_URL=self.db_url,
-            B3OS_NODE_TOKEN=NODE_TOKEN,
             B3OS_WORKER_TOKEN=WORKER_TOKEN,
             B3OS_NODE_HEARTBEAT_S="0.5",
             # every test client is 127.0.0.1: the failed-auth limit is per address (tests/api/test_api_keys)
@@ -181,12 +180,21 @@ class Stack:
         env = self.env(
             B3OS_API_URL=api_url or self.url,
             B3OS_NODE_ID=node_id,
+            B3OS_NODE_CREDENTIAL=self.node_secret(node_id),
             B3OS_HEARTBEAT_S="0.5",
             B3OS_CACHE_DIR=str(self.root / f"{node_id}-cache"),
             B3OS_RUN_DIR=str(run_dir),
             **(extra_env or {}),
         )
         return self.start(node_id, [sys.executable, "-m", "cli", "node", "run", "--port", str(port)], env)
+
+    def node_secret(self, node_id: str) -> str:
+        """A node's credential, issued on first use (as `b3os node credential issue` does)."""
+        if node_id not in self.node_secrets:
+            with Session(self.engine) as session:
+                _, self.node_secrets[node_id] = node_credentials.issue_credential(session, node_id=node_id)
+                session.commit()
+        return self.node_secrets[node_id]
 
     def stop(self) -> None:
         """SIGTERM every process (a node then removes its VMs' mounts, cgroups and dirs), then remove what a

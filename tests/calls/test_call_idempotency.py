@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+from sqlmodel import Session
+
+from activities.idempotency import step_idempotency_key
+from api.runs import grants
 
 from .calltest import call, error, usage
-from .stack import ECHO, FREE, WORKER_TOKEN, Stack
+from .stack import ECHO, FREE, WORKER_TOKEN, Org, Stack
 
 
 def test_the_same_key_twice_gets_the_stored_answer_and_one_charge(stack: Stack) -> None:
@@ -85,12 +90,29 @@ def test_concurrent_requests_with_one_key_share_one_call_across_api_processes(st
     assert used["calls"] == 1 and used["units"]["actions.publisher_microusd"] == 100
 
 
-def test_the_routine_worker_calls_on_behalf_of_a_key_and_is_metered_under_it(stack: Stack) -> None:
+def _grant(stack: Stack, org: Org, workflow_id: str) -> str:
+    """A grant as the api mints one when it starts a run (this stack runs no Temporal)."""
+    with Session(stack.engine) as session:
+        secret = grants.mint(
+            session,
+            run_id="run_" + workflow_id[-20:],
+            org_id=org.org_id,
+            key_id=org.key_id,
+            workflow_id=workflow_id,
+            lasts=dt.timedelta(hours=1),
+        )
+        session.commit()
+    return secret
+
+
+def test_the_routine_worker_calls_with_a_runs_grant_and_is_metered_under_its_key(stack: Stack) -> None:
     org = stack.org()
+    grant = _grant(stack, org, "routine-hello-run_wk1")
     headers = {
         "Authorization": f"Bearer {WORKER_TOKEN}",
-        "X-B3OS-On-Behalf-Of": org.key_id,
-        "Idempotency-Key": "wf-1/step-a",
+        "X-B3OS-Run-Grant": grant,
+        "X-B3OS-Run-Step": "a",
+        "Idempotency-Key": step_idempotency_key("routine-hello-run_wk1", "a", None),
     }
     r = httpx.post(
         f"{stack.url}/v1/actions/call",
@@ -102,10 +124,25 @@ def test_the_routine_worker_calls_on_behalf_of_a_key_and_is_metered_under_it(sta
     assert r.json()["output"] == {"text": "from a routine"}
     used = usage(stack, org)
     assert [k["key_id"] for k in used["keys"]] == [org.key_id]
-    bad = httpx.post(
-        f"{stack.url}/v1/actions/call",
-        headers={"Authorization": f"Bearer {WORKER_TOKEN}"},
-        json={"ref": f"{ECHO}/noop@1"},
-        timeout=60,
-    )
-    assert bad.status_code == 401 and "X-B3OS-On-Behalf-Of" in bad.json()["error"]["message"]
+    # a key the step does not derive, and a call by id, are not the grant's to make
+    other = {**headers, "Idempotency-Key": "wf-1/step-a"}
+    r = httpx.post(f"{stack.url}/v1/actions/call", headers=other, json={"ref": f"{ECHO}/noop@1"}, timeout=60)
+    assert (r.status_code, r.json()["error"]["reason"]) == (403, "key_not_of_run")
+    r = httpx.post(f"{stack.url}/v1/actions/calls/tcall_x/cancel", headers=headers, timeout=60)
+    assert r.status_code == 403 and "cancels only its own call" in r.json()["error"]["message"]
+
+
+def test_the_worker_token_alone_calls_for_no_one(stack: Stack) -> None:
+    org = stack.org()
+    for extra in ({}, {"X-B3OS-On-Behalf-Of": org.key_id}, {"X-B3OS-Run-Grant": "b3run_forged-grant"}):
+        for path, body in (("/v1/actions/call", {"ref": f"{ECHO}/echo@1"}), ("/v1/actions/call/cancel", {})):
+            bad = httpx.post(
+                f"{stack.url}{path}",
+                headers={"Authorization": f"Bearer {WORKER_TOKEN}", "Idempotency-Key": "k-1", **extra},
+                json=body or {"idempotency_key": "k-1"},
+                timeout=60,
+            )
+            assert bad.status_code == 401, bad.text
+            message = bad.json()["error"]["message"]
+            assert "X-B3OS-Run-Grant" in message and "POST /v1/routines/{name}/runs" in message
+    assert usage(stack, org)["calls"] == 0

@@ -1,16 +1,13 @@
 """Every example routine validates, fits the JSON Schema, and runs on the real routine workflow.
 
 The runs use `engine.workflow.RoutineWorkflow` itself on Temporal's time-skipping test server (retry
-backoffs take no wall time), with a stand-in `call_action` activity at the one seam that cannot run
-here without the stack: it takes and returns the real activity's models, checks each call's input
-against the action's inputSchema as the api does, and answers like the echo tool (and like the
-Open-Meteo place search for `search-places`); failures go through the real activity's error mapping.
-The real tool, HTTP action and api run in the stack tests (tests/engine/test_workflow*.py).
+backoffs take no wall time), with the stand-in `call_action` activity of tests/engine/standin.py at the
+one seam that cannot run here without the stack (it answers like the echo tool and the Open-Meteo place
+search, and fails through the real activity's error mapping).
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import uuid
 from collections.abc import Awaitable, Callable
@@ -20,26 +17,16 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
-from temporalio import activity
-from temporalio.exceptions import ApplicationError
+from standin import PACKS, REPO, call_action
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from activities.call_action import CallActionInput, CallActionResult, Ledger
-from activities.errors import error_for_answer
-from engine.resolvers import LocalPackResolver
 from engine.runs import RunRoutineInput, RunRoutineResult, routine_workflow_id
 from engine.validate import load_routine_file, resolve_inputs
 from engine.workflow import RoutineWorkflow
-from node.runner import content_type_of
 
-REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "examples" / "routines").glob("*.yaml"))
-ECHO_DIR = REPO / "examples" / "tools" / "echo"
-PACK_DIRS = [ECHO_DIR, *sorted(p for p in (REPO / "examples" / "packs").iterdir() if p.is_dir())]
-PLACES = [{"name": "Berlin", "latitude": 52.52, "longitude": 13.41, "timezone": "Europe/Berlin"}]
 MODELINE = "# yaml-language-server: $schema=../../docs/routine.schema.json"
-PACKS = LocalPackResolver(PACK_DIRS)
 
 RunExample = Callable[[Path, dict[str, Any]], Awaitable[tuple[dict[str, Any], dict[str, Any]]]]
 
@@ -60,67 +47,6 @@ def test_example_validates_against_the_example_packs(path: Path) -> None:
 def test_example_fits_the_committed_json_schema(path: Path) -> None:
     schema = json.loads((REPO / "docs" / "routine.schema.json").read_text())
     jsonschema.Draft202012Validator(schema).validate(yaml.safe_load(path.read_text()))
-
-
-def _tool_failed(reason: str, message: str, attempt: int, **details: Any) -> Exception:
-    """What the activity raises when the api answers a failed tool call (502 tool_failed)."""
-    body = {"error": {"code": "tool_failed", "reason": reason, "message": message, **details}}
-    return error_for_answer(502, body, None, attempt=attempt)
-
-
-@activity.defn(name="call_action")
-async def call_action(input: CallActionInput) -> CallActionResult:
-    """The step activity's stand-in: the echo tool's and the Open-Meteo place search's answers, its
-    failures counted against the step's max-attempts by the real activity's ledger."""
-    ledger = Ledger.of(activity.info().heartbeat_details)
-    try:
-        return await _answer(input)
-    except ApplicationError as exc:
-        raise ledger.close(exc, input.max_attempts) from None
-
-
-async def _answer(input: CallActionInput) -> CallActionResult:
-    attempt = activity.info().attempt
-    schema = PACKS.input_schema(input.ref)
-    if schema is None:
-        body = {"error": {"code": "not_found", "message": f"{input.ref} is not in the example packs"}}
-        raise error_for_answer(404, body, None, attempt=attempt)
-    try:
-        jsonschema.Draft202012Validator(schema).validate(input.input)
-    except jsonschema.ValidationError as exc:
-        body = {"error": {"code": "invalid_request", "message": f"input: {exc.message}"}}
-        raise error_for_answer(400, body, None, attempt=attempt) from None
-    action = input.ref.split("/")[2].split("@")[0]
-    ask = input.input
-    if action == "search-places":
-        return CallActionResult(output={"places": PLACES if ask["name"] == "Berlin" else []}, attempt=attempt)
-    if action == "noop":
-        return CallActionResult(output={}, attempt=attempt)
-    if action == "fail" and ask["mode"] == "tool_error":
-        code, message = ask.get("code", "failed"), ask.get("message", "failed on purpose")
-        raise _tool_failed(
-            "tool_error",
-            f"the tool answered with its error {code}: {message}",
-            attempt,
-            tool_code=code,
-            tool_message=message,
-            retryable=ask.get("retryable", False),
-        )
-    if action == "fail" and ask["mode"] == "exit":
-        status = ask.get("exitCode", 1)
-        raise _tool_failed("exit", f"the tool exited with status {status}", attempt, exit_code=status)
-    assert action == "echo", f"the stand-in does not answer {input.ref} {ask}"
-    output: dict[str, Any] = {"text": ask["text"]}
-    if "file" in ask:
-        name = ask["file"]["name"]
-        data = base64.b64decode(ask["file"]["$bytes"])
-        output["file"] = {
-            "$bytes": ask["file"]["$bytes"],
-            "name": name,
-            "bytes": len(data),
-            "contentType": content_type_of(name),
-        }
-    return CallActionResult(output=output, attempt=attempt)
 
 
 @pytest.fixture

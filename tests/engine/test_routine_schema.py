@@ -35,6 +35,7 @@ def test_schema_is_a_valid_draft_2020_12_schema_with_descriptions() -> None:
         "id",
         "uses",
         "with",
+        "needs",
         "if",
         "timeout",
         "retry",

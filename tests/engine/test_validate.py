@@ -86,8 +86,9 @@ def test_unknown_fields_are_named_with_their_line() -> None:
             retry: {{max_attempts: 2}}
         """)
     assert found == [
-        "2:1: unknown field 'colour'; the fields of a routine are name, description, inputs, steps, outputs",
-        "7:5: step 'a': unknown field 'retries'; the fields of a step are id, uses, with, if, "
+        "2:1: unknown field 'colour'; the fields of a routine are name, description, inputs, max-parallel, "
+        "steps, outputs",
+        "7:5: step 'a': unknown field 'retries'; the fields of a step are id, uses, with, needs, if, "
         "timeout, retry, "
         "continue-on-error, foreach, name",
         "8:13: step 'a': retry: unknown field 'max_attempts'; the fields of a retry are "

@@ -213,7 +213,7 @@ steps:
             assert "this will never work" in error["message"]
             assert run["steps"]["fail"]["error"]["tool_code"] == "no_way"
         assert run["steps"]["fail"]["attempts"] == 1
-        assert run["steps"]["never"]["status"] == "pending"
+        assert run["steps"]["never"]["status"] == "skipped"  # after a failure, as in GitHub Actions
         history = await routine_stack.history(run["workflow_id"])
         (started,) = events(history, STARTED)
         assert started.activity_task_started_event_attributes.attempt == 1  # never retried
@@ -298,7 +298,7 @@ steps:
         assert answer.status_code == 202 and answer.json() == {"run_id": run_id, "status": "cancelling"}
         run = await routine_stack.final(org, run_id)
         assert run["status"] == "cancelled"
-        assert (run["steps"]["slow"]["status"], run["steps"]["never"]["status"]) == ("cancelled", "pending")
+        assert (run["steps"]["slow"]["status"], run["steps"]["never"]["status"]) == ("cancelled", "skipped")
         again = await http.post(f"/v1/runs/{run_id}/cancel", headers=org.headers)
         assert again.status_code == 409 and "already ended (cancelled)" in again.json()["error"]["message"]
     history = await routine_stack.history(run["workflow_id"])

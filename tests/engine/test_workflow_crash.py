@@ -34,10 +34,14 @@ async def test_a_killed_worker_is_replaced_and_no_step_runs_twice(routine_stack:
     queue = f"test-crash-{uuid.uuid4().hex[:8]}"
     first_worker = routine_stack.start_worker(queue=queue, name="crash-worker")
     run_id = uuid.uuid4().hex[:12]
+    workflow_id = routine_workflow_id("crash", run_id)
+    grant = routine_stack.grant(org, workflow_id=workflow_id)  # as the api mints one when it starts a run
     handle = await routine_stack.temporal_client.start_workflow(
         RoutineWorkflow.run,
-        RunRoutineInput(routine=routine, inputs={}, org_id=org.org_id, key_id=org.key_id, run_id=run_id),
-        id=routine_workflow_id("crash", run_id),
+        RunRoutineInput(
+            routine=routine, inputs={}, org_id=org.org_id, key_id=org.key_id, run_id=run_id, grant=grant
+        ),
+        id=workflow_id,
         task_queue=queue,
         result_type=RunRoutineResult,
     )

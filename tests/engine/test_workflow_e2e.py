@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
-from calls.stack import NODE_TOKEN, WORKER_TOKEN, Org, Proc, free_port, wait_http
+from calls.stack import WORKER_TOKEN, Org, Proc, free_port, wait_http
 from realstack import FREE_ECHO, FREE_FAIL, RoutineStack, no_traceback
 from temporalio.api.enums.v1 import EventType
 
@@ -90,7 +90,7 @@ async def test_the_temporal_ui_shows_the_run_by_name_and_org_and_no_secret(
     # the whole history, payloads readable (text form) and as JSON: no key secret, no token
     text = "\n".join(str(e) for e in history.events) + history.to_json()
     assert "hello ann" in text and org.key_id in text  # the scan reads the payloads
-    for secret in (org.key, WORKER_TOKEN, NODE_TOKEN):
+    for secret in (org.key, WORKER_TOKEN, *routine_stack.node_secrets.values()):
         assert secret not in text
 
 

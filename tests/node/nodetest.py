@@ -1,14 +1,20 @@
-"""Helpers of the node tests: tool packs, installs into the cache, call builders."""
+"""Helpers of the node tests: tool packs, installs into the cache, call builders, requests with the api's
+proof (node.credential)."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
 
 from node.cache import InstallCache
+from node.credential import call_key, signed_headers
 from node.models import NodeCall
 from node.vm import mounts
 from node.vm.bwrap import BwrapDriver
@@ -21,6 +27,25 @@ ECHO = "com.example.tools/echo"
 VERSION = "1.0.0"
 # The host uid of the test VMs: one no other process uses, so a leftover process is easy to find.
 VM_UID = 64999
+NODE_ID = "node-under-test"
+NODE_SECRET = "b3n_" + "nodeTestSecret" * 3 + "ab"
+NODE_ENV = {"B3OS_NODE_ID": NODE_ID, "B3OS_NODE_CREDENTIAL": NODE_SECRET}
+
+
+def node_request(
+    method: str,
+    url: str,
+    body: dict[str, Any] | None = None,
+    *,
+    secret: str = NODE_SECRET,
+    node_id: str = NODE_ID,
+    timeout: float = 30,
+) -> httpx.Response:
+    """A request to a node with the api's proof (as the api signs it), for `node_id` with `secret`."""
+    content = b"" if body is None else json.dumps(body).encode()
+    path = urlsplit(url).path
+    headers = signed_headers(call_key(secret), node_id=node_id, method=method, path=path, body=content)
+    return httpx.request(method, url, content=content, headers=headers, timeout=timeout)
 
 
 def install_tree(cache: InstallCache, pack: str, tree: Path, version: str = VERSION) -> Path:

@@ -17,11 +17,10 @@ from typing import Any
 
 import httpx
 import pytest
-from nodetest import REPO, VM_UID, echo_call
+from nodetest import NODE_ENV, NODE_ID, NODE_SECRET, REPO, VM_UID, echo_call, node_request
 
 from node.cache import InstallCache
-
-TOKEN = "node-token-for-tests"
+from node.credential import ANSWER_PROOF_HEADER, PROOF_HEADER, TIMESTAMP_HEADER, answer_is_proven, call_key
 
 
 def _free_port() -> int:
@@ -36,7 +35,7 @@ def node_url(cache: InstallCache, base_rootfs: Path) -> Iterator[str]:
     run_dir = Path(tempfile.mkdtemp(prefix="b3os-node-vms-", dir="/tmp"))
     env = {
         **os.environ,
-        "B3OS_NODE_TOKEN": TOKEN,
+        **NODE_ENV,
         "B3OS_CACHE_DIR": str(cache.root),
         "B3OS_RUN_DIR": str(run_dir),
         "B3OS_VM_UID": str(VM_UID),
@@ -49,7 +48,7 @@ def node_url(cache: InstallCache, base_rootfs: Path) -> Iterator[str]:
     deadline = time.monotonic() + 30
     while True:
         try:
-            if httpx.get(f"{url}/v1/node/status", headers=_auth()).status_code == 200:
+            if node_request("GET", f"{url}/v1/node/status").status_code == 200:
                 break
         except httpx.TransportError:
             pass
@@ -63,12 +62,8 @@ def node_url(cache: InstallCache, base_rootfs: Path) -> Iterator[str]:
     run_dir.rmdir()
 
 
-def _auth(token: str = TOKEN) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
-
-def _post(url: str, body: dict[str, Any], token: str = TOKEN) -> httpx.Response:
-    return httpx.post(f"{url}/v1/node/calls", json=body, headers=_auth(token), timeout=30)
+def _post(url: str, body: dict[str, Any], **kw: Any) -> httpx.Response:
+    return node_request("POST", f"{url}/v1/node/calls", body, **kw)
 
 
 def test_echo_noop_over_http(node_url: str) -> None:
@@ -103,11 +98,53 @@ def test_echo_fail_over_http(node_url: str) -> None:
     }
 
 
-def test_a_call_without_the_node_token_is_401(node_url: str) -> None:
-    resp = _post(node_url, echo_call("noop", {}).model_dump(), token="wrong")
-    assert resp.status_code == 401
-    assert resp.json()["error"]["message"] == "The node token is missing or not valid."
-    assert httpx.post(f"{node_url}/v1/node/calls", json={}).status_code == 401
+def test_the_answer_carries_the_nodes_proof_over_the_request(node_url: str) -> None:
+    resp = _post(node_url, echo_call("noop", {}).model_dump())
+    assert resp.status_code == 200
+    proof = resp.request.headers[PROOF_HEADER]
+    key = call_key(NODE_SECRET)
+    args = {"node_id": NODE_ID, "status": 200, "body": resp.content, "headers": resp.headers}
+    assert answer_is_proven(key, proof=proof, **args)
+    assert not answer_is_proven(key, proof="0" * 64, **args)  # not an answer to another request
+    assert not answer_is_proven(call_key("b3n_" + "x" * 40), proof=proof, **args)  # nor of another node
+
+
+def test_a_call_without_the_apis_proof_is_refused_and_runs_nothing(node_url: str) -> None:
+    call = echo_call("noop", {}).model_dump()
+    unproven = (
+        "The request has no proof of the api (X-B3os-Node, X-B3os-Timestamp, X-B3os-Nonce, X-B3os-Proof)."
+    )
+    refusals = {
+        unproven: httpx.post(
+            f"{node_url}/v1/node/calls", json=call, headers={"Authorization": f"Bearer {NODE_SECRET}"}
+        ),
+        "The request's proof is not the api's for this node.": _post(
+            node_url, call, secret="b3n_" + "w" * 40
+        ),
+        f"The request is for node 'evil-node', not this node ({NODE_ID}).": _post(
+            node_url, call, node_id="evil-node"
+        ),
+    }
+    for message, resp in refusals.items():
+        assert resp.status_code == 401
+        assert resp.json()["error"] == {"code": "unauthorized", "message": message}
+        assert ANSWER_PROOF_HEADER.lower() not in resp.headers
+    # a proven request whose body was changed on the way
+    signed = _post(node_url, echo_call("noop", {}).model_dump())
+    headers = {k: v for k, v in signed.request.headers.items() if k.lower().startswith("x-b3os")}
+    other = echo_call("echo", {"text": "injected"}).model_dump()
+    changed = httpx.post(f"{node_url}/v1/node/calls", json=other, headers=headers, timeout=30)
+    assert changed.json()["error"]["message"] == "The request's proof is not the api's for this node."
+    # the same request again (a replay), and one from too long ago
+    replay = httpx.post(
+        f"{node_url}/v1/node/calls", content=signed.request.content, headers=headers, timeout=30
+    )
+    assert replay.json()["error"]["message"] == "The request was already received (a replay)."
+    old = {**headers, TIMESTAMP_HEADER.lower(): str(int(time.time()) - 301)}
+    late = httpx.post(f"{node_url}/v1/node/calls", content=signed.request.content, headers=old, timeout=30)
+    assert late.status_code == 401 and "is more than 300 s from this node's clock" in late.text
+    status = httpx.get(f"{node_url}/v1/node/status")
+    assert status.status_code == 401
 
 
 def test_a_bad_request_is_400_naming_the_field(node_url: str) -> None:
@@ -130,7 +167,7 @@ def test_a_ninth_call_at_once_is_503_node_busy_with_retry_after(node_url: str) -
     for t in threads:
         t.start()
     deadline = time.monotonic() + 10
-    while httpx.get(f"{node_url}/v1/node/status", headers=_auth()).json()["slots_free"] > 0:
+    while node_request("GET", f"{node_url}/v1/node/status").json()["slots_free"] > 0:
         assert time.monotonic() < deadline
         time.sleep(0.02)
     resp = _post(node_url, echo_call("noop", {}).model_dump())

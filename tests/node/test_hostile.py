@@ -109,7 +109,7 @@ def test_a_daemon_does_not_outlive_the_call(runner: Runner) -> None:
 def test_a_tool_sees_no_host_file_no_node_secret_and_no_other_process(
     runner: Runner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("B3OS_NODE_TOKEN", "node-secret-value")
+    monkeypatch.setenv("B3OS_NODE_CREDENTIAL", "node-secret-value")
     paths = ["/etc/hostname", "/proc/self/uid_map", "/root/.b3os/base/rootfs/.b3os-base.json", __file__]
     result = runner.call(hostile_call("readhost", {"paths": paths}))
     assert result.ok and result.output is not None, result.error

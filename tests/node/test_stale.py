@@ -17,12 +17,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from nodetest import REPO, VM_UID, echo_call
+from nodetest import NODE_ENV, REPO, VM_UID, echo_call, node_request
 
 from node.cache import InstallCache
 from node.vm import mounts
-
-TOKEN = "node-token-for-stale-tests"
 
 
 def _free_port() -> int:
@@ -38,7 +36,7 @@ class Node:
         self.log = run_dir.parent / f"node-{time.monotonic_ns()}.log"
         env = {
             **os.environ,
-            "B3OS_NODE_TOKEN": TOKEN,
+            **NODE_ENV,
             "B3OS_CACHE_DIR": str(cache.root),
             "B3OS_RUN_DIR": str(run_dir),
             "B3OS_VM_UID": str(VM_UID),
@@ -58,9 +56,7 @@ class Node:
         deadline = time.monotonic() + 30
         while True:
             try:
-                status = httpx.get(
-                    f"http://127.0.0.1:{port}/v1/node/status", headers={"Authorization": f"Bearer {TOKEN}"}
-                )
+                status = node_request("GET", f"http://127.0.0.1:{port}/v1/node/status")
                 if status.status_code == 200:
                     break
             except httpx.TransportError:
@@ -120,11 +116,10 @@ def test_a_node_runs_calls_whatever_its_run_dir(run_dir: Path, cache: InstallCac
     # bwrap stages each sandbox's root on a tmpfs at /tmp of the namespace VMs are spawned in
     node = Node(run_dir, cache)
     try:
-        r = httpx.post(
+        r = node_request(
+            "POST",
             f"http://127.0.0.1:{node.port}/v1/node/calls",
-            json=echo_call("echo", {"text": "hi"}).model_dump(),
-            headers={"Authorization": f"Bearer {TOKEN}"},
-            timeout=30,
+            echo_call("echo", {"text": "hi"}).model_dump(),
         )
         assert (r.status_code, r.json()["ok"], r.json()["output"]) == (200, True, {"text": "hi"})
     finally:

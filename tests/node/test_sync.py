@@ -139,7 +139,7 @@ def sync_cache() -> Iterator[InstallCache]:
 def _sync(url: str, cache: InstallCache) -> RegistrySync:
     return RegistrySync(
         api_url=url,
-        token=TOKEN,
+        credential=TOKEN,
         cache=cache,
         node_id="node-test",
         node_url="http://127.0.0.1:9",

@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from cli.main import main as b3os_main
+from node.credential import call_key, signed_headers
 from node.vm.stale import cleanup_stale
 
 REPO = Path(__file__).resolve().parents[2]
@@ -115,8 +116,34 @@ def start_api(procs: Procs, env: Mapping[str, str], port: int) -> str:
     return url
 
 
+def issued_credential(printed: str) -> dict[str, str]:
+    """B3OS_NODE_ID and B3OS_NODE_CREDENTIAL from what `b3os node credential issue` printed."""
+    return dict(
+        line.split("=", 1)
+        for line in printed.splitlines()
+        if line.startswith(("B3OS_NODE_ID=", "B3OS_NODE_CREDENTIAL="))
+    )
+
+
+def issue_node_credential(env: Mapping[str, str], node_id: str) -> dict[str, str]:
+    """`b3os node credential issue NODE_ID` on the database of `env` (B3OS_DATA_DIR or B3OS_DATABASE_URL)."""
+    assert env.get("B3OS_DATA_DIR") or env.get("B3OS_DATABASE_URL"), "which database?"
+    code, printed, err = cli(env, "node", "credential", "issue", node_id)
+    assert code == 0, err
+    return issued_credential(printed)
+
+
+def node_status(url: str, credential: Mapping[str, str]) -> httpx.Response:
+    """GET a node's /v1/node/status with the api's proof (as the api signs its requests to that node)."""
+    key = call_key(credential["B3OS_NODE_CREDENTIAL"])
+    node_id, path = credential["B3OS_NODE_ID"], "/v1/node/status"
+    headers = signed_headers(key, node_id=node_id, method="GET", path=path, body=b"")
+    return httpx.get(f"{url}{path}", headers=headers, timeout=10)
+
+
 def start_node(procs: Procs, env: Mapping[str, str], node_id: str, port: int) -> subprocess.Popen[bytes]:
-    """Start `b3os node run --port PORT` with its own cache and run dir under the procs' root."""
+    """Start `b3os node run --port PORT` with its own cache and run dir under the procs' root (`env` holds
+    the node's credential, B3OS_NODE_CREDENTIAL)."""
     run_dir = procs.root / f"{node_id}-vms"
     run_dir.mkdir(mode=0o711, exist_ok=True)
     os.chmod(run_dir, 0o711)  # the VM's uid must reach its directory below

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import shlex
+from ipaddress import ip_address
 from typing import Any
 
 import pytest
@@ -64,6 +65,19 @@ def test_the_node_service_runs_b3os_commands_with_flags_that_exist(services: dic
     assert services["node"]["environment"]["B3OS_NODE_URL"] == "http://node:8710"
 
 
+def test_only_the_node_service_holds_a_node_credential_and_the_api_allows_its_network(
+    services: dict[str, Any],
+) -> None:
+    node_env = services["node"]["environment"]
+    assert node_env["B3OS_NODE_ID"] == "node-1"
+    assert node_env["B3OS_NODE_CREDENTIAL"] == "${B3OS_NODE_CREDENTIAL:-}"
+    for name in ("api", "worker", "egress"):
+        assert "B3OS_NODE_CREDENTIAL" not in (services[name].get("environment") or {}), name
+    assert all("NODE_TOKEN" not in str(s.get("environment")) for s in services.values())
+    networks = ApiSettings(node_networks=services["api"]["environment"]["B3OS_NODE_NETWORKS"])
+    assert any(ip_address("172.18.0.5") in n for n in networks.node_network_list())  # docker's bridges
+
+
 def test_the_egress_service_runs_b3os_egress_and_the_api_reaches_it(services: dict[str, Any]) -> None:
     (argv,) = _b3os_commands(services["egress"]["command"])
     assert argv[:2] == ["egress", "run"]
@@ -92,3 +106,14 @@ def test_every_b3os_variable_of_the_compose_file_is_read_by_some_part(services: 
         name for s in services.values() for name in (s.get("environment") or {}) if name.startswith("B3OS_")
     }
     assert used and used - known == set()
+
+
+def test_temporal_is_reached_by_the_api_and_the_worker_only(services: dict[str, Any]) -> None:
+    # Temporal has no auth here: whoever reaches it could start runs and read every organization's
+    assert "ports" not in services["temporal"]
+    for name, service in services.items():
+        for port in service.get("ports") or []:
+            assert str(port).startswith("127.0.0.1:"), f"{name} publishes {port} beyond loopback"
+    on_temporal = {name for name, s in services.items() if "temporal" in (s.get("networks") or [])}
+    assert on_temporal == {"postgresql", "temporal", "temporal-ui", "api", "worker"}
+    assert services["temporal"]["networks"] == ["temporal"] == services["temporal-ui"]["networks"]

@@ -25,7 +25,16 @@ from api.models import Node
 from cli._http import read_env_file
 from cli.stack import _descendants, port_taken
 
-from .stacktest import REPO, Procs, clean_env, free_port, start_node, wait_until
+from .stacktest import (
+    REPO,
+    Procs,
+    clean_env,
+    free_port,
+    issued_credential,
+    node_status,
+    start_node,
+    wait_until,
+)
 
 HELLO = REPO / "examples" / "routines" / "hello.yaml"
 PORT_FLAGS = ("--port", "--node-port", "--egress-port", "--temporal-port", "--ui-port")
@@ -126,7 +135,7 @@ def test_dev_says_where_the_api_the_temporal_ui_and_dev_env_are(dev: Dev) -> Non
 def test_dev_env_holds_the_shared_tokens_mode_0600_and_they_are_never_printed(dev: Dev) -> None:
     assert (dev.data_dir / "dev.env").stat().st_mode & 0o777 == 0o600
     values = dev.dev_env
-    names = ("B3OS_API_KEY", "B3OS_NODE_TOKEN", "B3OS_WORKER_TOKEN", "B3OS_EGRESS_TOKEN")
+    names = ("B3OS_API_KEY", "B3OS_NODE_CREDENTIAL", "B3OS_WORKER_TOKEN", "B3OS_EGRESS_TOKEN")
     secrets = [values[k] for k in names]
     assert all(len(s) >= 32 for s in secrets) and len(set(secrets)) == 4
     assert values["B3OS_EGRESS_URL"] == f"http://127.0.0.1:{dev.ports['--egress-port']}"
@@ -139,9 +148,8 @@ def test_dev_env_holds_the_shared_tokens_mode_0600_and_they_are_never_printed(de
 
 def test_the_node_installed_the_echo_tool_from_the_api_feed(dev: Dev) -> None:
     node = f"http://127.0.0.1:{dev.ports['--node-port']}"
-    status = httpx.get(
-        f"{node}/v1/node/status", headers={"Authorization": f"Bearer {dev.dev_env['B3OS_NODE_TOKEN']}"}
-    )
+    assert dev.dev_env["B3OS_NODE_ID"] == f"node-127.0.0.1-{dev.ports['--node-port']}"
+    status = node_status(node, dev.dev_env)
     assert status.status_code == 200 and status.json()["installed"] == ["com.example.tools/echo@1.0.0"]
     tool = (
         dev.data_dir
@@ -170,7 +178,9 @@ def test_routine_run_uses_the_live_stack_of_dev_env(dev: Dev) -> None:
 def test_a_second_node_started_by_hand_with_dev_env_joins_the_same_api(dev: Dev) -> None:
     procs = Procs(dev.root)
     port = free_port()
-    env = {**dev.env, **dev.dev_env}
+    issued = _b3os(dev.root, dev.env, "node", "credential", "issue", f"node-127.0.0.1-{port}")
+    assert issued.returncode == 0, issued.stderr
+    env = {**dev.env, **dev.dev_env, **issued_credential(issued.stdout)}
     start_node(procs, env, f"node-127.0.0.1-{port}", port)
     engine = make_engine(f"sqlite:///{dev.data_dir / 'b3os.db'}")
     try:

@@ -30,13 +30,14 @@ from .stacktest import (
     clean_env,
     cli,
     free_port,
+    issue_node_credential,
+    node_status,
     start_api,
     start_node,
     wait_until,
 )
 
 KID = f"{NAMESPACE}#sync-test"
-NODE_TOKEN = "node-token-stack-sync-test"
 ECHO = f"{NAMESPACE}/echo"
 BAD_BLOB = f"{NAMESPACE}/tampered-blob"
 BAD_MANIFEST = f"{NAMESPACE}/tampered-manifest"
@@ -50,6 +51,7 @@ class SyncStack:
     key: str
     engine: Engine
     procs: Procs
+    node_a: dict[str, str]
 
     @property
     def headers(self) -> dict[str, str]:
@@ -97,7 +99,6 @@ def sync_stack() -> Iterator[SyncStack]:
     env = clean_env(
         B3OS_DATA_DIR=str(root / "state"),
         B3OS_KEYS_DIR=str(root / "keys"),
-        B3OS_NODE_TOKEN=NODE_TOKEN,
         B3OS_NODE_HEARTBEAT_S="0.5",
         B3OS_API_URL=url,
     )
@@ -134,10 +135,11 @@ def sync_stack() -> Iterator[SyncStack]:
         data = bytearray(path.read_bytes())
         data[-1] ^= 0xFF  # same size, other bytes
         path.write_bytes(bytes(data))
-        start_node(procs, env, "node-a", free_port())
+        node_a = issue_node_credential(env, "node-a")
+        start_node(procs, {**env, **node_a}, "node-a", free_port())
         wait_until("node-a installing echo", lambda: _installed(engine, "node-a", f"{ECHO}@1.0.0"), 60.0,
                    procs.log("node-a"))  # fmt: skip
-        yield SyncStack(root=root, url=url, env=env, key=key, engine=engine, procs=procs)
+        yield SyncStack(root=root, url=url, env=env, key=key, engine=engine, procs=procs, node_a=node_a)
     finally:
         procs.stop()
         engine.dispose()
@@ -161,7 +163,7 @@ def test_the_node_installs_the_tool_published_with_the_cli_from_the_feed(sync_st
     wait_until("node-a deciding every version", lambda: _decided_all(sync_stack, "node-a"), 30.0)
     node = sync_stack.node("node-a")
     assert node is not None
-    status = httpx.get(f"{node.url}/v1/node/status", headers={"Authorization": f"Bearer {NODE_TOKEN}"})
+    status = node_status(node.url, sync_stack.node_a)
     assert status.status_code == 200
     assert status.json()["installed"] == [f"{ECHO}@1.0.0"]
     assert node.installed == [f"{ECHO}@1.0.0"]
@@ -203,7 +205,8 @@ def test_a_tampered_version_is_never_installed_and_its_calls_are_pack_unavailabl
 
 
 def test_a_second_node_joins_and_calls_go_to_the_least_loaded_node(sync_stack: SyncStack) -> None:
-    start_node(sync_stack.procs, sync_stack.env, "node-b", free_port())
+    env = {**sync_stack.env, **issue_node_credential(sync_stack.env, "node-b")}
+    start_node(sync_stack.procs, env, "node-b", free_port())
     wait_until("node-b installing echo", lambda: _installed(sync_stack.engine, "node-b", f"{ECHO}@1.0.0"),
                60.0, sync_stack.procs.log("node-b"))  # fmt: skip
     assert not _installed(sync_stack.engine, "node-b", f"{BAD_BLOB}@1.0.0")

@@ -1,5 +1,7 @@
 """Node credentials: one per node id, issued by an operator command, revocable (issue 12, item 2).
 
+Frozen: the table is written out here, never read from the models.
+
 Revision ID: 0002_node_credentials
 Revises: 0001_baseline
 Create Date: 2026-11-30
@@ -7,8 +9,8 @@ Create Date: 2026-11-30
 
 from __future__ import annotations
 
-import sqlalchemy as sa  # noqa: F401
-from alembic import op  # noqa: F401
+import sqlalchemy as sa
+from alembic import op
 
 revision: str = "0002_node_credentials"
 down_revision: str | None = "0001_baseline"
@@ -17,8 +19,18 @@ depends_on: str | None = None
 
 
 def upgrade() -> None:
-    pass
+    op.create_table(
+        "node_credentials",
+        sa.Column("node_id", sa.String(length=100), nullable=False),
+        sa.Column("prefix", sa.String(length=40), nullable=False),
+        sa.Column("secret_hash", sa.String(length=64), nullable=False),
+        sa.Column("call_key", sa.String(length=64), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("revoked_at", sa.DateTime(timezone=True), nullable=True),
+        sa.PrimaryKeyConstraint("node_id"),
+        sa.UniqueConstraint("prefix"),
+    )
 
 
 def downgrade() -> None:
-    pass
+    op.drop_table("node_credentials")

@@ -1,0 +1,147 @@
+"""Run grants: a routine step's call is honoured only for a run this api started and that still runs.
+
+When the api starts a run it mints a grant: a random secret (`b3run_` + 43 url-safe characters) that
+travels in the workflow's input (`RunRoutineInput.grant`) to each step's activity. Only its sha256 is
+kept, in `run_grants`, bound to the run, its organization, the key that started it and its workflow
+id. The activity sends the grant beside the worker token (`X-B3OS-Run-Grant`) and names its step
+(`X-B3OS-Run-Step: <step id>` or `<step id>/<foreach index>`). `check` honours the call when:
+
+- the grant is one this api minted (one lookup by the hash's primary key, joined with the key row);
+- the run has not ended: the runs service marks the grant ended as soon as it learns the run ended
+  (GET /v1/runs/{id}, GET /v1/runs, a cancel of an ended run), and every grant expires with the
+  run's execution timeout (`B3OS_RUN_TIMEOUT_S`, plus a minute) however the run ended;
+- the run was not cancelled, unless the request cancels a call (a cancelled step stops its call);
+- the Idempotency-Key is the one that step of that run's workflow derives
+  (`activities.idempotency.step_idempotency_key`): a grant calls under its own run's keys only.
+
+The worker token alone, with or without `X-B3OS-On-Behalf-Of`, calls nothing; a workflow started on
+Temporal any other way holds no grant this api minted, so its steps are refused and no one is
+charged. The grant is the one secret in a run's Temporal history (its input and each step's
+activity input): it is worth nothing without the worker token, nothing outside its run's keys, and
+nothing once its run has ended, and Temporal is reachable by the api and the workers only
+(docs/operations.md).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import secrets
+
+from sqlmodel import Session, col, select, update
+
+from activities.idempotency import step_idempotency_key
+from api.accounts import hash_secret
+from api.errors import Forbidden, Unauthorized
+from api.models import ApiKey, utcnow
+from api.runs.tables import RunGrant
+
+GRANT_HEADER = "X-B3OS-Run-Grant"
+STEP_HEADER = "X-B3OS-Run-Step"
+GRANT_PREFIX = "b3run_"
+EXPIRY_SLACK = dt.timedelta(seconds=60)  # Temporal's execution timeout starts a moment after the grant
+_STEP = re.compile(r"^([A-Za-z_][A-Za-z0-9_]{0,63})(?:/([0-9]{1,6}))?$")
+_START_RUNS = "start runs with POST /v1/routines/{name}/runs"
+
+
+def mint(
+    session: Session, *, run_id: str, org_id: str, key_id: str, workflow_id: str, lasts: dt.timedelta
+) -> str:
+    """Store a new grant for a run that is about to start (the caller commits); the secret, shown once."""
+    secret = GRANT_PREFIX + secrets.token_urlsafe(32)
+    session.add(
+        RunGrant(
+            grant_hash=hash_secret(secret),
+            run_id=run_id,
+            org_id=org_id,
+            key_id=key_id,
+            workflow_id=workflow_id,
+            expires_at=utcnow() + lasts + EXPIRY_SLACK,
+        )
+    )
+    return secret
+
+
+def forget(session: Session, secret: str) -> None:
+    """Delete a grant whose run did not start (the caller commits)."""
+    grant = session.get(RunGrant, hash_secret(secret))
+    if grant is not None:
+        session.delete(grant)
+
+
+def end(session: Session, run_id: str) -> None:
+    """The run has ended: its grants call nothing more (the caller commits)."""
+    session.exec(  # type: ignore[call-overload]
+        update(RunGrant)
+        .where(col(RunGrant.run_id) == run_id, col(RunGrant.ended_at).is_(None))
+        .values(ended_at=utcnow())
+    )
+
+
+def cancelled(session: Session, run_id: str) -> None:
+    """The run was asked to cancel: its steps start no new call, only cancel theirs (the caller commits)."""
+    session.exec(  # type: ignore[call-overload]
+        update(RunGrant)
+        .where(col(RunGrant.run_id) == run_id, col(RunGrant.cancelled_at).is_(None))
+        .values(cancelled_at=utcnow())
+    )
+
+
+def lookup(session: Session, secret: str) -> tuple[RunGrant, ApiKey]:
+    """The grant and the key of the run that `secret` was minted for.
+
+    Raises:
+        Unauthorized: no run of this api holds that grant.
+    """
+    found = session.exec(
+        select(RunGrant, ApiKey)
+        .join(ApiKey, col(ApiKey.id) == col(RunGrant.key_id))
+        .where(col(RunGrant.grant_hash) == hash_secret(secret))
+    ).first()
+    if found is None:
+        raise Unauthorized(
+            f"{GRANT_HEADER} is not the grant of any run this api started, so the call is refused: "
+            f"{_START_RUNS}."
+        )
+    return found
+
+
+def check(grant: RunGrant, *, step: str, idempotency_key: str | None, cancelling: bool) -> str:
+    """Refuse a step's call (or cancel) that its run's grant does not cover.
+
+    Args:
+        grant: The run's grant, from `lookup`.
+        step: The `X-B3OS-Run-Step` header: `<step id>` or `<step id>/<foreach index>`.
+        idempotency_key: The request's Idempotency-Key (header).
+        cancelling: The request cancels a call (allowed while a cancelled run stops its steps).
+
+    Returns:
+        The Idempotency-Key the step derives: the only one this request may use.
+
+    Raises:
+        Forbidden: the run has ended, expired or was cancelled, or the key is not that step's.
+    """
+    run = f"Run {grant.run_id}"
+    if grant.ended_at is not None:
+        raise Forbidden(f"{run} has ended: its grant calls nothing more.", reason="run_ended")
+    if utcnow() >= grant.expires_at:
+        raise Forbidden(
+            f"{run} has outlived its execution timeout: its grant calls nothing more.", reason="run_ended"
+        )
+    if grant.cancelled_at is not None and not cancelling:
+        raise Forbidden(f"{run} was cancelled: its steps start no new call.", reason="run_cancelled")
+    match = _STEP.match(step.strip())
+    if match is None:
+        raise Forbidden(
+            f"A step's call names its step: send {STEP_HEADER}: <step id> or <step id>/<foreach index>.",
+            reason="step_unknown",
+        )
+    index = None if match.group(2) is None else int(match.group(2))
+    expected = step_idempotency_key(grant.workflow_id, match.group(1), index)
+    if idempotency_key is None or idempotency_key.strip() != expected:
+        raise Forbidden(
+            f"The Idempotency-Key is not the key that step {step.strip()} of run {grant.run_id} derives: a "
+            "run's grant calls only under its own steps' keys.",
+            reason="key_not_of_run",
+        )
+    return expected

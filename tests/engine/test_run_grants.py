@@ -1,0 +1,155 @@
+"""Run-bound step calls on the session's real stack (tests/realstack.py): a workflow started on Temporal
+by anything but the api calls nothing and charges no one, and a run's grant calls nothing once its run
+has ended or was cancelled (api.runs.grants)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Any
+
+import httpx
+import pytest
+from calls.calltest import usage
+from calls.stack import WORKER_TOKEN, Org
+from realstack import ECHO_REF, FAIL_REF, RoutineStack
+from temporalio.client import WorkflowFailureError
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.exceptions import ApplicationError
+
+from activities.idempotency import step_idempotency_key
+from engine.routine import Routine
+from engine.runs import WORKFLOW_TYPE, RunRoutineInput
+
+STEAL = Routine.model_validate(
+    {"name": "steal", "steps": [{"id": "take", "uses": ECHO_REF, "with": {"text": "on your bill"}}]}
+)
+
+
+async def _start_directly(stack: RoutineStack, victim: Org, grant: str | None) -> ApplicationError:
+    """Start a routine workflow straight on Temporal for the victim's organization and key; its failure."""
+    run_id = f"run_{uuid.uuid4().hex[:20]}"
+    handle = await stack.temporal_client.start_workflow(
+        WORKFLOW_TYPE,
+        RunRoutineInput(
+            routine=STEAL, org_id=victim.org_id, key_id=victim.key_id, run_id=run_id, grant=grant
+        ),
+        id=f"routine-steal-{run_id}",
+        task_queue=stack.queue,
+    )
+    with pytest.raises(WorkflowFailureError) as info:
+        await handle.result()
+    cause = info.value.cause
+    assert isinstance(cause, ApplicationError)
+    return cause
+
+
+async def _grant_of(stack: RoutineStack, workflow_id: str) -> str:
+    """The grant the api put in a run's input (as anyone who reads its history sees it)."""
+    (first, *_) = await stack.history(workflow_id)
+    payloads = first.workflow_execution_started_event_attributes.input.payloads
+    (run_input,) = pydantic_data_converter.payload_converter.from_payloads(payloads, [RunRoutineInput])
+    assert run_input.grant is not None and run_input.grant.startswith("b3run_")
+    return str(run_input.grant)
+
+
+def _call_with(stack: RoutineStack, grant: str, workflow_id: str, step: str) -> httpx.Response:
+    """POST /v1/actions/call as the worker does, for `step` of the run of `workflow_id`."""
+    headers = {
+        "Authorization": f"Bearer {WORKER_TOKEN}",
+        "X-B3OS-Run-Grant": grant,
+        "X-B3OS-Run-Step": step,
+        "Idempotency-Key": step_idempotency_key(workflow_id, step, None),
+    }
+    body = {"ref": ECHO_REF, "input": {"text": "after the end"}}
+    return httpx.post(f"{stack.url}/v1/actions/call", headers=headers, json=body, timeout=30)
+
+
+@pytest.mark.parametrize("grant", [None, "b3run_" + "forged" * 7], ids=["no grant", "forged grant"])
+async def test_a_workflow_started_on_temporal_directly_charges_no_one(
+    routine_stack: RoutineStack, grant: str | None
+) -> None:
+    victim = routine_stack.runner()
+    cause = await _start_directly(routine_stack, victim, grant)
+    assert cause.type == "StepFailed"
+    expected = (
+        "step take failed: unauthorized: The worker token alone calls nothing"
+        if grant is None
+        else "step take failed: unauthorized: X-B3OS-Run-Grant is not the grant of any run this api started"
+    )
+    assert cause.message.startswith(expected), cause.message
+    assert "POST /v1/routines/{name}/runs" in cause.message
+    assert routine_stack.calls_of(victim) == []
+    assert usage(routine_stack, victim)["calls"] == 0
+
+
+async def test_a_grant_read_from_a_running_runs_history_calls_nothing_for_another_workflow(
+    routine_stack: RoutineStack,
+) -> None:
+    victim = routine_stack.runner()
+    source = (
+        f"name: slow\nsteps:\n  - id: wait\n    uses: {FAIL_REF}\n    with: {{mode: sleep, seconds: 3}}\n"
+    )
+    stored = await routine_stack.store(victim, source)
+    assert stored.status_code == 201, stored.text
+    run_id = await routine_stack.start_run(victim, "slow")
+    run = await routine_stack.read(victim, run_id)
+    grant = await _grant_of(routine_stack, run["workflow_id"])
+    cause = await _start_directly(routine_stack, victim, grant)
+    assert cause.message.startswith(
+        "step take failed: forbidden (key_not_of_run): The Idempotency-Key is not the key that step take"
+    )
+    final = await routine_stack.final(victim, run_id)
+    assert final["status"] == "succeeded"
+    (call,) = routine_stack.calls_of(victim)  # the run's own step, and nothing else
+    assert routine_stack.stored_keys(victim) == {
+        step_idempotency_key(run["workflow_id"], "wait", None): call.id
+    }
+
+
+async def test_the_grant_of_a_finished_run_calls_nothing(routine_stack: RoutineStack) -> None:
+    org = routine_stack.runner()
+    source = f"name: once\nsteps:\n  - id: a\n    uses: {ECHO_REF}\n    with: {{text: hi}}\n"
+    run = await routine_stack.run(org, source)
+    assert run["status"] == "succeeded"
+    grant = await _grant_of(routine_stack, run["workflow_id"])
+    refused = await asyncio.to_thread(_call_with, routine_stack, grant, run["workflow_id"], "b")
+    assert refused.status_code == 403, refused.text
+    error: dict[str, Any] = refused.json()["error"]
+    assert (error["code"], error["reason"]) == ("forbidden", "run_ended")
+    assert error["message"] == f"Run {run['run_id']} has ended: its grant calls nothing more."
+    assert len(routine_stack.calls_of(org)) == 1
+
+
+async def test_the_grant_of_a_cancelled_run_starts_no_call(routine_stack: RoutineStack) -> None:
+    org = routine_stack.runner()
+    source = (
+        f"name: stopped\nsteps:\n  - id: wait\n    uses: {FAIL_REF}\n    with: {{mode: sleep, seconds: 30}}\n"
+    )
+    stored = await routine_stack.store(org, source)
+    assert stored.status_code == 201, stored.text
+    run_id = await routine_stack.start_run(org, "stopped")
+    deadline = time.monotonic() + 15
+    while not routine_stack.calls_of(org):
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.05)
+    workflow_id = (await routine_stack.read(org, run_id))["workflow_id"]
+    grant = await _grant_of(routine_stack, workflow_id)
+    async with httpx.AsyncClient(base_url=routine_stack.url) as http:
+        answer = await http.post(f"/v1/runs/{run_id}/cancel", headers=org.headers)
+    assert answer.status_code == 202, answer.text
+    refused = await asyncio.to_thread(_call_with, routine_stack, grant, workflow_id, "later")
+    assert refused.status_code == 403, refused.text
+    assert refused.json()["error"]["reason"] in ("run_cancelled", "run_ended")
+    run = await routine_stack.final(org, run_id)
+    assert run["status"] == "cancelled"
+    refused = await asyncio.to_thread(_call_with, routine_stack, grant, workflow_id, "later")
+    assert refused.json()["error"]["reason"] == "run_ended"
+    (call,) = routine_stack.calls_of(org)  # the step's call was cancelled by its activity, under the grant
+    deadline = time.monotonic() + 10
+    while (call,) == routine_stack.calls_of(org) and call.finished_at is None:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.05)
+        (call,) = routine_stack.calls_of(org)
+    assert (call.code, call.reason) == ("tool_failed", "signal")
