@@ -1,7 +1,7 @@
 """The routine language: pydantic models of a routine YAML file.
 
 A routine has `name`, `description`, `inputs` (JSON-Schema-typed, with defaults), `max-parallel`,
-`steps` and `outputs`. A step has `id`, `uses`, `with`, and the controls `needs`, `if`, `timeout`,
+`steps`, `outputs` and `on:` (its schedules). A step has `id`, `uses`, `with`, and the controls `needs`, `if`, `timeout`,
 `retry`, `continue-on-error` and `foreach`. Values may hold `${{ }}` CEL expressions
 (engine.expressions).
 
@@ -226,6 +226,42 @@ class Step(_Model):
         return parse_duration(self.timeout) if self.timeout else None
 
 
+SCHEDULES_PER_ROUTINE = 10
+"""The most schedules one routine may have (declared in its file or created over the api)."""
+
+
+class ScheduleTrigger(_Model):
+    """One schedule of a routine: a cron expression in a timezone, the run's inputs, the overlap policy.
+
+    The cron expression and timezone are checked at the edge (engine.schedules, engine.validate).
+    """
+
+    cron: str = Field(
+        description="Five fields: minute hour day-of-month month day-of-week, such as '0 7 * * 1-5'.",
+        examples=["0 7 * * 1-5", "*/15 * * * *"],
+    )
+    timezone: str = Field(default="UTC", description="The IANA timezone of the cron expression.")
+    inputs: dict[str, Any] = Field(
+        default_factory=dict, description="The inputs of each scheduled run (the routine's defaults fill the rest)."
+    )
+    overlap: Literal["skip", "buffer_one", "allow_all"] = Field(
+        default="skip",
+        description="When a run is due while the previous one still runs: skip it, run it after "
+        "(buffer_one: at most one waits), or run both (allow_all).",
+    )
+
+
+class Triggers(_Model):
+    """What starts the routine on its own: its schedules, applied when the routine is stored."""
+
+    schedule: list[ScheduleTrigger] = Field(
+        default_factory=list,
+        max_length=SCHEDULES_PER_ROUTINE,
+        description="Temporal Schedules that start a run of the routine; storing the routine creates or "
+        "replaces them.",
+    )
+
+
 class Routine(_Model):
     """A routine: inputs, steps run in order, and outputs."""
 
@@ -254,6 +290,11 @@ class Routine(_Model):
     outputs: dict[str, Any] = Field(
         default_factory=dict,
         description="The run's result, by name; values may hold ${{ }} expressions over inputs and steps.",
+    )
+    on: Triggers | None = Field(
+        default=None,
+        description="What starts the routine on its own: `schedule:`, a list of cron schedules.",
+        examples=[{"schedule": [{"cron": "0 7 * * 1-5", "timezone": "Europe/Paris"}]}],
     )
 
     def step(self, step_id: str) -> Step:

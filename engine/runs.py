@@ -37,6 +37,15 @@ SEARCH_ATTRIBUTE_ROUTINE = "B3osRoutine"
 SEARCH_ATTRIBUTE_ORG = "B3osOrg"
 """Keyword search attribute: the organization that started the run."""
 
+SEARCH_ATTRIBUTE_RERUN_OF = "B3osRerunOf"
+"""Keyword search attribute: the run a re-run re-ran (its run id); absent on other runs."""
+
+SEARCH_ATTRIBUTE_SCHEDULE = "B3osSchedule"
+"""Keyword search attribute: the schedule that started the run (its id); absent on other runs."""
+
+SEARCH_ATTRIBUTES = (SEARCH_ATTRIBUTE_ROUTINE, SEARCH_ATTRIBUTE_ORG, SEARCH_ATTRIBUTE_RERUN_OF, SEARCH_ATTRIBUTE_SCHEDULE)
+"""Every keyword search attribute b3os sets, registered by the worker and the api (engine.worker)."""
+
 FOREACH_MAX_ITEMS = 1_000
 """The most items one foreach step runs: more would near Temporal's history limits (51,200 events)."""
 
@@ -109,6 +118,11 @@ class StepResult(BaseModel):
         exclude_if=_absent,
         description="while the step's call is retried: its attempt and why the last one failed",
     )
+    reused: bool | None = Field(
+        default=None,
+        exclude_if=_absent,
+        description="true when a re-run kept this step from the run it re-ran (no call, no charge)",
+    )
 
 
 class RunRoutineInput(BaseModel):
@@ -120,6 +134,10 @@ class RunRoutineInput(BaseModel):
     run's grant, minted by the api when it started the run (api.runs.grants): each step's call sends
     it, and the api honours no call without it (None in runs started before grants, and in runs
     started on Temporal by anything but the api: their steps' calls are refused).
+
+    `reused` holds the steps a re-run keeps from the run it re-runs (POST /v1/runs/{id}/rerun): each
+    ends at once with its old status, attempts, pin and output, and calls nothing (empty in every
+    other run, and in histories recorded before re-runs).
     """
 
     routine: Routine
@@ -129,6 +147,7 @@ class RunRoutineInput(BaseModel):
     run_id: str
     pins: dict[str, str] = Field(default_factory=dict)
     grant: str | None = None
+    reused: dict[str, StepResult] = Field(default_factory=dict)
 
 
 class RunRoutineResult(BaseModel):

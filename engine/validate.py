@@ -140,6 +140,8 @@ def load_routine(text: str, filename: str = "<routine>", resolver: ActionResolve
     problems.extend(Problem(*p) for p in check_expressions(data, doc))
     problems.extend(Problem(*p) for p in check_sizes(data, doc))
     problems.extend(Problem(*p) for p in _input_problems(data, doc))
+    if routine is not None:
+        problems.extend(Problem(*p) for p in _schedule_problems(routine, doc))
     if resolver is not None:
         problems.extend(Problem(*p) for p in check_with(data, doc, resolver))
     if problems or routine is None:
@@ -319,6 +321,30 @@ def _input_problems(data: dict[str, Any], doc: Located) -> list[tuple[int, int, 
             for error in Validator(schema).iter_errors(spec["default"]):
                 path = doc.known_prefix(("inputs", name, "default", *error.absolute_path))
                 problems.append((*doc.position(path), f"inputs.{name}.default: {error.message}"))
+    return problems
+
+
+def _schedule_problems(routine: Routine, doc: Located) -> list[tuple[int, int, str]]:
+    """Each `on: schedule:` item: a 5-field cron, a known timezone, inputs that fit the routine's."""
+    from engine.schedules import ScheduleError, check_cron, check_timezone
+
+    problems: list[tuple[int, int, str]] = []
+    for i, schedule in enumerate(routine.on.schedule if routine.on else []):
+        at = ("on", "schedule", i)
+        for name, check, value in (
+            ("cron", check_cron, schedule.cron),
+            ("timezone", check_timezone, schedule.timezone),
+        ):
+            try:
+                check(value)
+            except ScheduleError as exc:
+                problems.append((*doc.position(doc.known_prefix((*at, name))), f"on.schedule[{i}].{exc}"))
+        try:
+            resolve_inputs(routine, schedule.inputs)
+        except RoutineInputError as exc:
+            for problem in exc.problems:
+                where = doc.position(doc.known_prefix((*at, "inputs")))
+                problems.append((*where, f"on.schedule[{i}].inputs: {problem}"))
     return problems
 
 

@@ -26,7 +26,11 @@ A step that fails without `continue-on-error` fails the run (once every step has
 not depend on it go on, and the steps whose `if:` asks for it run): the workflow raises a non-retryable
 `ApplicationError` of type `StepFailed` whose message reads `step <id> failed: <code> (<reason>):
 <message>`, so the Temporal UI shows the run as Failed with that sentence; its details are
-`[{"step", "code", "reason", "message"}, <the RunRoutineResult as a dict>]`. The `progress` query
+`[{"step", "code", "reason", "message"}, <the RunRoutineResult as a dict>]`.
+
+A re-run (`RunRoutineInput.reused`) ends the steps it keeps at once, before any other starts, with
+their old status, attempts, pin and output (`reused: true`), and calls nothing for them; the other
+steps run as in any run, under this run's own idempotency keys (behind `PATCH_RERUN`). The `progress` query
 answers the same `RunRoutineResult` shape at any time, during the run and after it. Step outputs
 travel in that result while they total at most `OUTPUTS_IN_RESULT_BYTES`; a step whose output does
 not fit there has `output` null and `output_bytes` set (its output stays in the step's activity
@@ -72,6 +76,11 @@ PATCH_NEEDS = "routines-v2-needs"
 """The `workflow.patched` id of routines v2 (needs:, status functions): a run started before it (its
 history has no marker) keeps v1's behaviour: it ends at the first step that fails, or at once when
 cancelled, leaving the steps it did not reach pending."""
+
+PATCH_RERUN = "routines-v3-rerun"
+"""The `workflow.patched` id of re-runs (RunRoutineInput.reused), marked only in a run that reuses steps:
+a worker that predates re-runs fails that run's workflow task (and Temporal hands it to a newer worker)
+instead of calling the steps it should keep."""
 
 FOREACH_PARALLEL = 4
 """Items of one foreach step in flight at once (the api allows 4 calls at once per organization)."""
@@ -223,6 +232,11 @@ class RoutineWorkflow:
         # what success() and failure() read: a failure with continue-on-error counts as a success
         concluded: dict[str, str] = {}
         cancel: BaseException | None = None
+        if input.reused and workflow.patched(PATCH_RERUN):
+            for step in list(waiting):
+                if self._reuse(step, input, scope):
+                    waiting.remove(step)
+                    concluded[step.id] = self._result.steps[step.id].status
 
         async def one(step: Step, status: dict[str, bool]) -> Any:
             try:
@@ -281,6 +295,19 @@ class RoutineWorkflow:
                     return cancel  # v1: the run ends once its running step has stopped
                 continue
         return cancel
+
+    def _reuse(self, step: Step, input: RunRoutineInput, scope: Scope) -> bool:
+        """End a step a re-run keeps (succeeded or skipped in the run it re-runs) with what it had then."""
+        kept = input.reused.get(step.id)
+        if kept is None or kept.status not in ("succeeded", "skipped"):
+            return False
+        state = StepResult(status=kept.status, attempts=kept.attempts, ref=kept.ref, reused=True)
+        self._result.steps[step.id] = state
+        output = kept.output if kept.status == "succeeded" else None
+        if kept.status == "succeeded":
+            self._show(state, output, len(payloads.encode(output)))
+        scope.set_member("steps", step.id, {"output": output, "status": state.status})
+        return True
 
     def _outputs(self, routine: Routine, scope: Scope) -> dict[str, Any]:
         """The routine's outputs, evaluated and checked against RUN_OUTPUTS_LIMIT_BYTES."""

@@ -55,8 +55,8 @@ def make_driver(settings: Settings) -> VmDriver:
         run_dir=settings.run_dir,
         limits=limits,
         pool_size=settings.pool_size,
-        vm_uid=settings.vm_uid,
-        vm_gid=settings.vm_gid,
+        slots=settings.slots,
+        uid_base=settings.vm_uid_base,
     )
 
 

@@ -34,12 +34,16 @@ class Settings(BaseSettings):
     cache_dir: Path = Field(default=B3OS_HOME / "node" / "cache", description="The install cache of tools.")
     run_dir: Path = Field(
         default=Path("/run/b3os/vms"),
-        description="VM directories; every parent must be searchable by vm_uid.",
+        description="VM directories; every parent must be searchable by the VMs' uids.",
     )
     slots: int = Field(default=8, ge=1, le=64, description="Calls at once on this node.")
     pool_size: int = Field(default=4, ge=0, le=16, description="VMs prepared ahead of calls.")
-    vm_uid: int = Field(default=65534, ge=1, description="Host uid the sandbox runs as (never root).")
-    vm_gid: int = Field(default=65534, ge=1, description="Host gid the sandbox runs as.")
+    vm_uid_base: int = Field(
+        default=200_000,
+        ge=1,
+        le=2**32 - 2 - 80,
+        description="First host uid/gid of the VMs: each live VM has its own, up to base+slots+pool_size-1.",
+    )
     memory_mb: int = Field(default=512, ge=16, description="Memory of one VM, swap included.")
     vcpu: int = Field(default=1, ge=1, le=8, description="vCPUs of one VM (CFS quota).")
     pids_max: int = Field(default=64, ge=8, description="Processes and threads in one VM.")

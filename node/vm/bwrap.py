@@ -3,9 +3,17 @@
 A VM here is a bubblewrap sandbox with new user, pid, net, ipc, uts, mount (and cgroup) namespaces and no
 further user namespaces inside. Its root is the base template, read-only; `/tool` is the tool's unpacked
 tree, read-only; `/in` holds the input files, read-only; `/out` is a fresh host tmpfs (size-limited, read back
-by the node after the command); `/work` and `/tmp` are fresh size-limited tmpfs. The command runs without a
-shell, in `/work`, as uid 1000 inside (the host uid `vm_uid`, never root), with only `PATH`, `HOME=/work` and
-`LANG=C.UTF-8` in its environment. The net namespace is empty (a loopback of its own, no route to the host).
+by the node after the command); `/work`, `/tmp` and `/dev/shm` are fresh size-limited tmpfs; the rest of
+`/dev` (bwrap's few device nodes) is read-only. The command runs without a shell, in `/work`, as uid 1000
+inside, with only `PATH`, `HOME=/work` and `LANG=C.UTF-8` in its environment, under the seccomp filter of
+`node/vm/seccomp.py`. The net namespace is empty (a loopback of its own, no route to the host).
+
+Each VM runs as a host uid and gid of its own (`node/vm/uids.py`: `uid_base` up, one per VM alive at once,
+never root), so per-uid kernel quotas and file permissions keep VMs apart from each other and from the
+host's users. A VM's directory is 0700 and owned by its uid; its input files are root's, mode 0640, in its
+gid. bwrap gets its options through a pipe (`--args`), so `ps` shows no VM path, and the base template and
+the tool's tree are overlays named by descriptors (`mounts.overlay`), so the sandbox's mount table names no
+host path either.
 
 Each VM gets its own cgroup (memory with swap, CFS CPU quota, pids) under the node's own cgroup. bwrap is
 started with `--block-fd`: its sandbox init (pid 1 of the VM) waits until the node has moved it into the
@@ -25,9 +33,10 @@ namespace (held by `launch --hold`, see `launcher.c`) and drops to the VM's user
 table of the namespace it starts in, and the host's can be large. The node's directory is a shared mount,
 so the VMs' mounts made under it later reach that namespace and the sandboxes.
 
-How the command ended comes from bwrap's `--json-status-fd`: an `exit-code` record. bwrap reports a command
-killed by signal N as exit status 128+N (like a shell), so exit statuses 129..192 are read as signals; a tool
-that itself exits with such a status is reported as killed by a signal.
+How the command ended comes from the kernel (`node/vm/exits.py`): the command's own exit status, through a
+pidfd the node opened on it before the call, whatever the sandbox's init does. On kernels before 6.15 it
+comes from bwrap's `--json-status-fd` `exit-code` record, where a command killed by signal N is exit status
+128+N (like a shell), so there exit statuses 129..192 are read as signals.
 """
 
 from __future__ import annotations
@@ -51,11 +60,14 @@ from node.vm.bwrap_vm import SETUP_S, BwrapVm, SetupError, make_dir
 from node.vm.cgroups import CgroupError, CgroupLimits, NodeCgroups
 from node.vm.launcher import NAME as LAUNCHER_NAME
 from node.vm.launcher import VM_PATH, LauncherError, build_launcher
+from node.vm.seccomp import FilterError, build_filter
 from node.vm.stale import cleanup_stale
+from node.vm.uids import UidPool
 
 log = logging.getLogger("b3os.node.vm")
 
 SANDBOX_UID = 1000
+UID_BASE = 200_000  # the first host uid of the VMs (B3OS_VM_UID_BASE)
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 FILLERS = 2  # VMs prepared at once in the background
 MAX_REMOVING = 16  # VMs whose processes are dead but whose mounts and cgroup the reaper still removes
@@ -70,6 +82,7 @@ class VmLimits:
     pids_max: int = 64
     work_mb: int = 64
     tmp_mb: int = 16
+    shm_mb: int = 16
     out_kb: int = 1024
     in_kb: int = 2048
 
@@ -86,13 +99,18 @@ class BwrapDriver(VmDriver):
         run_dir: Path,
         limits: VmLimits | None = None,
         pool_size: int = 2,
-        vm_uid: int = 65534,
-        vm_gid: int = 65534,
+        slots: int = 8,
+        uid_base: int = UID_BASE,
     ) -> None:
         """Set up the node's directory, mounts, launcher and cgroup, and start filling the pool.
 
+        Args:
+            slots: calls at once (the runner's slots): with `pool_size`, how many VMs can be alive at once,
+                so how many host uids from `uid_base` up the VMs use.
+
         Raises:
-            VmError: reason "no_slot" when bwrap, the base template, a C compiler or cgroups are not usable.
+            VmError: reason "no_slot" when bwrap, the base template, a C compiler, cgroups or the uid range
+                are not usable.
         """
         bwrap = shutil.which("bwrap")
         if bwrap is None:
@@ -101,12 +119,14 @@ class BwrapDriver(VmDriver):
             )
         if not (base_rootfs / "usr").is_dir():
             raise VmError("no_slot", f"no base template at {base_rootfs}: run `b3os node build-base`")
-        if vm_uid == 0 or vm_gid == 0:
-            raise VmError("no_slot", "the VM's host uid and gid must not be root")
+        self.uids = UidPool(uid_base, slots + pool_size)
+        try:
+            self._seccomp = build_filter()
+        except FilterError as exc:
+            raise VmError("no_slot", str(exc)) from exc
         mounts.become_subreaper()
         self.bwrap = bwrap
         self.limits = limits or VmLimits()
-        self.vm_uid, self.vm_gid = vm_uid, vm_gid
         self.pool_size = pool_size
         self.run_dir = run_dir
         self.node_dir = run_dir / f"node-{os.getpid()}"
@@ -125,18 +145,21 @@ class BwrapDriver(VmDriver):
         for line in cleanup_stale(run_dir):
             log.warning("removed what a dead node left: %s", line)
         make_dir(self.node_dir, 0o711)
-        make_dir(self.node_dir / "base", 0o755)
-        make_dir(self.node_dir / "nsroot", 0o755)
+        for sub in ("base", "nsroot", "launcher", "empty"):
+            make_dir(self.node_dir / sub, 0o755)
         self._holder: subprocess.Popen[bytes] | None = None
         self._ns_fd = -1
         try:
             # shared, so that what is mounted under it later reaches the spawning namespace (a slave)
             mounts.bind(self.node_dir, self.node_dir, read_only=False)
             mounts.make_shared(self.node_dir)
+            # a tmpfs of its own (its mount info names no host path), executable even where the run dir's
+            # filesystem is mounted noexec (/run), then read-only
+            mounts.tmpfs(self.node_dir / "launcher", size_bytes=8 << 20, uid=0, gid=0, inodes=16, mode=0o755,
+                         exec_ok=True)  # fmt: skip
             self.launcher_dir = build_launcher(self.node_dir / "launcher")
-            # read-only, and executable even where the run dir's filesystem is mounted noexec (/run)
             mounts.bind(self.launcher_dir, self.launcher_dir, read_only=True)
-            mounts.bind(base_rootfs, self.node_dir / "base", read_only=True)
+            mounts.overlay(base_rootfs, self.node_dir / "empty", self.node_dir / "base")
             self.cgroups = NodeCgroups.open(f"b3os-node-{os.getpid()}")
             self._hold_namespace()
         except (mounts.MountError, CgroupError, LauncherError, SetupError) as exc:
@@ -190,11 +213,10 @@ class BwrapDriver(VmDriver):
                     stream.close()
             self._holder = None
 
-    def bwrap_args(self, vm_dir: Path, status_fd: int, block_fd: int) -> list[str]:
-        """The bwrap command line for one VM, up to (not including) `--` and the command."""
+    def bwrap_args(self, vm_dir: Path, status_fd: int, block_fd: int, seccomp_fd: int) -> list[str]:
+        """bwrap's options for one VM (given to it through `--args`, so that `ps` does not show them)."""
         lim = self.limits
         return [
-            self.bwrap,
             "--unshare-all", "--unshare-user", "--disable-userns",
             "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--hostname", "vm",
             "--ro-bind", str(self.node_dir / "base"), "/",
@@ -202,11 +224,12 @@ class BwrapDriver(VmDriver):
             "--ro-bind", str(vm_dir / "in"), "/in",
             "--bind", str(vm_dir / "out"), "/out",
             "--proc", "/proc", "--dev", "/dev",
+            "--size", str(lim.shm_mb << 20), "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
             "--size", str(lim.work_mb << 20), "--tmpfs", "/work",
             "--size", str(lim.tmp_mb << 20), "--tmpfs", "/tmp",
             "--chdir", "/work", "--die-with-parent", "--new-session", "--clearenv",
             "--setenv", "PATH", SANDBOX_PATH, "--setenv", "HOME", "/work", "--setenv", "LANG", "C.UTF-8",
-            "--json-status-fd", str(status_fd), "--block-fd", str(block_fd),
+            "--json-status-fd", str(status_fd), "--block-fd", str(block_fd), "--seccomp", str(seccomp_fd),
         ]  # fmt: skip
 
     def claim(self, deadline: float) -> Vm:
@@ -234,57 +257,63 @@ class BwrapDriver(VmDriver):
         return vm
 
     def _prepare(self) -> BwrapVm:
-        """A VM whose sandbox is up and whose launcher waits for a command."""
+        """A VM whose sandbox is up and whose launcher waits for a command.
+
+        Raises:
+            SetupError: every VM uid is in use, or the sandbox did not come up.
+        """
+        with self._cond:
+            uid = self.uids.take()
+        if uid is None:
+            raise SetupError(f"all {self.uids.count} VM uids are in use")
         vm_id = f"vm-{secrets.token_hex(6)}"
         path = self.node_dir / vm_id
-        make_dir(path, 0o711)
         vm: BwrapVm | None = None
         try:
+            make_dir(path, 0o700)
+            os.chown(path, uid, uid)
             for sub in ("in", "tool", "out"):
                 make_dir(path / sub, 0o755)
             lim = self.limits
-            mounts.tmpfs(path / "in", size_bytes=lim.in_kb << 10, uid=0, gid=0, inodes=64, mode=0o755)
-            mounts.tmpfs(
-                path / "out",
-                size_bytes=lim.out_kb << 10,
-                uid=self.vm_uid,
-                gid=self.vm_gid,
-                inodes=256,
-            )
+            mounts.tmpfs(path / "in", size_bytes=lim.in_kb << 10, uid=0, gid=uid, inodes=64, mode=0o750)
+            mounts.tmpfs(path / "out", size_bytes=lim.out_kb << 10, uid=uid, gid=uid, inodes=256)
             # /tool shows the launcher until the call's tree is mounted over it; shared, so that mount
             # reaches the sandbox's copy (its slave).
             mounts.attach_tree(self.launcher_dir, path / "tool")
             mounts.make_shared(path / "tool")
-            vm = BwrapVm(self, vm_id, path, self.cgroups.create_call(vm_id, self._cg_limits))
+            vm = BwrapVm(self, vm_id, path, self.cgroups.create_call(vm_id, self._cg_limits), uid)
             self._spawn(vm)
         except BaseException:
             if vm is not None:
                 self.destroy(vm)
             else:
                 self._remove_vm_dir(path)
+                self._give_uid(uid)
             raise
         return vm
+
+    def _give_uid(self, uid: int) -> None:
+        with self._cond:
+            self.uids.give(uid)
+            self._cond.notify_all()
 
     def _spawn(self, vm: BwrapVm) -> None:
         status_r, status_w = os.pipe()
         block_r, block_w = os.pipe()
         ctl_r, ctl_w = os.pipe()
         err_r, err_w = os.pipe()
-        theirs = (status_w, block_r, ctl_r, err_w)
+        seccomp_r = _pipe_of(self._seccomp)
+        args_r = _pipe_of(
+            b"".join(a.encode() + b"\0" for a in self.bwrap_args(vm.path, status_w, block_r, seccomp_r))
+        )
+        theirs = (status_w, block_r, ctl_r, err_w, seccomp_r, args_r)
         try:
             # The launcher drops to the VM's user and execs bwrap: Popen can then use vfork (with `user=` it
             # forks the whole node process, about 2 ms of CPU per VM).
             launcher = str(self.launcher_dir / LAUNCHER_NAME)
-            as_vm_user = [launcher, "--as", str(self.vm_uid), str(self.vm_gid), str(self._ns_fd)]
+            as_vm_user = [launcher, "--as", str(vm.uid), str(vm.uid), str(self._ns_fd)]
             vm.proc = subprocess.Popen(
-                [
-                    *as_vm_user,
-                    *self.bwrap_args(vm.path, status_w, block_r),
-                    "--",
-                    VM_PATH,
-                    str(ctl_r),
-                    str(err_w),
-                ],
+                [*as_vm_user, self.bwrap, "--args", str(args_r), "--", VM_PATH, str(ctl_r), str(err_w)],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
@@ -306,7 +335,9 @@ class BwrapDriver(VmDriver):
     def _fill(self) -> None:
         while True:
             with self._cond:
-                while not self._closed and len(self._pool) + self._preparing >= self.pool_size:
+                while not self._closed and (
+                    len(self._pool) + self._preparing >= self.pool_size or not self.uids.free
+                ):
                     self._cond.wait()
                 if self._closed:
                     return
@@ -360,6 +391,7 @@ class BwrapDriver(VmDriver):
             vm._stop()
         finally:
             vm.close_fds()
+        self._give_uid(vm.uid)  # no process of the VM is left
         if not wait:
             with self._cond:
                 if not self._closed and len(self._removing) < MAX_REMOVING:
@@ -428,3 +460,16 @@ class BwrapDriver(VmDriver):
             self.cgroups.remove()
         self._stop_holder()
         self._remove_node_dir()
+
+
+def _pipe_of(data: bytes) -> int:
+    """The read end of a pipe that holds `data` (at most a pipe's buffer, 64 KiB) and then end of file."""
+    read_end, write_end = os.pipe()
+    try:
+        os.write(write_end, data)
+    except OSError:
+        os.close(read_end)
+        raise
+    finally:
+        os.close(write_end)
+    return read_end

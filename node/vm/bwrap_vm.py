@@ -19,6 +19,7 @@ from node.vm import mounts, pipes
 from node.vm.base import InputFile, RunResult, Vm, VmError
 from node.vm.cgroups import CallCgroup, CgroupError
 from node.vm.collect import read_out_files
+from node.vm.exits import exit_status, open_pidfd
 from node.vm.usage import UsageMeter
 
 if TYPE_CHECKING:
@@ -41,19 +42,22 @@ class BwrapVm(Vm):
     """One prepared sandbox: its directory (in/, out/, tool/), its cgroup, and its bwrap waiting to run.
 
     The sandbox is already set up when the VM is claimed: bwrap has made the namespaces and mounts, is in the
-    VM's cgroup, and runs the launcher, which waits for the call's command on `ctl`.
+    VM's cgroup, and runs the launcher, which waits for the call's command on `ctl`. `uid` is the VM's host
+    uid and gid.
     """
 
-    def __init__(self, driver: BwrapDriver, vm_id: str, path: Path, cgroup: CallCgroup) -> None:
+    def __init__(self, driver: BwrapDriver, vm_id: str, path: Path, cgroup: CallCgroup, uid: int) -> None:
         self.id = vm_id
         self.path = path
         self.cgroup = cgroup
+        self.uid = uid
         self._driver = driver
         self._tool_src: Path | None = None
         self._deleted = False
         self.proc: subprocess.Popen[bytes] | None = None
         self.child: int | None = None
         self._status = self._ctl = self._err = -1
+        self._cmd = -1  # a pidfd on the launcher, which becomes the command
 
     def start(self, fds: tuple[int, int, int, int]) -> None:
         """With bwrap just started: put its sandbox in the cgroup, let it go on, wait until the launcher runs.
@@ -83,19 +87,28 @@ class BwrapVm(Vm):
         ready, _ = pipes.read_until(err_r, deadline, size=1)
         if ready != b"R":
             raise SetupError("the VM's launcher did not start")
+        launcher = [pid for pid in self.cgroup.pids() if pid != child]
+        if len(launcher) != 1:
+            raise SetupError(f"the VM runs {len(launcher) + 1} processes before its call, not 2")
+        self._cmd = open_pidfd(launcher[0])
+        if self._cmd < 0:
+            raise SetupError("the VM's launcher process is gone")
 
     def alive(self) -> bool:
         """True while bwrap runs and the launcher still waits (init and launcher in the cgroup)."""
         return self.proc is not None and self.proc.poll() is None and len(self.cgroup.pids()) >= 2
 
     def copy(self, tool_dir: Path, files: Sequence[InputFile]) -> None:
-        try:
+        try:  # readable by the VM's group only
             for f in files:
                 field_dir = self.path / "in" / f.field
-                make_dir(field_dir, 0o755)
+                make_dir(field_dir, 0o750)
+                os.chown(field_dir, 0, self.uid)
                 target = field_dir / f.name
-                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
                 with os.fdopen(fd, "wb") as fh:
+                    os.fchown(fd, 0, self.uid)
+                    os.fchmod(fd, 0o640)
                     fh.write(f.data)
         except OSError as exc:
             raise VmError(
@@ -108,7 +121,7 @@ class BwrapVm(Vm):
         if src is None or not src.is_dir():
             raise VmError("unpack", "the tool's unpacked files are missing from the node's install cache")
         try:
-            mounts.attach_tree(src, self.path / "tool")
+            mounts.overlay(src, self._driver.node_dir / "empty", self.path / "tool")
         except mounts.MountError as exc:
             raise VmError("unpack", f"the tool's files could not be mounted at /tool: {exc}") from exc
 
@@ -144,7 +157,8 @@ class BwrapVm(Vm):
         out_fd, in_fd = proc.stdout.fileno(), proc.stdin.fileno()
         os.set_blocking(out_fd, False)
         os.set_blocking(in_fd, False)
-        pidfd = os.pidfd_open(proc.pid)
+        # the command's own exit (the VM's init may be stopped), or bwrap's where pidfds are not supported
+        pidfd = os.dup(self._cmd) if self._cmd >= 0 else os.pidfd_open(proc.pid)
         poller = select.poll()
         poller.register(out_fd, select.POLLIN)
         poller.register(pidfd, select.POLLIN)
@@ -204,6 +218,14 @@ class BwrapVm(Vm):
         result.oom_killed = self.cgroup.oom_kills() > 0
         if result.timed_out or result.stdout_too_large:
             return result
+        status = exit_status(self._cmd) if self._cmd >= 0 else None
+        if status is not None:
+            code = os.waitstatus_to_exitcode(status)
+            if code < 0:
+                result.signal = -code
+            else:
+                result.exit_code = code
+            return result
         line, _ = pipes.read_until(self._status, time.monotonic() + 0.5, line=True)
         code = pipes.json_int(line, "exit-code")
         if code is None:
@@ -230,7 +252,7 @@ class BwrapVm(Vm):
 
     def close_fds(self) -> None:
         """Close the node's ends of the VM's pipes (safe to call twice)."""
-        for name in ("_status", "_ctl", "_err"):
+        for name in ("_status", "_ctl", "_err", "_cmd"):
             fd = getattr(self, name)
             if fd >= 0:
                 with contextlib.suppress(OSError):

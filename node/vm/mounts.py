@@ -111,9 +111,16 @@ def attach_tree(source: Path, target: Path) -> None:
 
 
 def tmpfs(
-    target: Path, *, size_bytes: int, uid: int, gid: int, inodes: int, mode: int = 0o700, exec_ok: bool = False
+    target: Path,
+    *,
+    size_bytes: int,
+    uid: int,
+    gid: int,
+    inodes: int,
+    mode: int = 0o700,
+    exec_ok: bool = False,
 ) -> None:
-    """Mount a fresh tmpfs of at most `size_bytes` and `inodes` files, owned by uid:gid (noexec unless asked)."""
+    """Mount a fresh tmpfs of at most `size_bytes` and `inodes` files, owned by uid:gid, noexec unless asked."""
     opts = f"size={size_bytes},nr_inodes={inodes},mode={mode:o},uid={uid},gid={gid}"
     _mount("b3os-vm", target, "tmpfs", MS_NOSUID | MS_NODEV | (0 if exec_ok else MS_NOEXEC), opts)
 

@@ -3,14 +3,14 @@
 bwrap loads it (with `no_new_privs`) before it execs the sandbox's first program; every process of the VM
 inherits it. Everything is allowed but:
 
-| syscalls | answer | why |
-|---|---|---|
-| `add_key`, `request_key`, `keyctl` | EPERM | the kernel keyring's quotas are per host uid |
-| `io_uring_setup`, `io_uring_enter`, `io_uring_register` | ENOSYS | a large kernel attack surface (and programs fall back on ENOSYS) |
-| `userfaultfd`, `perf_event_open`, `bpf` | EPERM | kernel attack surface a tool does not need |
-| `ptrace`, `process_vm_readv`, `process_vm_writev` | EPERM | no process of the VM may stop or read another (its init) |
-| `socket`, `socketpair` of a family but AF_UNIX, AF_INET, AF_INET6 | EAFNOSUPPORT | vsock, netlink, packet... |
-| any syscall of another ABI (x86 32-bit, x32) | ENOSYS | its numbers (and `socketcall`) would pass the checks above |
+- `add_key`, `request_key`, `keyctl`: EPERM (the kernel keyring's quotas are per host uid);
+- `io_uring_setup`, `io_uring_enter`, `io_uring_register`: ENOSYS (a large kernel attack surface; programs
+  fall back on ENOSYS);
+- `userfaultfd`, `perf_event_open`, `bpf`: EPERM (kernel attack surface a tool does not need);
+- `ptrace`, `process_vm_readv`, `process_vm_writev`: EPERM (no process of a VM may stop or read another);
+- `socket`, `socketpair` of any family but AF_UNIX, AF_INET, AF_INET6: EAFNOSUPPORT (vsock, netlink, packet);
+- every syscall of another ABI (x86 32-bit, x32): ENOSYS (its numbers, and `socketcall`, would pass the
+  checks above).
 
 Architectures: x86_64 and aarch64 (`FilterError` elsewhere).
 """

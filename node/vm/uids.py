@@ -22,7 +22,9 @@ class UidPool:
         VmError: reason "no_slot" when the range holds root or passes the largest uid.
         """
         if base <= 0 or count < 1 or base + count - 1 > MAX_ID:
-            raise VmError("no_slot", f"the VMs' uid range {base}..{base + count - 1} is not usable (not root)")
+            raise VmError(
+                "no_slot", f"the VMs' uid range {base}..{base + count - 1} is not usable (not root)"
+            )
         self.base, self.count = base, count
         self._free = list(range(base + count - 1, base - 1, -1))  # popped from the end: base first
 

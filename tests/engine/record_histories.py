@@ -31,8 +31,9 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
-RELEASES = ("v1", "v2")
-"""Releases in order: v1 ran steps one after another; v2 added needs:, max-parallel and status functions."""
+RELEASES = ("v1", "v2", "v3")
+"""Releases in order: v1 ran steps one after another; v2 added needs:, max-parallel and status functions;
+v3 added re-runs (steps kept from the run re-run, RunRoutineInput.reused)."""
 
 ECHO = "com.example.tools/echo/echo@1"
 FAIL = "com.example.tools/echo/fail@1"
@@ -48,6 +49,7 @@ class Case:
     inputs: dict[str, Any] = field(default_factory=dict)
     cancel_when_sleeping: str | None = None  # cancel the run once this step's sleep runs
     since: str = "v1"
+    reused: dict[str, Any] = field(default_factory=dict)  # a re-run's kept steps (StepResult dicts)
 
     def text(self) -> str:
         """The routine's YAML text."""
@@ -146,6 +148,32 @@ steps:
         cancel_when_sleeping="slow",
         since="v2",
     ),
+    Case(
+        "rerun",
+        f"""\
+name: rerun
+steps:
+  - id: first
+    uses: {ECHO}
+    with: {{text: one}}
+  - id: other
+    needs: []
+    if: false
+    uses: {ECHO}
+    with: {{text: never}}
+  - id: then
+    needs: [first, other]
+    uses: {ECHO}
+    with: {{text: "${{{{ steps.first.output.text }}}} again"}}
+outputs:
+  text: ${{{{ steps.then.output.text }}}}
+""",
+        reused={
+            "first": {"status": "succeeded", "attempts": 1, "ref": f"{ECHO}.0.0", "output": {"text": "kept"}},
+            "other": {"status": "skipped"},
+        },
+        since="v3",
+    ),
 ]
 
 
@@ -180,6 +208,7 @@ async def record(release: str, names: list[str] | None = None, *, force: bool = 
                 case.inputs,
                 run_id=f"history-{case.name}",
                 cancel_when_sleeping=case.cancel_when_sleeping,
+                reused=case.reused,
             )
             history = run.history
             path = out / f"{case.name}.json"

@@ -30,7 +30,7 @@ from temporalio.worker import Worker
 from activities.call_action import CallActionInput, CallActionResult, Ledger
 from activities.errors import error_for_answer
 from engine.resolvers import LocalPackResolver
-from engine.runs import RunRoutineInput, RunRoutineResult, routine_workflow_id
+from engine.runs import RunRoutineInput, RunRoutineResult, StepResult, routine_workflow_id
 from engine.validate import load_routine, resolve_inputs
 from engine.workflow import RoutineWorkflow
 from node.runner import content_type_of
@@ -181,10 +181,12 @@ async def run_routine(
     run_id: str,
     cancel_when_sleeping: str | None = None,
     sleeping: str | None = None,
+    reused: dict[str, Any] | None = None,
 ) -> Run:
     """Validate a routine and run it to its end on the real workflow, with this stand-in, on a worker
     of its own. Once the step `sleeping` sleeps, its progress is read (`Run.midway`); once the step
-    `cancel_when_sleeping` sleeps, the run is cancelled."""
+    `cancel_when_sleeping` sleeps, the run is cancelled. `reused` is a re-run's kept steps (step id ->
+    StepResult as a dict)."""
     routine = load_routine(source, f"{run_id}.yaml")
     queue = f"standin-{run_id}"
     async with Worker(client, task_queue=queue, workflows=[RoutineWorkflow], activities=[call_action]):
@@ -196,6 +198,7 @@ async def run_routine(
                 org_id="org_standin",
                 key_id="key_standin",
                 run_id=run_id,
+                reused={k: StepResult.model_validate(v) for k, v in (reused or {}).items()},
             ),
             id=routine_workflow_id(routine.name, run_id),
             task_queue=queue,

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from nodetest import ECHO, ECHO_TOOL, HOSTILE, VM_UID, install_tree
+from nodetest import ECHO, ECHO_TOOL, HOSTILE, VM_UID_BASE, install_tree
 
 from node.cache import InstallCache
 from node.config import Settings
@@ -36,7 +36,7 @@ def run_dir() -> Iterator[Path]:
 
 @pytest.fixture(scope="session")
 def driver(base_rootfs: Path, run_dir: Path) -> Iterator[BwrapDriver]:
-    drv = BwrapDriver(base_rootfs=base_rootfs, run_dir=run_dir, pool_size=2, vm_uid=VM_UID, vm_gid=VM_UID)
+    drv = BwrapDriver(base_rootfs=base_rootfs, run_dir=run_dir, pool_size=2, uid_base=VM_UID_BASE)
     yield drv
     drv.close()
 

@@ -25,8 +25,11 @@ ECHO_TOOL = REPO / "examples" / "tools" / "echo" / "tool"
 HOSTILE = Path(__file__).resolve().parent / "tools"
 ECHO = "com.example.tools/echo"
 VERSION = "1.0.0"
-# The host uid of the test VMs: one no other process uses, so a leftover process is easy to find.
-VM_UID = 64999
+# The host uids of the test VMs: ones no other process uses, so a leftover process is easy to find. The
+# session's driver takes those from VM_UID_BASE, the nodes the tests start those from NODE_UID_BASE.
+VM_UID_BASE = 264_000
+NODE_UID_BASE = VM_UID_BASE + 16
+VM_UIDS = range(VM_UID_BASE, VM_UID_BASE + 64)
 NODE_ID = "node-under-test"
 NODE_SECRET = "b3n_" + "nodeTestSecret" * 3 + "ab"
 NODE_ENV = {"B3OS_NODE_ID": NODE_ID, "B3OS_NODE_CREDENTIAL": NODE_SECRET}
@@ -105,7 +108,8 @@ def vm_processes(driver: BwrapDriver | None = None) -> list[int]:
         if not status:
             continue
         parents[int(entry.name)] = int(status.get("PPid", "0"))
-        if status.get("Uid", "").split()[:1] == [str(VM_UID)]:
+        uid = status.get("Uid", "").split()[:1]
+        if uid and int(uid[0]) in VM_UIDS:
             vm_uid.add(int(entry.name))
     me = os.getpid()
     found = set()
@@ -163,7 +167,7 @@ def leftovers(driver: BwrapDriver) -> list[str]:
     pooled = driver.pool_pids()
     problems = [f"process {pid}" for pid in vm_processes(driver) if pid not in pooled]
     problems += [f"cgroup {name}" for name in set(driver.cgroups.children()) - prepared]
-    own = prepared | {"base", "launcher", "nsroot"}
+    own = prepared | {"base", "launcher", "nsroot", "empty"}
     problems += [f"directory {p.name}" for p in driver.node_dir.iterdir() if p.name not in own]
     problems += [
         f"mount {m}"

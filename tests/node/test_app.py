@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
-from nodetest import NODE_ENV, NODE_ID, NODE_SECRET, REPO, VM_UID, echo_call, node_request
+from nodetest import NODE_ENV, NODE_ID, NODE_SECRET, NODE_UID_BASE, REPO, echo_call, node_request
 
 from node.cache import InstallCache
 from node.credential import ANSWER_PROOF_HEADER, PROOF_HEADER, TIMESTAMP_HEADER, answer_is_proven, call_key
@@ -38,8 +38,7 @@ def node_url(cache: InstallCache, base_rootfs: Path) -> Iterator[str]:
         **NODE_ENV,
         "B3OS_CACHE_DIR": str(cache.root),
         "B3OS_RUN_DIR": str(run_dir),
-        "B3OS_VM_UID": str(VM_UID),
-        "B3OS_VM_GID": str(VM_UID),
+        "B3OS_VM_UID_BASE": str(NODE_UID_BASE),
     }
     proc = subprocess.Popen(
         [sys.executable, "-m", "cli", "node", "run", "--port", str(port)], cwd=REPO, env=env

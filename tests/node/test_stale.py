@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from nodetest import NODE_ENV, REPO, VM_UID, echo_call, node_request
+from nodetest import NODE_ENV, NODE_UID_BASE, REPO, echo_call, node_request
 
 from node.cache import InstallCache
 from node.vm import mounts
@@ -39,8 +39,7 @@ class Node:
             **NODE_ENV,
             "B3OS_CACHE_DIR": str(cache.root),
             "B3OS_RUN_DIR": str(run_dir),
-            "B3OS_VM_UID": str(VM_UID),
-            "B3OS_VM_GID": str(VM_UID),
+            "B3OS_VM_UID_BASE": str(NODE_UID_BASE),
             "B3OS_POOL_SIZE": "2",
         }
         port = self.port = _free_port()
