@@ -177,7 +177,11 @@ async def main() -> None:
     """Run the worker until SIGINT or SIGTERM, then finish the running tasks and stop."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = TemporalSettings()
-    client = await connect(settings.address, settings.namespace, settings.tls_config())
+    try:
+        tls = settings.tls_config()
+    except ValueError as exc:
+        raise SystemExit(f"b3os worker: the Temporal TLS settings are wrong: {exc}") from None
+    client = await connect(settings.address, settings.namespace, tls)
     await ensure_search_attributes(client)
     activities = ActionActivities(ActivitySettings())
     expressions.check("true")  # cel-python loads its grammar on the first compile: here, not in a run

@@ -98,13 +98,19 @@ class RunsService:
 
                 s = self._settings
                 address = s.temporal_address
-                tls = tls_config(
-                    enabled=s.temporal_tls,
-                    ca_file=s.temporal_tls_ca_file,
-                    cert_file=s.temporal_tls_cert_file,
-                    key_file=s.temporal_tls_key_file,
-                    server_name=s.temporal_tls_server_name,
-                )
+                try:
+                    tls = tls_config(
+                        enabled=s.temporal_tls,
+                        ca_file=s.temporal_tls_ca_file,
+                        cert_file=s.temporal_tls_cert_file,
+                        key_file=s.temporal_tls_key_file,
+                        server_name=s.temporal_tls_server_name,
+                    )
+                except ValueError as exc:
+                    raise ServiceUnavailable(
+                        f"This api's Temporal TLS settings are wrong ({exc}); an operator must fix them.",
+                        retry_after_s=60,
+                    ) from None
                 try:
                     client = await connect(address, s.temporal_namespace, tls)
                 except (RuntimeError, RPCError) as exc:
