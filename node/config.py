@@ -39,7 +39,7 @@ class Settings(BaseSettings):
     slots: int = Field(default=8, ge=1, le=64, description="Calls at once on this node.")
     pool_size: int = Field(default=4, ge=0, le=16, description="VMs prepared ahead of calls.")
     vm_uid_base: int = Field(
-        default=200_000,
+        default=1_900_000_000,
         ge=1,
         le=2**32 - 2 - 80,
         description="First host uid/gid of the VMs: each live VM has its own, up to base+slots+pool_size-1.",

@@ -23,8 +23,8 @@ The pool starts VMs ahead of calls: a prepared VM is its directory (tmpfs `in/` 
 read-only bind of the launcher's directory made a shared mount), its cgroup with limits, and its bwrap with
 the namespaces and mounts made, running the launcher (`launcher.c`) as `/tool/launch`, which waits for the
 command. On claim the node writes the input files to `in/` (the same tmpfs the sandbox sees at /in), mounts
-a read-only copy of the installed tool tree over `tool/` (the mount propagates into the sandbox's /tool, a
-slave of it, and hides the launcher), and hands the command to the launcher, which execve()s it without a
+the installed tool tree read-only over `tool/` (the mount propagates into the sandbox's /tool, a slave of
+it, and hides the launcher), and hands the command to the launcher, which execve()s it without a
 shell. After the command, every process of the VM is killed at once; its mounts, cgroup and directory are
 removed by a background thread. A VM is still used for one call only. `FILLERS` threads refill the pool.
 
@@ -67,7 +67,7 @@ from node.vm.uids import UidPool
 log = logging.getLogger("b3os.node.vm")
 
 SANDBOX_UID = 1000
-UID_BASE = 200_000  # the first host uid of the VMs (B3OS_VM_UID_BASE)
+UID_BASE = 1_900_000_000  # the first host uid of the VMs (B3OS_VM_UID_BASE; see node/vm/uids.py)
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 FILLERS = 2  # VMs prepared at once in the background
 MAX_REMOVING = 16  # VMs whose processes are dead but whose mounts and cgroup the reaper still removes
@@ -155,9 +155,9 @@ class BwrapDriver(VmDriver):
             mounts.make_shared(self.node_dir)
             # a tmpfs of its own (its mount info names no host path), executable even where the run dir's
             # filesystem is mounted noexec (/run), then read-only
-            mounts.tmpfs(self.node_dir / "launcher", size_bytes=8 << 20, uid=0, gid=0, inodes=16, mode=0o755,
-                         exec_ok=True)  # fmt: skip
-            self.launcher_dir = build_launcher(self.node_dir / "launcher")
+            launcher_dir = self.node_dir / "launcher"
+            mounts.tmpfs(launcher_dir, size_bytes=8 << 20, uid=0, gid=0, inodes=16, mode=0o755, exec_ok=True)
+            self.launcher_dir = build_launcher(launcher_dir)
             mounts.bind(self.launcher_dir, self.launcher_dir, read_only=True)
             mounts.overlay(base_rootfs, self.node_dir / "empty", self.node_dir / "base")
             self.cgroups = NodeCgroups.open(f"b3os-node-{os.getpid()}")

@@ -15,11 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from node.errors import NodeError
-from node.vm import mounts, pipes
+from node.vm import exits, mounts, pipes
 from node.vm.base import InputFile, RunResult, Vm, VmError
 from node.vm.cgroups import CallCgroup, CgroupError
 from node.vm.collect import read_out_files
-from node.vm.exits import exit_status, open_pidfd
 from node.vm.usage import UsageMeter
 
 if TYPE_CHECKING:
@@ -87,10 +86,12 @@ class BwrapVm(Vm):
         ready, _ = pipes.read_until(err_r, deadline, size=1)
         if ready != b"R":
             raise SetupError("the VM's launcher did not start")
+        if not exits.supported():
+            return
         launcher = [pid for pid in self.cgroup.pids() if pid != child]
         if len(launcher) != 1:
             raise SetupError(f"the VM runs {len(launcher) + 1} processes before its call, not 2")
-        self._cmd = open_pidfd(launcher[0])
+        self._cmd = exits.open_pidfd(launcher[0])
         if self._cmd < 0:
             raise SetupError("the VM's launcher process is gone")
 
@@ -218,14 +219,12 @@ class BwrapVm(Vm):
         result.oom_killed = self.cgroup.oom_kills() > 0
         if result.timed_out or result.stdout_too_large:
             return result
-        status = exit_status(self._cmd) if self._cmd >= 0 else None
-        if status is not None:
-            code = os.waitstatus_to_exitcode(status)
-            if code < 0:
-                result.signal = -code
-            else:
-                result.exit_code = code
+        status = exits.exit_status(self._cmd) if self._cmd >= 0 else None
+        if status is not None:  # the kernel's word on the command's own exit
+            ended = os.waitstatus_to_exitcode(status)
+            result.signal, result.exit_code = (-ended, None) if ended < 0 else (None, ended)
             return result
+        # a kernel before 6.15: bwrap's report (a tool that stops the VM's init can hold it back)
         line, _ = pipes.read_until(self._status, time.monotonic() + 0.5, line=True)
         code = pipes.json_int(line, "exit-code")
         if code is None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
 import struct
 
@@ -33,6 +34,22 @@ def exit_status(pidfd: int) -> int | None:
     if not struct.unpack_from("=Q", buf, 0)[0] & PIDFD_INFO_EXIT:
         return None
     return int(struct.unpack_from("=i", buf, _EXIT_CODE_AT)[0])
+
+
+@functools.cache
+def supported() -> bool:
+    """Whether this kernel gives exit statuses through pidfds (asked once, of this process's own pidfd)."""
+    try:
+        fd = os.pidfd_open(os.getpid())
+    except OSError:
+        return False
+    try:
+        fcntl.ioctl(fd, PIDFD_GET_INFO, bytearray(_INFO_SIZE))
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def open_pidfd(pid: int) -> int:

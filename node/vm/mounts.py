@@ -120,7 +120,7 @@ def tmpfs(
     mode: int = 0o700,
     exec_ok: bool = False,
 ) -> None:
-    """Mount a fresh tmpfs of at most `size_bytes` and `inodes` files, owned by uid:gid, noexec unless asked."""
+    """Mount a fresh tmpfs of at most `size_bytes` and `inodes` files, owned by uid:gid; noexec by default."""
     opts = f"size={size_bytes},nr_inodes={inodes},mode={mode:o},uid={uid},gid={gid}"
     _mount("b3os-vm", target, "tmpfs", MS_NOSUID | MS_NODEV | (0 if exec_ok else MS_NOEXEC), opts)
 

@@ -4,13 +4,22 @@ A VM runs as its own host uid and gid (`base + i`, i below `count`), so that wha
 uid (keyring and inotify quotas, `RLIMIT_NPROC`, `/proc/key-users`) and who may read a VM's files are the
 VM's alone. A uid is taken when a VM is prepared and given back once every process of that VM is dead;
 the driver sizes the range to the VMs that can be alive at once (calls at once plus the pool).
+
+The range must be no one else's: not root, no host user or group, and outside the subordinate ids of
+`/etc/subuid` and `/etc/subgid` (a user's rootless containers run as those). The default base,
+1,900,000,000, lies above systemd's container range (up to 1,879,048,191) and below 2^31.
 """
 
 from __future__ import annotations
 
+import grp
+import pwd
+from pathlib import Path
+
 from node.vm.base import VmError
 
 MAX_ID = 2**32 - 2  # (uid_t)-1 means "no change" to setuid and chown
+SUBORDINATE = (Path("/etc/subuid"), Path("/etc/subgid"))
 
 
 class UidPool:
@@ -18,13 +27,34 @@ class UidPool:
     driver holds its lock around every use)."""
 
     def __init__(self, base: int, count: int) -> None:
-        """Raises:
-        VmError: reason "no_slot" when the range holds root or passes the largest uid.
+        """Check the range against the host's users and groups.
+
+        Raises:
+            VmError: reason "no_slot" when the range holds root, a host user's uid or a host group's gid (its
+                members could read the VM's input files), or passes the largest uid.
         """
-        if base <= 0 or count < 1 or base + count - 1 > MAX_ID:
-            raise VmError(
-                "no_slot", f"the VMs' uid range {base}..{base + count - 1} is not usable (not root)"
-            )
+        last = base + count - 1
+        if base <= 0 or count < 1 or last > MAX_ID:
+            raise VmError("no_slot", f"the VMs' uid range {base}..{last} is not usable (never root)")
+        for path in SUBORDINATE:
+            for start, size, owner in _subordinate(path):
+                if start <= last and base < start + size:
+                    raise VmError(
+                        "no_slot",
+                        f"the VMs' uid range {base}..{last} overlaps {owner}'s subordinate ids in {path}: "
+                        "choose another B3OS_VM_UID_BASE",
+                    )
+        for uid in range(base, base + count):
+            for kind, lookup in (("user", pwd.getpwuid), ("group", grp.getgrgid)):
+                try:
+                    name = lookup(uid)[0]
+                except KeyError:
+                    continue
+                raise VmError(
+                    "no_slot",
+                    f"the VMs' uid range {base}..{last} holds the host {kind} {name} ({uid}): "
+                    "choose another B3OS_VM_UID_BASE",
+                )
         self.base, self.count = base, count
         self._free = list(range(base + count - 1, base - 1, -1))  # popped from the end: base first
 
@@ -44,3 +74,17 @@ class UidPool:
     def free(self) -> int:
         """How many uids are free now."""
         return len(self._free)
+
+
+def _subordinate(path: Path) -> list[tuple[int, int, str]]:
+    """(first id, count, owner) of each line of an /etc/subuid-like file (none when it is missing)."""
+    found = []
+    try:
+        text = path.read_text()
+    except OSError:
+        return []
+    for line in text.splitlines():
+        parts = line.strip().split(":")
+        if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
+            found.append((int(parts[1]), int(parts[2]), parts[0]))
+    return found
