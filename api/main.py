@@ -23,7 +23,18 @@ from api.errors import ERROR_RESPONSES, install_error_handlers
 from api.jsonbody import JsonGuard
 from api.migrations import migrate
 from api.openapi import openapi_document
-from api.routes import blobs, connections, health, keys, nodes, publishers, registry, routines, runs
+from api.routes import (
+    blobs,
+    connections,
+    health,
+    keys,
+    nodes,
+    publishers,
+    registry,
+    routines,
+    runs,
+    schedules,
+)
 
 BLOB_PREFIX = "/v1/actions/registry/blobs"
 
@@ -48,8 +59,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(JsonGuard, exempt_prefixes=(BLOB_PREFIX,))  # inside BodyLimit: sizes are checked first
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, exempt_prefixes=(BLOB_PREFIX,))
     app.include_router(health.router)
-    for module in (keys, publishers, blobs, registry, nodes, routines, runs, connections):
+    for module in (keys, publishers, blobs, registry, nodes, routines, schedules, runs, connections):
         app.include_router(module.router, responses=ERROR_RESPONSES)
+    app.include_router(schedules.ticks, responses=ERROR_RESPONSES)
     app.include_router(registry.resolve_router, responses=ERROR_RESPONSES)
     install_calls(app)
     install_docs(app)

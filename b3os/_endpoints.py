@@ -134,6 +134,45 @@ def run_routine(name: str, inputs: Mapping[str, Any] | None, *, idempotency_key:
     return ApiRequest("POST", path, json={"inputs": dict(inputs or {})}, idempotency_key=key)
 
 
+def list_routine_versions(name: str) -> ApiRequest:
+    return ApiRequest("GET", f"/v1/routines/{segment(name)}/versions", unwrap="versions")
+
+
+def rerun(run_id: str, from_step: str | None, *, idempotency_key: str | None) -> ApiRequest:
+    key = idempotency_key or new_idempotency_key()
+    body = {"from": from_step} if from_step is not None else {}
+    return ApiRequest("POST", f"/v1/runs/{segment(run_id)}/rerun", json=body, idempotency_key=key)
+
+
+def _schedules(name: str) -> str:
+    return f"/v1/routines/{segment(name)}/schedules"
+
+
+def create_schedule(
+    name: str, cron: str, *, timezone: str | None, inputs: Mapping[str, Any] | None, overlap: str | None
+) -> ApiRequest:
+    body: dict[str, Any] = {"cron": cron}
+    if timezone is not None:
+        body["timezone"] = timezone
+    if inputs:
+        body["inputs"] = dict(inputs)
+    if overlap is not None:
+        body["overlap"] = overlap
+    return ApiRequest("POST", _schedules(name), json=body)
+
+
+def list_schedules(name: str) -> ApiRequest:
+    return ApiRequest("GET", _schedules(name), unwrap="schedules")
+
+
+def delete_schedule(name: str, schedule_id: str) -> ApiRequest:
+    return ApiRequest("DELETE", f"{_schedules(name)}/{segment(schedule_id)}", expect="empty")
+
+
+def schedule_action(name: str, schedule_id: str, action: str) -> ApiRequest:
+    return ApiRequest("POST", f"{_schedules(name)}/{segment(schedule_id)}/{action}")
+
+
 def get_run(run_id: str) -> ApiRequest:
     return ApiRequest("GET", f"/v1/runs/{segment(run_id)}")
 

@@ -97,9 +97,7 @@ class Actions:
 
         Returns `{"call_id", "state": "cancelled", "node"}`, or `{"state": "finished"}` when it had ended.
         """
-        return self._send(
-            endpoints.cancel_call(call_id=call_id, idempotency_key=idempotency_key)
-        )
+        return self._send(endpoints.cancel_call(call_id=call_id, idempotency_key=idempotency_key))
 
     def has_blob(self, sha256: str) -> bool:
         """Whether your organization has uploaded the blob of this sha256 (lowercase hex)."""
@@ -145,9 +143,7 @@ class AsyncActions:
         """As `Actions.get_pack_manifest`."""
         return await self._send(endpoints.get_pack_manifest(namespace, name, version))
 
-    async def list_tools(
-        self, namespace: str, name: str, version: str | None = None
-    ) -> list[dict[str, Any]]:
+    async def list_tools(self, namespace: str, name: str, version: str | None = None) -> list[dict[str, Any]]:
         """As `Actions.list_tools`."""
         return await self._send(endpoints.list_tools(namespace, name, version))
 
@@ -174,9 +170,7 @@ class AsyncActions:
         self, *, call_id: str | None = None, idempotency_key: str | None = None
     ) -> dict[str, Any]:
         """As `Actions.cancel`."""
-        return await self._send(
-            endpoints.cancel_call(call_id=call_id, idempotency_key=idempotency_key)
-        )
+        return await self._send(endpoints.cancel_call(call_id=call_id, idempotency_key=idempotency_key))
 
     async def has_blob(self, sha256: str) -> bool:
         """As `Actions.has_blob`."""

@@ -1,7 +1,9 @@
-"""`client.routines`: store a routine's YAML, read the organization's routines, start a run."""
+"""`client.routines`: store a routine's YAML, read the organization's routines and their versions, start a
+run, and manage a routine's schedules."""
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Mapping
 from typing import Any
 
@@ -49,6 +51,48 @@ class Routines:
         """
         return self._send(endpoints.run_routine(name, inputs, idempotency_key=idempotency_key))
 
+    def versions(self, name: str) -> builtins.list[dict[str, Any]]:
+        """Every stored version of a routine: `{"hash", "stored_at", "yaml_bytes", "current"}`."""
+        return self._send(endpoints.list_routine_versions(name))
+
+    def schedule(
+        self,
+        name: str,
+        cron: str,
+        *,
+        timezone: str | None = None,
+        inputs: Mapping[str, Any] | None = None,
+        overlap: str | None = None,
+    ) -> dict[str, Any]:
+        """Schedule runs of a routine: `{"id", "cron", "timezone", "inputs", "overlap", "paused", ...}`.
+
+        Raises:
+            InvalidRequest: the cron, timezone, inputs or overlap (the error's `field` names it).
+        """
+        return self._send(
+            endpoints.create_schedule(name, cron, timezone=timezone, inputs=inputs, overlap=overlap)
+        )
+
+    def schedules(self, name: str) -> builtins.list[dict[str, Any]]:
+        """The schedules of a routine."""
+        return self._send(endpoints.list_schedules(name))
+
+    def delete_schedule(self, name: str, schedule_id: str) -> None:
+        """Delete a schedule of a routine."""
+        self._send(endpoints.delete_schedule(name, schedule_id))
+
+    def pause_schedule(self, name: str, schedule_id: str) -> dict[str, Any]:
+        """Pause a schedule."""
+        return self._send(endpoints.schedule_action(name, schedule_id, "pause"))
+
+    def unpause_schedule(self, name: str, schedule_id: str) -> dict[str, Any]:
+        """Unpause a schedule."""
+        return self._send(endpoints.schedule_action(name, schedule_id, "unpause"))
+
+    def trigger_schedule(self, name: str, schedule_id: str) -> dict[str, Any]:
+        """Fire a schedule now (a run starts at once)."""
+        return self._send(endpoints.schedule_action(name, schedule_id, "trigger"))
+
 
 class AsyncRoutines:
     """The routines of an `AsyncB3OS` client's organization (the methods of `Routines`, awaited)."""
@@ -73,3 +117,41 @@ class AsyncRoutines:
     ) -> dict[str, Any]:
         """As `Routines.run`."""
         return await self._send(endpoints.run_routine(name, inputs, idempotency_key=idempotency_key))
+
+    async def versions(self, name: str) -> builtins.list[dict[str, Any]]:
+        """As `Routines.versions`."""
+        return await self._send(endpoints.list_routine_versions(name))
+
+    async def schedule(
+        self,
+        name: str,
+        cron: str,
+        *,
+        timezone: str | None = None,
+        inputs: Mapping[str, Any] | None = None,
+        overlap: str | None = None,
+    ) -> dict[str, Any]:
+        """As `Routines.schedule`."""
+        return await self._send(
+            endpoints.create_schedule(name, cron, timezone=timezone, inputs=inputs, overlap=overlap)
+        )
+
+    async def schedules(self, name: str) -> builtins.list[dict[str, Any]]:
+        """As `Routines.schedules`."""
+        return await self._send(endpoints.list_schedules(name))
+
+    async def delete_schedule(self, name: str, schedule_id: str) -> None:
+        """As `Routines.delete_schedule`."""
+        await self._send(endpoints.delete_schedule(name, schedule_id))
+
+    async def pause_schedule(self, name: str, schedule_id: str) -> dict[str, Any]:
+        """As `Routines.pause_schedule`."""
+        return await self._send(endpoints.schedule_action(name, schedule_id, "pause"))
+
+    async def unpause_schedule(self, name: str, schedule_id: str) -> dict[str, Any]:
+        """As `Routines.unpause_schedule`."""
+        return await self._send(endpoints.schedule_action(name, schedule_id, "unpause"))
+
+    async def trigger_schedule(self, name: str, schedule_id: str) -> dict[str, Any]:
+        """As `Routines.trigger_schedule`."""
+        return await self._send(endpoints.schedule_action(name, schedule_id, "trigger"))

@@ -1,4 +1,4 @@
-"""`client.runs`: read, wait for, cancel and list routine runs.
+"""`client.runs`: read, wait for, cancel, re-run and list routine runs.
 
 A run is `{"run_id", "routine", "status", "inputs", "outputs", "steps": {id: {"status", "attempts", "ref",
 "output" | "error"}}, "error", "workflow_id", ...}`; `status` is `running`, `succeeded`, `failed` or
@@ -96,6 +96,18 @@ class Runs:
         """The organization's runs, newest first (of one routine when `routine` is given)."""
         return self._send(endpoints.list_runs(routine, limit))
 
+    def rerun(
+        self, run_id: str, *, from_step: str | None = None, idempotency_key: str | None = None
+    ) -> dict[str, Any]:
+        """Re-run an ended run from a step (default: its first failed step): a new run of the same routine
+        version, inputs and pins that keeps the succeeded steps before that point without calling them.
+
+        Raises:
+            NotFound: no such run. Conflict: it still runs, or has no failed step and no `from_step`.
+            InvalidRequest: `from_step` names no step of the routine.
+        """
+        return self._send(endpoints.rerun(run_id, from_step, idempotency_key=idempotency_key))
+
 
 class AsyncRuns:
     """The routine runs of an `AsyncB3OS` client's organization (the methods of `Runs`, awaited)."""
@@ -138,3 +150,9 @@ class AsyncRuns:
     ) -> builtins.list[dict[str, Any]]:
         """As `Runs.list`."""
         return await self._send(endpoints.list_runs(routine, limit))
+
+    async def rerun(
+        self, run_id: str, *, from_step: str | None = None, idempotency_key: str | None = None
+    ) -> dict[str, Any]:
+        """As `Runs.rerun`."""
+        return await self._send(endpoints.rerun(run_id, from_step, idempotency_key=idempotency_key))

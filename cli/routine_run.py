@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
                 run_id = client.routines.run(routine.name, inputs)["run_id"]
                 if not args.json:
                     print(f"run {run_id} of {routine.name} started")
-                final = _follow(client, run_id, quiet=args.json)
+                final = follow(client, run_id, quiet=args.json)
             except KeyboardInterrupt:
                 if run_id is not None:
                     with contextlib.suppress(Conflict):  # it had ended
@@ -97,7 +97,16 @@ def run(args: argparse.Namespace) -> int:
     except CliError as exc:
         print(f"b3os routine run: {exc}", file=sys.stderr)
         return 1
-    if args.json:
+    return report(final, as_json=args.json)
+
+
+def report(final: dict[str, Any], *, as_json: bool) -> int:
+    """Print an ended run as `b3os routine run` does (its outputs, or why it failed); the exit status.
+
+    Used by `b3os run rerun` and `b3os run show` too.
+    """
+    run_id = final["run_id"]
+    if as_json:
         print(json.dumps(summary(final), indent=2, ensure_ascii=False))
     else:
         if final["status"] == "succeeded":
@@ -117,7 +126,7 @@ def _print_step(step_id: str, step: dict[str, Any]) -> None:
     print(step_line(step_id, step), flush=True)
 
 
-def _follow(client: Any, run_id: str, *, quiet: bool) -> dict[str, Any]:
+def follow(client: Any, run_id: str, *, quiet: bool) -> dict[str, Any]:
     """Poll the run until it ends; print each step once when it finishes, and each retry of a step's call.
 
     (The SDK's `runs.wait` tells of finished steps only; a retry is seen while the step still runs.)
@@ -153,8 +162,11 @@ def retry_line(step_id: str, retrying: dict[str, Any]) -> str:
 
 
 def step_line(step_id: str, step: dict[str, Any]) -> str:
-    """One finished step as a line: status, attempts, and its output or error."""
+    """One finished step as a line: status, attempts, and its output or error (a kept step says so)."""
     status = step["status"]
+    if step.get("reused"):
+        kept = "skipped" if status == "skipped" else json.dumps(step.get("output"), ensure_ascii=False)
+        return f"= {step_id} (kept from the run re-run, not called): {kept}"
     if status == "skipped":
         return f"- {step_id}: skipped"
     attempts = step.get("attempts") or 0
@@ -177,6 +189,8 @@ def summary(run: dict[str, Any]) -> dict[str, Any]:
         entry: dict[str, Any] = {"status": step["status"], "attempts": step.get("attempts", 0)}
         if step.get("ref"):
             entry["ref"] = step["ref"]
+        if step.get("reused"):
+            entry["reused"] = True
         if step.get("error"):
             entry["error"] = step["error"]
         elif step["status"] == "succeeded":
@@ -188,6 +202,9 @@ def summary(run: dict[str, Any]) -> dict[str, Any]:
         "outputs": run["outputs"],
         "steps": steps,
     }
+    for name in ("rerun_of", "schedule_id"):
+        if run.get(name):
+            out[name] = run[name]
     if run.get("error"):
         out["error"] = run["error"]
     return out

@@ -1,8 +1,8 @@
 """The routine language: pydantic models of a routine YAML file.
 
 A routine has `name`, `description`, `inputs` (JSON-Schema-typed, with defaults), `max-parallel`,
-`steps`, `outputs` and `on:` (its schedules). A step has `id`, `uses`, `with`, and the controls `needs`, `if`, `timeout`,
-`retry`, `continue-on-error` and `foreach`. Values may hold `${{ }}` CEL expressions
+`steps`, `outputs` and `on:` (its schedules). A step has `id`, `uses`, `with`, and the controls
+`needs`, `if`, `timeout`, `retry`, `continue-on-error` and `foreach`. Values may hold `${{ }}` CEL expressions
 (engine.expressions).
 
 A step waits for the steps its `needs:` names (`[]`: none); a step without `needs:` waits for the
@@ -242,7 +242,8 @@ class ScheduleTrigger(_Model):
     )
     timezone: str = Field(default="UTC", description="The IANA timezone of the cron expression.")
     inputs: dict[str, Any] = Field(
-        default_factory=dict, description="The inputs of each scheduled run (the routine's defaults fill the rest)."
+        default_factory=dict,
+        description="The inputs of each scheduled run (the routine's defaults fill the rest).",
     )
     overlap: Literal["skip", "buffer_one", "allow_all"] = Field(
         default="skip",

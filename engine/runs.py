@@ -43,7 +43,12 @@ SEARCH_ATTRIBUTE_RERUN_OF = "B3osRerunOf"
 SEARCH_ATTRIBUTE_SCHEDULE = "B3osSchedule"
 """Keyword search attribute: the schedule that started the run (its id); absent on other runs."""
 
-SEARCH_ATTRIBUTES = (SEARCH_ATTRIBUTE_ROUTINE, SEARCH_ATTRIBUTE_ORG, SEARCH_ATTRIBUTE_RERUN_OF, SEARCH_ATTRIBUTE_SCHEDULE)
+SEARCH_ATTRIBUTES = (
+    SEARCH_ATTRIBUTE_ROUTINE,
+    SEARCH_ATTRIBUTE_ORG,
+    SEARCH_ATTRIBUTE_RERUN_OF,
+    SEARCH_ATTRIBUTE_SCHEDULE,
+)
 """Every keyword search attribute b3os sets, registered by the worker and the api (engine.worker)."""
 
 FOREACH_MAX_ITEMS = 1_000

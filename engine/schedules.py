@@ -21,7 +21,7 @@ default), run it once the previous one has ended (at most one waits), or run bot
 
 OVERLAPS: tuple[str, ...] = ("skip", "buffer_one", "allow_all")
 
-_FIELDS = (
+_FIELDS: tuple[tuple[str, int, int, dict[str, int]], ...] = (
     ("minute", 0, 59, {}),
     ("hour", 0, 23, {}),
     ("day of month", 1, 31, {}),

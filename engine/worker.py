@@ -2,8 +2,9 @@
 
 Connects to Temporal (`B3OS_TEMPORAL_ADDRESS`, `B3OS_TEMPORAL_NAMESPACE`; over TLS or mTLS with
 `B3OS_TEMPORAL_TLS_*`, docs/operations.md), makes sure the search
-attributes `B3osRoutine` and `B3osOrg` exist, and polls the task queue `b3os-routines` (override:
-`B3OS_TEMPORAL_TASK_QUEUE`) with the routine workflow and the `call_action` activity. The activity
+attributes `B3osRoutine`, `B3osOrg`, `B3osRerunOf` and `B3osSchedule` exist, and polls the task queue
+`b3os-routines` (override: `B3OS_TEMPORAL_TASK_QUEUE`) with the routine workflow and the `call_action`
+activity, and the schedule tick workflow (engine.schedule_workflow) and its activities. The activity
 settings (`B3OS_API_URL`, `B3OS_WORKER_TOKEN`) stay in this process.
 """
 
@@ -12,8 +13,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from temporalio.api.enums.v1 import IndexedValueType
@@ -25,8 +28,10 @@ from temporalio.worker import Worker
 
 from activities.call_action import ActionActivities
 from activities.config import ActivitySettings
+from activities.schedule_run import ScheduleActivities
 from engine import expressions
-from engine.runs import ROUTINES_TASK_QUEUE, SEARCH_ATTRIBUTE_ORG, SEARCH_ATTRIBUTE_ROUTINE
+from engine.runs import ROUTINES_TASK_QUEUE, SEARCH_ATTRIBUTES
+from engine.schedule_workflow import ScheduleTickWorkflow
 from engine.workflow import RoutineWorkflow
 
 __all__ = [
@@ -128,7 +133,7 @@ async def connect(address: str, namespace: str = "default", tls: TLSConfig | Non
 
 
 async def ensure_search_attributes(client: Client) -> None:
-    """Register the keyword search attributes `B3osRoutine` and `B3osOrg` when they are missing.
+    """Register the keyword search attributes of engine.runs.SEARCH_ATTRIBUTES when they are missing.
 
     A server that refuses (no operator rights) is logged, not fatal: runs then start without them.
     """
@@ -137,7 +142,7 @@ async def ensure_search_attributes(client: Client) -> None:
         have = await client.operator_service.list_search_attributes(ListSearchAttributesRequest(namespace=ns))
         missing = {
             name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD
-            for name in (SEARCH_ATTRIBUTE_ROUTINE, SEARCH_ATTRIBUTE_ORG)
+            for name in SEARCH_ATTRIBUTES
             if name not in have.custom_attributes
         }
         if missing:
@@ -149,13 +154,16 @@ async def ensure_search_attributes(client: Client) -> None:
         log.warning("could not register the search attributes: %s", exc.message)
 
 
-def build_worker(client: Client, task_queue: str, activities: ActionActivities) -> Worker:
+def build_worker(
+    client: Client, task_queue: str, activities: ActionActivities, ticks: ScheduleActivities | None = None
+) -> Worker:
     """The worker that runs routine workflows and step activities on one task queue.
 
     Args:
         client: A client made by `connect`.
         task_queue: The task queue to poll (`ROUTINES_TASK_QUEUE` outside tests).
         activities: The step activities, holding the worker's api settings.
+        ticks: The schedule tick's activities (None: the worker runs no tick's activities).
 
     Returns:
         A worker to `run()` or use as an async context manager.
@@ -163,14 +171,18 @@ def build_worker(client: Client, task_queue: str, activities: ActionActivities) 
     return Worker(
         client,
         task_queue=task_queue,
-        workflows=[RoutineWorkflow],
-        activities=[activities.call_action],
+        workflows=[RoutineWorkflow, ScheduleTickWorkflow],
+        activities=[activities.call_action, *_tick_activities(ticks)],
         max_concurrent_activities=64,
         # Send each heartbeat within a second, so a cancelled run reaches its running call quickly.
         max_heartbeat_throttle_interval=timedelta(seconds=1),
         # A run whose worker died moves to another worker after this (default 10 s).
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=3),
     )
+
+
+def _tick_activities(ticks: ScheduleActivities | None) -> list[Callable[..., Any]]:
+    return [] if ticks is None else [ticks.start_scheduled_run, ticks.wait_run_ended]
 
 
 async def main() -> None:
@@ -183,9 +195,12 @@ async def main() -> None:
         raise SystemExit(f"b3os worker: the Temporal TLS settings are wrong: {exc}") from None
     client = await connect(settings.address, settings.namespace, tls)
     await ensure_search_attributes(client)
-    activities = ActionActivities(ActivitySettings())
+    activity_settings = ActivitySettings()
+    activities = ActionActivities(activity_settings)
     expressions.check("true")  # cel-python loads its grammar on the first compile: here, not in a run
-    worker = build_worker(client, settings.task_queue, activities)
+    worker = build_worker(
+        client, settings.task_queue, activities, ScheduleActivities(activity_settings, client)
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

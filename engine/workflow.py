@@ -78,9 +78,9 @@ history has no marker) keeps v1's behaviour: it ends at the first step that fail
 cancelled, leaving the steps it did not reach pending."""
 
 PATCH_RERUN = "routines-v3-rerun"
-"""The `workflow.patched` id of re-runs (RunRoutineInput.reused), marked only in a run that reuses steps:
-a worker that predates re-runs fails that run's workflow task (and Temporal hands it to a newer worker)
-instead of calling the steps it should keep."""
+"""The `workflow.patched` id of re-runs (RunRoutineInput.reused), marked only in a run that reuses steps
+(ordinary runs record no marker, so they still replay on older workers): a worker that predates re-runs
+and takes a later task of a re-run fails it (Temporal hands it to a newer worker)."""
 
 FOREACH_PARALLEL = 4
 """Items of one foreach step in flight at once (the api allows 4 calls at once per organization)."""

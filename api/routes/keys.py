@@ -21,9 +21,7 @@ class ApiKeyList(BaseModel):
     keys: list[ApiKeyPublic]
 
 
-@router.post(
-    "", status_code=201, response_model=ApiKeyCreated, responses=error_responses(400, 403, 413, 429)
-)
+@router.post("", status_code=201, response_model=ApiKeyCreated, responses=error_responses(400, 403, 413, 429))
 def create_key(
     body: ApiKeyCreate, principal: Admin, session: SessionDep, settings: SettingsDep
 ) -> ApiKeyCreated:

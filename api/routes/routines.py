@@ -1,4 +1,5 @@
-"""Routines of the caller's organization: store (validated), read, list, and start a run."""
+"""Routines of the caller's organization: store (validated, applying its `on: schedule`), read, list,
+list its versions, and start a run."""
 
 from __future__ import annotations
 
@@ -12,10 +13,19 @@ from api.calls.idempotency import check_key
 from api.deps import Principal, require
 from api.errors import Forbidden, error_responses
 from api.params import IdempotencyKey
-from api.runs.models import RoutineCreate, RoutineList, RoutinePublic, RunCreate, RunPublic
+from api.runs.models import (
+    RoutineCreate,
+    RoutineList,
+    RoutinePublic,
+    RoutineVersionList,
+    RunCreate,
+    RunPublic,
+)
+from api.runs.schedules import SchedulesService
 from api.runs.service import RunsService
 from api.runs.tables import RoutineRecord
 from api.scopes import ACTIONS_CALL, ROUTINES_READ, ROUTINES_RUN
+from engine.routine import Routine
 
 router = APIRouter(prefix="/v1/routines", tags=["routines"])
 Runner = Annotated[Principal, Depends(require(ROUTINES_RUN))]
@@ -34,6 +44,18 @@ def runs_service(request: Request) -> RunsService:
 Runs = Annotated[RunsService, Depends(runs_service)]
 
 
+def schedules_service(request: Request, runs: Runs) -> SchedulesService:
+    """The app's schedules service, made on first use."""
+    service: SchedulesService | None = getattr(request.app.state, "schedules", None)
+    if service is None:
+        service = SchedulesService(runs)
+        request.app.state.schedules = service
+    return service
+
+
+Schedules = Annotated[SchedulesService, Depends(schedules_service)]
+
+
 def _public(row: RoutineRecord) -> RoutinePublic:
     return RoutinePublic(
         name=row.name,
@@ -47,9 +69,22 @@ def _public(row: RoutineRecord) -> RoutinePublic:
 
 
 @router.post("", status_code=201, response_model=RoutinePublic, responses=error_responses(400, 403, 413))
-async def store_routine(body: RoutineCreate, principal: Runner, runs: Runs) -> RoutinePublic:
+async def store_routine(
+    body: RoutineCreate, principal: Runner, runs: Runs, schedules: Schedules
+) -> RoutinePublic:
     """Validate a routine's YAML and store it (a routine of the same name is replaced)."""
-    row = await to_thread.run_sync(partial(runs.store_routine, org_id=principal.org_id, source=body.yaml))
+
+    def check(routine: Routine) -> None:
+        if routine.on is not None and routine.on.schedule:
+            require_call_scope(principal, "a routine with on: schedule")
+
+    row = await to_thread.run_sync(
+        partial(runs.store_routine, org_id=principal.org_id, source=body.yaml, check=check)
+    )
+    # the schedules its file declares replace those it declared before (api.runs.schedules)
+    await schedules.apply_declared(
+        org_id=principal.org_id, key_id=principal.key_id, routine=Routine.model_validate(row.routine)
+    )
     return _public(row)
 
 
@@ -64,6 +99,22 @@ async def list_routines(principal: Reader, runs: Runs) -> RoutineList:
 async def get_routine(name: str, principal: Reader, runs: Runs) -> RoutinePublic:
     """One routine of the organization."""
     return _public(await to_thread.run_sync(partial(runs.get_routine, org_id=principal.org_id, name=name)))
+
+
+@router.get("/{name}/versions", response_model=RoutineVersionList, responses=error_responses(403, 404))
+async def list_versions(name: str, principal: Reader, runs: Runs) -> RoutineVersionList:
+    """Every stored version of a routine (by the sha256 of its YAML), newest first."""
+    versions = await to_thread.run_sync(partial(runs.list_versions, org_id=principal.org_id, name=name))
+    return RoutineVersionList(versions=versions)
+
+
+def require_call_scope(principal: Principal, what: str) -> None:
+    """Refuse a key without actions:call where runs would call actions for it."""
+    if not principal.has(ACTIONS_CALL):
+        raise Forbidden(
+            f"This key lacks the scope {ACTIONS_CALL}, which {what} needs: its steps call actions for it.",
+            missing_scope=ACTIONS_CALL,
+        )
 
 
 @router.post(
@@ -84,11 +135,7 @@ async def start_run(
     idempotency_key: IdempotencyKey = None,
 ) -> RunPublic:
     """Start a run of a routine; the same Idempotency-Key gives the same run."""
-    if not principal.has(ACTIONS_CALL):
-        raise Forbidden(
-            f"This key lacks the scope {ACTIONS_CALL}, which a run needs: its steps call actions for it.",
-            missing_scope=ACTIONS_CALL,
-        )
+    require_call_scope(principal, "a run")
     if idempotency_key is not None:
         check_key(idempotency_key)
     row, created = await runs.start_run(

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Response
 
+from api.calls.idempotency import check_key
 from api.deps import Principal, require
 from api.errors import error_responses
-from api.routes.routines import Runs
-from api.runs.models import CancelAccepted, RunList, RunPublic
+from api.params import IdempotencyKey
+from api.routes.routines import Runs, require_call_scope
+from api.runs.models import CancelAccepted, RerunCreate, RunList, RunPublic
 from api.scopes import ROUTINES_READ, ROUTINES_RUN
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
@@ -44,3 +46,45 @@ async def cancel_run(run_id: str, principal: Runner, runs: Runs) -> CancelAccept
     """Cancel a running run: its running steps are cancelled and it ends as cancelled."""
     row = await runs.cancel_run(org_id=principal.org_id, run_id=run_id)
     return CancelAccepted(run_id=row.id, status="cancelling")
+
+
+@router.post(
+    "/{run_id}/rerun",
+    status_code=201,
+    response_model=RunPublic,
+    responses={
+        200: {"model": RunPublic, "description": "the re-run this Idempotency-Key started before"},
+        **error_responses(
+            400,
+            403,
+            404,
+            409,
+            422,
+            429,
+            503,
+            notes={409: "conflict: the run still runs, or has no failed step and no from was given"},
+        ),
+    },
+)
+async def rerun(
+    run_id: str,
+    principal: Runner,
+    runs: Runs,
+    response: Response,
+    body: RerunCreate | None = None,
+    idempotency_key: IdempotencyKey = None,
+) -> RunPublic:
+    """Re-run an ended run from a step (default: its first failed step), keeping the steps before it."""
+    require_call_scope(principal, "a re-run")
+    if idempotency_key is not None:
+        check_key(idempotency_key)
+    row, created = await runs.rerun(
+        org_id=principal.org_id,
+        key_id=principal.key_id,
+        run_id=run_id,
+        from_step=body.from_ if body is not None else None,
+        idempotency_key=idempotency_key,
+    )
+    if not created:
+        response.status_code = 200
+    return await runs.read_run(org_id=principal.org_id, run_id=row.id)

@@ -1,7 +1,10 @@
 """The runs service: stores routines, starts runs as Temporal workflows, reads, lists and cancels them.
 
 A run is one `routine` workflow with the id `routine-<name>-<run id>` on the routine workers' task
-queue, started with the search attributes `B3osRoutine` and `B3osOrg`. With an Idempotency-Key
+queue, started with the search attributes `B3osRoutine` and `B3osOrg` (and `B3osRerunOf` for a
+re-run, `B3osSchedule` for a scheduled run). Storing a routine keeps each version (by the sha256 of
+its YAML) in `routine_versions`; a run records the version it ran and its pins, and a re-run
+(api.runs.rerun) runs that version again with the same inputs and pins. With an Idempotency-Key
 the run id is derived from the organization and the key, so the same key gives the same run (the
 same key with other inputs is refused). A finished run's result is kept in its row.
 
@@ -18,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+from collections.abc import Callable
 from datetime import timedelta
 from functools import partial
 from typing import Any, TypeVar
@@ -52,15 +56,18 @@ from api.config import Settings
 from api.errors import Conflict, InvalidRequest, NotFound, RateLimited, ServiceUnavailable
 from api.models import utcnow
 from api.runs import grants
-from api.runs.models import RunError, RunPublic, RunSummary
+from api.runs.models import RoutineVersionPublic, RunError, RunPublic, RunSummary
 from api.runs.progress import fill_outputs, note_retries
+from api.runs.rerun import kept_steps, rerun_point
 from api.runs.resolver import DbResolver
-from api.runs.tables import RoutineRecord, RunRecord
+from api.runs.tables import RoutineRecord, RoutineVersion, RunRecord
 from engine import payloads
 from engine.routine import Routine
 from engine.runs import (
     SEARCH_ATTRIBUTE_ORG,
+    SEARCH_ATTRIBUTE_RERUN_OF,
     SEARCH_ATTRIBUTE_ROUTINE,
+    SEARCH_ATTRIBUTE_SCHEDULE,
     WORKFLOW_TYPE,
     RunRoutineInput,
     RunRoutineResult,
@@ -76,6 +83,13 @@ QUERY_TIMEOUT = timedelta(seconds=5)
 RUNS_RETRY_AFTER_S = 5.0  # runs have no deadline to wait for: look again in a few seconds
 _ROUTINE = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_ROUTINE)
 _ORG = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_ORG)
+_RERUN_OF = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_RERUN_OF)
+_SCHEDULE = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_SCHEDULE)
+
+
+def routine_hash(source: str) -> str:
+    """A routine version's id: `sha256:<hex>` of its YAML as sent."""
+    return "sha256:" + hashlib.sha256(source.encode()).hexdigest()
 
 
 class RunsService:
@@ -123,11 +137,14 @@ class RunsService:
 
     # --- routines ----------------------------------------------------------------------------
 
-    def store_routine(self, *, org_id: str, source: str) -> RoutineRecord:
+    def store_routine(
+        self, *, org_id: str, source: str, check: Callable[[Routine], None] | None = None
+    ) -> RoutineRecord:
         """Validate a routine's YAML and store it, replacing the organization's routine of that name.
 
         Every `uses:` must resolve in this api's registry, and literal `with:` values must fit the
-        action's inputSchema (`api.runs.resolver.DbResolver`).
+        action's inputSchema (`api.runs.resolver.DbResolver`). `check` may refuse the valid routine
+        before anything is written.
 
         Raises:
             InvalidRequest: the YAML has problems (each `line:column: message` in `problems`).
@@ -140,6 +157,8 @@ class RunsService:
                 raise InvalidRequest(
                     f"The routine has {len(lines)} problem(s): {lines[0]}", field="yaml", problems=lines
                 ) from None
+        if check is not None:
+            check(routine)
         data = routine.model_dump(mode="json", by_alias=True, exclude_unset=True)
         with Session(self._engine) as session:
             row = session.exec(
@@ -160,9 +179,41 @@ class RunsService:
                 row.version, row.source, row.routine = row.version + 1, source, data
                 row.description, row.updated_at = routine.description, utcnow()
             session.add(row)
+            self._keep_version(session, org_id=org_id, name=routine.name, source=source, routine=data)
             session.commit()
             session.refresh(row)
             return row
+
+    @staticmethod
+    def _keep_version(
+        session: Session, *, org_id: str, name: str, source: str, routine: dict[str, Any]
+    ) -> str:
+        """Add this YAML to the routine's versions unless it is there already (the caller commits)."""
+        version = routine_hash(source)
+        if session.get(RoutineVersion, (org_id, name, version)) is None:
+            session.add(
+                RoutineVersion(org_id=org_id, name=name, hash=version, source=source, routine=routine)
+            )
+        return version
+
+    def list_versions(self, *, org_id: str, name: str) -> list[RoutineVersionPublic]:
+        """Every version of the organization's routine, newest first (NotFound: no such routine)."""
+        current = routine_hash(self.get_routine(org_id=org_id, name=name).source)
+        with Session(self._engine) as session:
+            rows = session.exec(
+                select(RoutineVersion)
+                .where(RoutineVersion.org_id == org_id, RoutineVersion.name == name)
+                .order_by(col(RoutineVersion.stored_at).desc())
+            ).all()
+        return [
+            RoutineVersionPublic(
+                hash=r.hash,
+                stored_at=r.stored_at,
+                yaml_bytes=len(r.source.encode()),
+                current=r.hash == current,
+            )
+            for r in rows
+        ]
 
     def get_routine(self, *, org_id: str, name: str) -> RoutineRecord:
         """The organization's routine of this name, or NotFound."""
@@ -198,7 +249,105 @@ class RunsService:
             ServiceUnavailable: Temporal is not reachable.
         """
         record: RoutineRecord = await self._db(self.get_routine, org_id=org_id, name=name)
-        request = {"routine": name, "inputs": inputs}
+        version = await self._db(self._current_version, record)
+        return await self._start(
+            org_id=org_id,
+            key_id=key_id,
+            name=name,
+            routine_version=record.version,
+            version=version,
+            inputs=inputs,
+            idempotency_key=idempotency_key,
+            request={"routine": name, "inputs": inputs},
+            pins=None,
+        )
+
+    def _current_version(self, record: RoutineRecord) -> str:
+        """The routine's current version (kept in `routine_versions` if it was not yet)."""
+        with Session(self._engine) as session:
+            version = self._keep_version(
+                session, org_id=record.org_id, name=record.name, source=record.source, routine=record.routine
+            )
+            session.commit()
+        return version
+
+    async def rerun(
+        self, *, org_id: str, key_id: str, run_id: str, from_step: str | None, idempotency_key: str | None
+    ) -> tuple[RunRecord, bool]:
+        """Start a re-run of an ended run: the same routine version, inputs and pins, keeping the steps
+        before the point (api.runs.rerun) and running the point and what follows it.
+
+        Raises:
+            NotFound: no such run in this organization. Conflict: it still runs, it has nothing to re-run
+                from, or its routine version is gone. InvalidRequest: `from` names no step.
+        """
+        old: RunRecord = await self._db(self._get_run, org_id, run_id)
+        if old.status not in FINAL:
+            await self._refresh(old)
+        if old.status not in FINAL:
+            raise Conflict(
+                f"Run {run_id} is still running: re-run it once it has ended (or cancel it first).",
+                field="run_id",
+                status_now=old.status,
+            )
+        version, data = await self._db(self._version_of_run, old)
+        routine = Routine.model_validate(data)
+        result = RunRoutineResult.model_validate(old.result or {})
+        point = rerun_point(routine, result, old.id, from_step)
+        return await self._start(
+            org_id=org_id,
+            key_id=key_id,
+            name=old.routine_name,
+            routine_version=old.routine_version,
+            version=version,
+            inputs=old.inputs,
+            idempotency_key=idempotency_key,
+            request={"rerun": old.id, "from": point},
+            pins=old.pins,
+            reused=kept_steps(routine, result, point),
+            rerun_of=old.id,
+            routine=routine,
+        )
+
+    def _version_of_run(self, run: RunRecord) -> tuple[str, dict[str, Any]]:
+        """The routine version a run ran, and that version's validated routine."""
+        with Session(self._engine) as session:
+            if run.routine_hash is not None:
+                kept = session.get(RoutineVersion, (run.org_id, run.routine_name, run.routine_hash))
+                if kept is not None:
+                    return kept.hash, kept.routine
+            else:  # a run from before versions were kept: its version is the current one, if unchanged
+                record = session.exec(
+                    select(RoutineRecord).where(
+                        RoutineRecord.org_id == run.org_id, RoutineRecord.name == run.routine_name
+                    )
+                ).first()
+                if record is not None and record.version == run.routine_version:
+                    return routine_hash(record.source), record.routine
+        raise Conflict(
+            f"Run {run.id} ran a version of routine {run.routine_name!r} that this api no longer has, so it "
+            "cannot be re-run: start a new run.",
+            field="run_id",
+        )
+
+    async def _start(
+        self,
+        *,
+        org_id: str,
+        key_id: str,
+        name: str,
+        routine_version: int,
+        version: str,
+        inputs: dict[str, Any],
+        idempotency_key: str | None,
+        request: dict[str, Any],
+        pins: dict[str, str] | None,
+        reused: dict[str, StepResult] | None = None,
+        rerun_of: str | None = None,
+        schedule_id: str | None = None,
+        routine: Routine | None = None,
+    ) -> tuple[RunRecord, bool]:
+        """Start a run of one routine version (the one path of run starts, re-runs and scheduled runs)."""
         if idempotency_key is not None:
             idempotency.check_key(idempotency_key)
             earlier = await self._db(self._run_by_key, org_id, idempotency_key)
@@ -208,7 +357,10 @@ class RunsService:
         else:
             run_id = new_id("run")
         await self._db(self._check_starts, org_id)
-        routine, pins = await self._db(self._pinned, record)
+        if routine is None:
+            routine = await self._db(self._routine_of_version, org_id, name, version)
+        if pins is None:
+            pins = await self._db(self._pinned, name, routine)
         try:
             resolved = resolve_inputs(routine, inputs)
             payloads.check_inputs(resolved)
@@ -224,26 +376,36 @@ class RunsService:
             org_id=org_id,
             key_id=key_id,
             routine_name=name,
-            routine_version=record.version,
+            routine_version=routine_version,
+            routine_hash=version,
+            pins=pins,
+            rerun_of=rerun_of,
+            schedule_id=schedule_id,
             workflow_id=routine_workflow_id(name, run_id),
             idempotency_key=idempotency_key,
             request_hash=idempotency.request_hash(request),
             inputs=resolved,
         )
-        await self._start_workflow(row, routine, pins)
+        await self._start_workflow(row, routine, pins, reused or {})
         stored, created = await self._db(self._insert_run, row)
         if not created:
             return _same_request(stored, request, idempotency_key or ""), False
         return stored, True
 
-    def _pinned(self, record: RoutineRecord) -> tuple[Routine, dict[str, str]]:
-        """The stored routine as it was validated (its YAML is not parsed again) and the exact pin of each
-        `uses:` as the registry resolves it now: what the run calls, whatever is published while it runs.
+    def _routine_of_version(self, org_id: str, name: str, version: str) -> Routine:
+        with Session(self._engine) as session:
+            kept = session.get(RoutineVersion, (org_id, name, version))
+        if kept is None:
+            raise NotFound(f"Your organization has no routine named {name[:100]!r}.", field="name")
+        return Routine.model_validate(kept.routine)
+
+    def _pinned(self, name: str, routine: Routine) -> dict[str, str]:
+        """The exact pin of each `uses:` as the registry resolves it now: what the run calls, whatever is
+        published while it runs (a re-run calls the pins of the run it re-runs).
 
         Raises:
             InvalidRequest: a `uses:` no longer resolves (its pack, version or action is gone).
         """
-        routine = Routine.model_validate(record.routine)
         pins: dict[str, str] = {}
         with Session(self._engine) as session:
             for step in routine.steps:
@@ -253,11 +415,11 @@ class RunsService:
                     resolved, _ = registry.resolve(session, ref=parse_ref(step.uses))
                 except ResolveError as exc:
                     raise InvalidRequest(
-                        f"Routine {record.name!r}, step {step.id!r}: uses: cannot resolve {step.uses}: {exc}",
+                        f"Routine {name!r}, step {step.id!r}: uses: cannot resolve {step.uses}: {exc}",
                         field="yaml",
                     ) from None
                 pins[step.uses] = resolved.pin
-        return routine, pins
+        return pins
 
     def _check_starts(self, org_id: str) -> None:
         """Refuse a start past the organization's `run_starts_per_minute` (429 rate_limited, Retry-After)."""
@@ -300,7 +462,9 @@ class RunsService:
                 details={"limit": limit},
             )
 
-    async def _start_workflow(self, row: RunRecord, routine: Routine, pins: dict[str, str]) -> None:
+    async def _start_workflow(
+        self, row: RunRecord, routine: Routine, pins: dict[str, str], reused: dict[str, StepResult]
+    ) -> None:
         client = await self.client()
         await self._check_running(client, row.org_id)
         lasts = timedelta(seconds=self._settings.run_timeout_s)
@@ -313,6 +477,7 @@ class RunsService:
             run_id=row.id,
             pins=pins,
             grant=grant,
+            reused=reused,
         )
         started = False
         try:
@@ -329,9 +494,7 @@ class RunsService:
                 run_input,
                 id=row.workflow_id,
                 task_queue=self._settings.temporal_task_queue,
-                search_attributes=TypedSearchAttributes(
-                    [SearchAttributePair(_ROUTINE, row.routine_name), SearchAttributePair(_ORG, row.org_id)]
-                ),
+                search_attributes=TypedSearchAttributes(_search_attributes(row)),
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
                 execution_timeout=lasts,
@@ -553,6 +716,15 @@ def _legacy_hash(value: Any) -> str:
     )
 
 
+def _search_attributes(row: RunRecord) -> list[SearchAttributePair[str]]:
+    pairs = [SearchAttributePair(_ROUTINE, row.routine_name), SearchAttributePair(_ORG, row.org_id)]
+    if row.rerun_of:
+        pairs.append(SearchAttributePair(_RERUN_OF, row.rerun_of))
+    if row.schedule_id:
+        pairs.append(SearchAttributePair(_SCHEDULE, row.schedule_id))
+    return pairs
+
+
 def _public(row: RunRecord) -> RunPublic:
     result = RunRoutineResult.model_validate(row.result or {})
     steps: dict[str, StepResult] = dict(result.steps)
@@ -560,6 +732,9 @@ def _public(row: RunRecord) -> RunPublic:
         run_id=row.id,
         routine=row.routine_name,
         routine_version=row.routine_version,
+        routine_hash=row.routine_hash,
+        rerun_of=row.rerun_of,
+        schedule_id=row.schedule_id,
         workflow_id=row.workflow_id,
         status=row.status,
         inputs=row.inputs,

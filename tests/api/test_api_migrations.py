@@ -49,7 +49,7 @@ from api.models import (
     Publisher,
     SigningKey,
 )
-from api.runs.tables import RoutineRecord, RunGrant, RunRecord
+from api.runs.tables import RoutineRecord, RoutineSchedule, RoutineVersion, RunGrant, RunRecord
 from cli.main import main
 
 T = dt.datetime(2025, 3, 4, 5, 6, 7, tzinfo=dt.UTC)
@@ -130,8 +130,18 @@ ROWS: dict[str, dict[str, Any]] = {
         "workflow_id": "routine-hello-run_1", "created_at": T, "expires_at": T + dt.timedelta(days=1),
         "cancelled_at": None, "ended_at": T + dt.timedelta(seconds=2),
     },
+    "routine_versions": {
+        "org_id": "org_1", "name": "hello", "hash": "sha256:" + "a" * 64,
+        "source": "name: hello\nsteps: []\n", "routine": {"name": "hello", "steps": []}, "stored_at": T,
+    },
+    "routine_schedules": {
+        "id": "sch_1", "org_id": "org_1", "routine_name": "hello", "key_id": "key_1", "cron": "0 7 * * 1-5",
+        "timezone": "Europe/Paris", "inputs": {"who": "world"}, "overlap": "buffer_one", "declared": True,
+        "paused": False, "grant_hash": "9" * 64, "created_at": T,
+    },
 }
-AFTER_BASELINE = {"node_credentials", "run_grants"}  # tables of later revisions
+# tables of later revisions
+AFTER_BASELINE = {"node_credentials", "run_grants", "routine_versions", "routine_schedules"}
 
 MODELS: dict[str, type[SQLModel]] = {
     "organizations": Organization, "api_keys": ApiKey, "publishers": Publisher, "signing_keys": SigningKey,
@@ -139,6 +149,7 @@ MODELS: dict[str, type[SQLModel]] = {
     "tool_calls": ToolCall, "meter_events": MeterEvent, "idempotency_records": IdempotencyRecord,
     "routines": RoutineRecord, "routine_runs": RunRecord, "call_cancels": CallCancel,
     "connections": ConnectionRecord, "run_grants": RunGrant, "node_credentials": NodeCredential,
+    "routine_versions": RoutineVersion, "routine_schedules": RoutineSchedule,
 }
 # fmt: on
 
@@ -230,6 +241,20 @@ def test_rows_at_the_baseline_survive_the_upgrade_to_head(engine: sa.Engine) -> 
     assert names == set(ROWS) - AFTER_BASELINE
     assert migrate(engine) == head_revision()
     assert_rows_read_back(engine, names)
+
+
+def test_routines_stored_before_versions_get_their_current_version_kept(engine: sa.Engine) -> None:
+    build_baseline_database(engine)
+    insert_rows(engine)
+    migrate(engine)
+    routine = ROWS["routines"]
+    with Session(engine) as session:
+        (kept,) = session.exec(select(RoutineVersion)).all()
+    source = routine["source"]
+    assert (kept.org_id, kept.name, kept.routine) == ("org_1", "hello", routine["routine"])
+    assert kept.source == source
+    assert kept.hash == "sha256:" + hashlib.sha256(source.encode()).hexdigest()
+    assert kept.stored_at == routine["updated_at"]
 
 
 def test_a_database_of_the_old_migrations_is_stamped_at_the_baseline_and_keeps_working(

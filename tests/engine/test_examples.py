@@ -16,7 +16,6 @@ from typing import Any
 
 import jsonschema
 import pytest
-import yaml
 from standin import PACKS, REPO, call_action
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
@@ -24,6 +23,7 @@ from temporalio.worker import Worker
 from engine.runs import RunRoutineInput, RunRoutineResult, routine_workflow_id
 from engine.validate import load_routine_file, resolve_inputs
 from engine.workflow import RoutineWorkflow
+from engine.yaml_positions import compose
 
 EXAMPLES = sorted((REPO / "examples" / "routines").glob("*.yaml"))
 MODELINE = "# yaml-language-server: $schema=../../docs/routine.schema.json"
@@ -46,7 +46,8 @@ def test_example_validates_against_the_example_packs(path: Path) -> None:
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
 def test_example_fits_the_committed_json_schema(path: Path) -> None:
     schema = json.loads((REPO / "docs" / "routine.schema.json").read_text())
-    jsonschema.Draft202012Validator(schema).validate(yaml.safe_load(path.read_text()))
+    # read as b3os and editors read it (YAML 1.2: `on:` is a key, where YAML 1.1 would read True)
+    jsonschema.Draft202012Validator(schema).validate(compose(path.read_text()).value)
 
 
 @pytest.fixture
@@ -138,3 +139,19 @@ async def test_resilient_goes_on_after_the_failing_step(run_example: RunExample)
         "tool_error",
         "upstream_down",
     )
+
+
+async def test_morning_report_declares_its_schedules_and_runs_with_a_schedules_inputs(
+    run_example: RunExample,
+) -> None:
+    path = REPO / "examples" / "routines" / "morning-report.yaml"
+    routine = load_routine_file(path, PACKS)
+    assert routine.on is not None
+    friday = routine.on.schedule[1]
+    assert [(s.cron, s.timezone, s.overlap) for s in routine.on.schedule] == [
+        ("0 7 * * 1-5", "Europe/Paris", "skip"),
+        ("30 16 * * FRI", "Europe/Paris", "buffer_one"),
+    ]
+    steps, outputs = await run_example(path, friday.inputs)
+    assert steps["summary"]["status"] == "succeeded"
+    assert outputs == {"greeting": "good morning everyone", "summary": "succeeded"}

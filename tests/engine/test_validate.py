@@ -87,7 +87,7 @@ def test_unknown_fields_are_named_with_their_line() -> None:
         """)
     assert found == [
         "2:1: unknown field 'colour'; the fields of a routine are name, description, inputs, max-parallel, "
-        "steps, outputs",
+        "steps, outputs, on",
         "7:5: step 'a': unknown field 'retries'; the fields of a step are id, uses, with, needs, if, "
         "timeout, retry, "
         "continue-on-error, foreach, name",
@@ -574,3 +574,49 @@ def test_an_input_pattern_that_cannot_run_in_linear_time_is_refused_and_redos_pa
     with pytest.raises(RoutineInputError) as err:  # catastrophic backtracking in Python's re: not here
         resolve_inputs(routine, {"s": "a" * 5000 + "!"})
     assert "does not match '^(a+)+$'" in str(err.value)
+
+
+def test_schedules_with_a_bad_cron_timezone_or_inputs_are_named_with_their_line() -> None:
+    found = problems(f"""
+        name: x
+        inputs:
+          who: {{type: string}}
+        on:
+          schedule:
+            - cron: "0 7 * *"
+              inputs: {{who: ann}}
+            - cron: "0 7 * * MON-FRY"
+              timezone: Europe/Nowhere
+              inputs: {{who: 5}}
+            - cron: "*/15 8-18 * JAN,FEB 1-5"
+              timezone: Europe/Paris
+              inputs: {{who: bo}}
+              overlap: allow_all
+        steps:
+          - id: a
+            uses: {ECHO}
+            with: {{text: hi}}
+        """)
+    assert found == [
+        "6:13: on.schedule[0].cron '0 7 * *' has 4 field(s); it needs 5: minute hour day-of-month month "
+        "day-of-week, such as '0 7 * * 1-5'",
+        "8:13: on.schedule[1].cron '0 7 * * MON-FRY': the day of week field 'MON-FRY' names 'FRY', which is "
+        "not a number nor one of SUN, MON, TUE, WED, THU, FRI, SAT",
+        "9:17: on.schedule[1].timezone 'Europe/Nowhere' is not an IANA timezone name such as 'Europe/Paris' "
+        "or 'UTC'",
+        "10:15: on.schedule[1].inputs: input 'who': 5 is not of type 'string'",
+    ]
+    overlap = problems(f"""
+        name: x
+        on:
+          schedule:
+            - cron: "0 7 * * *"
+              overlap: never
+        steps:
+          - id: a
+            uses: {ECHO}
+            with: {{text: hi}}
+        """)
+    assert overlap == [
+        "5:16: on.schedule.0.overlap: input should be 'skip', 'buffer_one' or 'allow_all', got 'never'"
+    ]

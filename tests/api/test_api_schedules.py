@@ -1,0 +1,232 @@
+"""Schedules on the real stack (tests/realstack.py): Temporal Schedules created, listed, triggered (an
+ordinary run, started by the api for the schedule's grant), paused, deleted; a routine file's `on:
+schedule` applied when it is stored; refusals that name the field; organizations fenced."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from realstack import FREE_ECHO, RUNNER_SCOPES, RoutineStack
+
+from engine.ticks import temporal_schedule_id
+
+GREET = f"""\
+name: greet
+inputs:
+  who: {{type: string}}
+steps:
+  - id: say
+    uses: {FREE_ECHO}
+    with: {{text: "hello ${{{{ inputs.who }}}}"}}
+outputs:
+  text: ${{{{ steps.say.output.text }}}}
+"""
+
+DECLARED = GREET.replace(
+    "steps:\n",
+    'on:\n  schedule:\n    - cron: "0 7 * * 1-5"\n      timezone: Europe/Paris\n      inputs: {who: team}\n'
+    '    - cron: "*/30 * * * *"\n      inputs: {who: ops}\n      overlap: buffer_one\nsteps:\n',
+)
+
+
+def _call(
+    stack: RoutineStack, method: str, path: str, headers: dict[str, str], body: Any = None
+) -> httpx.Response:
+    return httpx.request(method, f"{stack.url}{path}", headers=headers, json=body, timeout=30)
+
+
+def temporal_schedules(stack: RoutineStack) -> str:
+    """`temporal schedule list` of the stack's Temporal, as an operator runs it."""
+    binary = shutil.which("temporal") or str(Path(sys.executable).parent / "temporal")
+    done = subprocess.run(
+        [binary, "schedule", "list", "--address", stack.temporal, "--namespace", stack.namespace],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={k: v for k, v in os.environ.items() if not k.startswith("TEMPORAL_")},
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+async def _runs_of(
+    stack: RoutineStack, headers: dict[str, str], routine: str, count: int
+) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + 60
+    while True:
+        runs: list[dict[str, Any]] = _call(stack, "GET", f"/v1/runs?routine={routine}", headers).json()[
+            "runs"
+        ]
+        if len(runs) >= count:
+            return runs
+        assert time.monotonic() < deadline, f"no scheduled run of {routine} started"
+        await asyncio.sleep(0.2)
+
+
+async def _ended_ticks(stack: RoutineStack, sid: str, count: int) -> list[Any]:
+    query = (
+        f"B3osSchedule = '{sid}' AND WorkflowType = 'routine-schedule-tick' AND ExecutionStatus = 'Completed'"
+    )
+    deadline = time.monotonic() + 60
+    while True:
+        found = [w async for w in stack.temporal_client.list_workflows(query)]
+        if len(found) >= count:
+            return found
+        assert time.monotonic() < deadline, f"no tick of {sid} ended"
+        await asyncio.sleep(0.2)
+
+
+async def test_a_schedule_is_created_listed_triggered_paused_and_deleted(routine_stack: RoutineStack) -> None:
+    org = routine_stack.runner()
+    assert (await routine_stack.store(org, GREET)).status_code == 201
+    body = {"cron": "0 7 * * 1-5", "timezone": "Europe/Paris", "inputs": {"who": "ann"}}
+    made = _call(routine_stack, "POST", "/v1/routines/greet/schedules", org.headers, body)
+    assert made.status_code == 201, made.text
+    schedule = made.json()
+    sid = schedule["id"]
+    assert (schedule["cron"], schedule["timezone"], schedule["overlap"], schedule["paused"]) == (
+        "0 7 * * 1-5",
+        "Europe/Paris",
+        "skip",
+        False,
+    )
+    assert schedule["temporal_schedule_id"] == temporal_schedule_id(sid) and schedule["next_runs"]
+    listed = _call(routine_stack, "GET", "/v1/routines/greet/schedules", org.headers).json()["schedules"]
+    assert [s["id"] for s in listed] == [sid]
+    assert temporal_schedule_id(sid) in temporal_schedules(routine_stack)
+
+    triggered = _call(routine_stack, "POST", f"/v1/routines/greet/schedules/{sid}/trigger", org.headers)
+    assert triggered.status_code == 202, triggered.text
+    (summary,) = await _runs_of(routine_stack, org.headers, "greet", 1)
+    run = await routine_stack.final(org, summary["run_id"])
+    assert run["status"] == "succeeded" and run["outputs"] == {"text": "hello ann"}
+    assert run["schedule_id"] == sid and run["inputs"] == {"who": "ann"}
+    assert {c.key_id for c in routine_stack.calls_of(org)} == {org.key_id}  # an ordinary run of that key
+
+    # the tick ends once its run has ended (so overlap policies apply to runs); a schedule's workflow ids
+    # are its id and the second it fired, so two triggers need distinct seconds
+    ticks = await _ended_ticks(routine_stack, sid, 1)
+    assert ticks[0].id.startswith(f"routine-tick-{sid}-")
+
+    paused = _call(routine_stack, "POST", f"/v1/routines/greet/schedules/{sid}/pause", org.headers)
+    assert paused.status_code == 200 and paused.json()["paused"] is True
+    handle = routine_stack.temporal_client.get_schedule_handle(temporal_schedule_id(sid))
+    assert (await handle.describe()).schedule.state.paused is True
+    assert (
+        _call(routine_stack, "POST", f"/v1/routines/greet/schedules/{sid}/trigger", org.headers).status_code
+        == 202
+    )
+    second = (await _runs_of(routine_stack, org.headers, "greet", 2))[0]  # a trigger runs even while paused
+    assert (await routine_stack.final(org, second["run_id"]))["schedule_id"] == sid
+    unpaused = _call(routine_stack, "POST", f"/v1/routines/greet/schedules/{sid}/unpause", org.headers)
+    assert unpaused.json()["paused"] is False
+
+    other = routine_stack.org(scopes=RUNNER_SCOPES)
+    for method, path in (
+        ("GET", "/v1/routines/greet/schedules"),
+        ("POST", f"/v1/routines/greet/schedules/{sid}/trigger"),
+        ("DELETE", f"/v1/routines/greet/schedules/{sid}"),
+    ):
+        assert _call(routine_stack, method, path, other.headers).status_code == 404, path
+
+    deleted = _call(routine_stack, "DELETE", f"/v1/routines/greet/schedules/{sid}", org.headers)
+    assert deleted.status_code == 204, deleted.text
+    assert _call(routine_stack, "GET", "/v1/routines/greet/schedules", org.headers).json()["schedules"] == []
+    assert temporal_schedule_id(sid) not in temporal_schedules(routine_stack)
+    again = _call(routine_stack, "DELETE", f"/v1/routines/greet/schedules/{sid}", org.headers)
+    assert again.status_code == 404
+
+
+async def test_schedules_that_do_not_fit_are_refused_naming_the_field(routine_stack: RoutineStack) -> None:
+    org = routine_stack.runner()
+    assert (await routine_stack.store(org, GREET)).status_code == 201
+    cases = [
+        ({"cron": "0 7 * *", "inputs": {"who": "a"}}, "cron", "cron '0 7 * *' has 4 field(s); it needs 5"),
+        (
+            {"cron": "61 * * * *", "inputs": {"who": "a"}},
+            "cron",
+            "the minute field '61' has 61, outside 0-59",
+        ),
+        (
+            {"cron": "0 7 * * *", "timezone": "Mars/Olympus", "inputs": {"who": "a"}},
+            "timezone",
+            "timezone 'Mars/Olympus' is not an IANA timezone",
+        ),
+        ({"cron": "0 7 * * *", "inputs": {"who": "a"}, "overlap": "never"}, "overlap", "overlap"),
+        ({"cron": "0 7 * * *"}, "inputs", "input 'who' is required"),
+    ]
+    for body, field, sentence in cases:
+        answer = _call(routine_stack, "POST", "/v1/routines/greet/schedules", org.headers, body)
+        assert answer.status_code == 400, answer.text
+        error = answer.json()["error"]
+        assert error["field"] == field and sentence in error["message"], error
+    assert _call(routine_stack, "GET", "/v1/routines/greet/schedules", org.headers).json()["schedules"] == []
+    missing = _call(routine_stack, "POST", "/v1/routines/nope/schedules", org.headers, {"cron": "0 7 * * *"})
+    assert missing.status_code == 404
+
+
+async def test_on_schedule_is_applied_when_the_routine_is_stored(routine_stack: RoutineStack) -> None:
+    org = routine_stack.runner()
+    assert (await routine_stack.store(org, GREET)).status_code == 201
+    mine = _call(
+        routine_stack,
+        "POST",
+        "/v1/routines/greet/schedules",
+        org.headers,
+        {"cron": "0 0 1 1 *", "inputs": {"who": "me"}},
+    )
+    assert mine.status_code == 201, mine.text
+    stored = await routine_stack.store(org, DECLARED)
+    assert stored.status_code == 201, stored.text
+    listed = _call(routine_stack, "GET", "/v1/routines/greet/schedules", org.headers).json()["schedules"]
+    shown = [(s["cron"], s["timezone"], s["inputs"], s["overlap"], s["declared"]) for s in listed]
+    assert shown == [
+        ("0 0 1 1 *", "UTC", {"who": "me"}, "skip", False),
+        ("0 7 * * 1-5", "Europe/Paris", {"who": "team"}, "skip", True),
+        ("*/30 * * * *", "UTC", {"who": "ops"}, "buffer_one", True),
+    ]
+    in_temporal = temporal_schedules(routine_stack)
+    assert all(temporal_schedule_id(s["id"]) in in_temporal for s in listed)
+    stored = await routine_stack.store(
+        org,
+        DECLARED.replace(
+            '    - cron: "*/30 * * * *"\n      inputs: {who: ops}\n      overlap: buffer_one\n', ""
+        ),
+    )
+    assert stored.status_code == 201, stored.text
+    now = _call(routine_stack, "GET", "/v1/routines/greet/schedules", org.headers).json()["schedules"]
+    assert [(s["cron"], s["declared"]) for s in now] == [("0 0 1 1 *", False), ("0 7 * * 1-5", True)]
+    assert temporal_schedule_id(listed[2]["id"]) not in temporal_schedules(routine_stack)
+    bad = await routine_stack.store(org, DECLARED.replace("Europe/Paris", "Europe/Atlantis"))
+    assert bad.status_code == 400
+    assert "on.schedule[0].timezone 'Europe/Atlantis' is not an IANA timezone" in bad.text
+
+
+async def test_b3os_routine_schedule_and_schedules(routine_stack: RoutineStack) -> None:
+    org = routine_stack.runner()
+    assert (await routine_stack.store(org, GREET)).status_code == 201
+    env = {k: v for k, v in os.environ.items() if not k.startswith("B3OS_")}
+    env.update(B3OS_API_URL=routine_stack.url, B3OS_API_KEY=org.key)
+
+    def b3os(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "cli.main", *args]
+        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+
+    made = b3os(
+        "routine", "schedule", "greet", "--cron", "15 6 * * *", "--timezone", "Europe/Paris", "-i", "who=cy"
+    )
+    assert made.returncode == 0, made.stderr
+    assert made.stdout.startswith("schedule sch_") and "15 6 * * * (Europe/Paris)" in made.stdout
+    listed = b3os("routine", "schedules", "greet")
+    assert listed.returncode == 0, listed.stderr
+    assert "15 6 * * *" in listed.stdout and "active" in listed.stdout and '{"who": "cy"}' in listed.stdout
+    bad = b3os("routine", "schedule", "greet", "--cron", "15 6 * *", "-i", "who=cy")
+    assert bad.returncode == 1 and "cron '15 6 * *' has 4 field(s)" in bad.stderr
