@@ -41,6 +41,8 @@ def is_known(scope: str) -> bool:
     if scope == "*" or scope in KNOWN_SCOPES:
         return True
     return scope.endswith(":*") and any(known.startswith(scope[:-1]) for known in KNOWN_SCOPES)
+
+
 OWNER_SCOPES = ["*", TOOLS_PUBLISH]
 
 

@@ -64,10 +64,18 @@ async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
 def new_worker(temporal_env: WorkflowEnvironment) -> Callable[..., Worker]:
     """Make a worker on a random task queue: `new_worker(workflows=[...], activities=[...])`."""
 
-    def make(*, workflows: Sequence[type] = (), activities: Sequence[Callable[..., Any]] = (),
-             task_queue: str | None = None) -> Worker:
-        return Worker(temporal_env.client, task_queue=task_queue or f"test-{uuid.uuid4()}",
-                      workflows=workflows, activities=activities)
+    def make(
+        *,
+        workflows: Sequence[type] = (),
+        activities: Sequence[Callable[..., Any]] = (),
+        task_queue: str | None = None,
+    ) -> Worker:
+        return Worker(
+            temporal_env.client,
+            task_queue=task_queue or f"test-{uuid.uuid4()}",
+            workflows=workflows,
+            activities=activities,
+        )
 
     return make
 

@@ -96,9 +96,7 @@ async def cancel_call(
     state = await service.executor("http" if call.node_id == HTTP_LANE else "vm").cancel(call)
 
     def record(session: Session) -> None:
-        session.add(
-            CallCancel(call_id=call.id, org_id=caller.org_id, key_id=caller.key_id, node_state=state)
-        )
+        session.add(CallCancel(call_id=call.id, org_id=caller.org_id, key_id=caller.key_id, node_state=state))
         try:
             session.commit()
         except IntegrityError:  # cancelled twice: the first cancel is kept

@@ -75,9 +75,7 @@ def _fill(schema: Any, value: Any) -> None:
 
 def schema_errors(schema: dict[str, Any], value: Any, root: str) -> list[dict[str, str]]:
     """Every way `value` fails `schema`, as `{"path", "message"}` with paths under `root`, in path order."""
-    errors = sorted(
-        Validator(schema).iter_errors(value), key=lambda e: list(map(str, e.absolute_path))
-    )
+    errors = sorted(Validator(schema).iter_errors(value), key=lambda e: list(map(str, e.absolute_path)))
     return [{"path": _path(root, e), "message": _message(e)} for e in errors[:MAX_ERRORS]]
 
 

@@ -561,8 +561,7 @@ def test_a_default_with_an_expression_is_refused_it_is_a_literal() -> None:
 
 def test_an_input_pattern_that_cannot_run_in_linear_time_is_refused_and_redos_patterns_are_fast() -> None:
     text = (
-        "name: x\ninputs:\n  s: {type: string, pattern: '(a)\\1'}\n"
-        "steps:\n  - id: a\n    uses: a.b/c/d@1\n"
+        "name: x\ninputs:\n  s: {type: string, pattern: '(a)\\1'}\nsteps:\n  - id: a\n    uses: a.b/c/d@1\n"
     )
     assert only(text) == (
         "3:30: inputs.s: the pattern '(a)\\\\1' uses a feature that cannot be matched in linear time "

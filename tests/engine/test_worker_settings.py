@@ -16,7 +16,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_a_worker_with_an_unreadable_tls_file_stops_with_a_sentence(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("B3OS_")}
-    env.update(B3OS_TEMPORAL_TLS_CA_FILE=str(tmp_path / "missing-ca.pem"), B3OS_TEMPORAL_ADDRESS="127.0.0.1:1")
+    env.update(
+        B3OS_TEMPORAL_TLS_CA_FILE=str(tmp_path / "missing-ca.pem"), B3OS_TEMPORAL_ADDRESS="127.0.0.1:1"
+    )
     done = subprocess.run(
         [sys.executable, "-m", "engine.worker"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
     )

@@ -50,8 +50,9 @@ def test_put_run_and_wait_tell_each_step_as_it_finishes(stack: RoutineStack) -> 
         stored = b3os.routines.get("sdk-greet")
         assert stored["version"] == 2 and "who" in stored["inputs"]
         started = b3os.routines.run("sdk-greet", {"who": "ann"}, idempotency_key="greet-ann")
-        assert b3os.routines.run("sdk-greet", {"who": "ann"}, idempotency_key="greet-ann")["run_id"] == (
-            started["run_id"]
+        assert (
+            b3os.routines.run("sdk-greet", {"who": "ann"}, idempotency_key="greet-ann")["run_id"]
+            == (started["run_id"])
         )  # the same key: the same run
         run = b3os.runs.wait(
             started["run_id"],

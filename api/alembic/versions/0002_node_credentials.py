@@ -1,4 +1,4 @@
-"""Node credentials: one per node id, issued by an operator command, revocable (issue 12, item 2).
+"""Node credentials: one per node id, issued by an operator command, revocable.
 
 Frozen: the table is written out here, never read from the models.
 

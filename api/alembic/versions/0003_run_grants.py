@@ -1,4 +1,4 @@
-"""Run grants: what lets a routine run's steps call actions, minted when the api starts the run (issue 12, item 1).
+"""Run grants: what lets a routine run's steps call actions, minted when the api starts the run.
 
 Adds `run_grants` (api.runs.tables.RunGrant): the sha256 of each run's grant, the run, organization,
 key and workflow it is bound to, its expiry, and when the run was cancelled or seen to end. Runs
