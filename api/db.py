@@ -1,14 +1,18 @@
 """Database engines and sessions. Nothing is built at import time.
 
-SQLite (the default) runs in WAL mode with a busy timeout, foreign keys on, and every transaction
-begun with `BEGIN IMMEDIATE`, so concurrent writers queue instead of failing with "database is
-locked" when a read turns into a write. The price: on SQLite an open transaction holds the write
-lock, so end transactions (commit or close the session) before any slow wait. PostgreSQL goes
+SQLite (the default) runs in WAL mode with `synchronous=NORMAL` (a commit is durable once the WAL is
+synced at a checkpoint: a power cut may lose the last commits, never consistency), a busy timeout,
+foreign keys on, and every transaction begun with `BEGIN IMMEDIATE`, so concurrent writers queue
+instead of failing with "database is locked" when a read turns into a write. The price: on SQLite an
+open transaction holds the write lock, so end transactions (commit or close the session) before any
+slow wait. A session that only reads (`read_session`) begins a deferred transaction instead and
+never waits for, nor holds, the write lock. PostgreSQL goes
 through psycopg 3 (`postgresql+psycopg://`).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,12 +57,29 @@ def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
     # busy_timeout first: switching a new file to WAL takes a lock another starter may hold at that moment
     cursor.execute("PRAGMA busy_timeout=30000")
     cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.close()
 
 
+_READS_ONLY = "b3os_reads_only"
+
+
 def _sqlite_begin(connection: Any) -> None:
-    connection.exec_driver_sql("BEGIN IMMEDIATE")
+    reads_only = connection.get_execution_options().get(_READS_ONLY, False)
+    connection.exec_driver_sql("BEGIN" if reads_only else "BEGIN IMMEDIATE")
+
+
+@functools.lru_cache(maxsize=32)
+def _reader(engine: Engine) -> Engine:
+    return engine.execution_options(**{_READS_ONLY: True})
+
+
+def read_session(engine: Engine) -> Session:
+    """A session for reads only: on SQLite its transactions begin deferred, so they neither wait for nor
+    hold the write lock. Keep writes out of it (a write would have to upgrade the lock mid-transaction,
+    which is what `BEGIN IMMEDIATE` exists to avoid)."""
+    return Session(_reader(engine), expire_on_commit=False)
 
 
 def engine_from_settings(settings: Settings) -> Engine:

@@ -34,6 +34,7 @@ from api.calls.executor import HTTP_LANE, Execution, Executor, Prepared
 from api.calls.inputs import check_input
 from api.calls.settings import CallSettings
 from api.calls.tables import ToolCall
+from api.db import read_session
 from api.models import utcnow
 from packs.resolve import Resolved, ResolveError
 
@@ -42,12 +43,16 @@ MAINTENANCE_S = 600.0
 
 @dataclass(frozen=True)
 class Caller:
-    """Who calls: the key the call is metered under, and the surface it came through."""
+    """Who calls: the key the call is metered under, and the surface it came through.
+
+    `run_key` is set for a routine step's call (api.runs.grants): the one Idempotency-Key it may use.
+    """
 
     org_id: str
     key_id: str
     spend_cap_microusd: int | None = None
     surface: str = "http"
+    run_key: str | None = None
 
 
 @dataclass
@@ -161,9 +166,12 @@ class CallService:
             )
         return self._client
 
-    async def _db(self, fn: Callable[[Session], Any]) -> Any:
+    async def _db(self, fn: Callable[[Session], Any], *, reads_only: bool = False) -> Any:
         def run() -> Any:
-            with Session(self.engine, expire_on_commit=False) as session:
+            session = (
+                read_session(self.engine) if reads_only else Session(self.engine, expire_on_commit=False)
+            )
+            with session:
                 return fn(session)
 
         return await anyio.to_thread.run_sync(run)
@@ -285,7 +293,7 @@ class CallService:
                 raise RefNotFound(f"{ref}: {exc}", details={"ref": str(ref)}) from None
             return resolved, row.manifest
 
-        resolved, raw = await self._db(find)
+        resolved, raw = await self._db(find, reads_only=True)
         checked = check_input(resolved.action.input_schema, request.input)
         price = action_price_microusd(raw, registry.find_action(raw, ref.action) or {})
         prepared = Prepared(
