@@ -84,6 +84,7 @@ def _principal_for(request: Request, token: str) -> Principal:
             limiter.failed(address)
             raise Unauthorized("This API key was revoked.")
         limiter.succeeded(token)
+        request.state.api_key = key  # the call surfaces read it again (api.calls.auth): no second lookup
         org = session.get(Organization, key.org_id)
         return Principal(
             key_id=key.id,

@@ -12,9 +12,9 @@ from __future__ import annotations
 import hmac
 
 from fastapi import Request
-from sqlmodel import Session
 
 from api.calls.service import Caller
+from api.db import read_session
 from api.deps import bearer_token, current_principal
 from api.errors import Forbidden, Unauthorized
 from api.models import ApiKey
@@ -41,8 +41,10 @@ def caller_for(request: Request, *, surface: str) -> Caller:
     )
     if worker and not key_id:
         raise Unauthorized(f"The worker token calls on behalf of a key: send {ON_BEHALF_OF}: <api key id>.")
-    with Session(request.app.state.engine) as session:
-        key = session.get(ApiKey, key_id)
+    key: ApiKey | None = None if worker else getattr(request.state, "api_key", None)
+    if key is None:
+        with read_session(request.app.state.engine) as session:
+            key = session.get(ApiKey, key_id)
     if key is None:
         raise Unauthorized(f"{ON_BEHALF_OF} names no API key ({key_id[:60]}).")
     if key.revoked_at is not None:

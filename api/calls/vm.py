@@ -74,7 +74,7 @@ class VmExecutor:
                 )
             return nodes
 
-        nodes: list[Node] = await self._service._db(find)
+        nodes: list[Node] = await self._service._db(find, reads_only=True)
         return replace(prepared, nodes=nodes)
 
     async def cancel(self, call: ToolCall) -> str:
