@@ -10,8 +10,8 @@ A routine step's call (surface `routine`) that finds no free slot (429 concurren
 node_busy) waits in the api for one, up to `routine_admission_wait_s`, before that answer: the worker
 would only wait out a Retry-After of whole seconds, where a slot of a short call frees in
 milliseconds. Admission stays one transaction each time; a call that ends in this process wakes the
-oldest waiters at once, and each waiter also tries again on its own every `ADMISSION_POLL_S` (a slot
-freed by another api process). Calls over HTTP and MCP are answered at once.
+oldest waiters at once, and each waiter also tries again on its own about every `ADMISSION_POLL_S` (a
+slot freed by another api process). Calls over HTTP and MCP are answered at once.
 
 A call that was admitted is finished and recorded even if the client stopped waiting: the work
 runs in its own task, shielded from the request's cancellation. To stop it, cancel it
@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import datetime as dt
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -55,8 +56,9 @@ from api.models import utcnow
 from packs.resolve import Resolved, ResolveError
 
 MAINTENANCE_S = 600.0
-ADMISSION_POLL_S = 0.1
-"""How often a waiting routine call tries admission again without a wake-up (slots freed elsewhere)."""
+ADMISSION_POLL_S = 0.5
+"""About how often a waiting routine call tries admission again without a wake-up (a slot freed by
+another api process); seldom, since each try is a write transaction (on SQLite, the write lock)."""
 WAKE_PER_FINISH = 2
 """Waiting calls woken when a call of this process ends (its slot may suit only one of them)."""
 
@@ -287,7 +289,8 @@ class CallService:
             waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._waiting.append(waiter)
             try:
-                await asyncio.wait_for(asyncio.shield(waiter), timeout=min(left, ADMISSION_POLL_S))
+                poll_s = ADMISSION_POLL_S * (0.5 + random.random())  # waiters spread, not in step
+                await asyncio.wait_for(asyncio.shield(waiter), timeout=min(left, poll_s))
             except TimeoutError:
                 pass
             finally:
