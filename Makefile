@@ -39,7 +39,7 @@ typecheck: setup
 	$(BIN)/mypy .
 
 bench: setup
-	$(BIN)/python -m bench
+	$(BIN)/python -m bench goals
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,15 +1,21 @@
 """Database engines and sessions. Nothing is built at import time.
 
-SQLite (the default) runs in WAL mode with a busy timeout, foreign keys on, and every transaction
-begun with `BEGIN IMMEDIATE`, so concurrent writers queue instead of failing with "database is
-locked" when a read turns into a write. The price: on SQLite an open transaction holds the write
-lock, so end transactions (commit or close the session) before any slow wait. PostgreSQL goes
+SQLite (the default) runs in WAL mode with `synchronous=NORMAL` (a commit is durable once the WAL is
+synced at a checkpoint: a power cut may lose the last commits, never consistency), a busy timeout,
+foreign keys on, and every transaction begun with `BEGIN IMMEDIATE`, so concurrent writers queue
+instead of failing with "database is locked" when a read turns into a write; within a process they
+queue in order (`_WriterGate`) before they ask SQLite. The price: on SQLite an
+open transaction holds the write lock, so end transactions (commit or close the session) before any
+slow wait. A session that only reads (`read_session`) begins a deferred transaction instead and
+never waits for, nor holds, the write lock. PostgreSQL goes
 through psycopg 3 (`postgresql+psycopg://`).
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,8 +37,11 @@ def make_engine(url: str) -> Engine:
     if parsed.database and parsed.database != ":memory:":
         _private_file(Path(parsed.database))
     engine = create_engine(parsed, connect_args={"check_same_thread": False, "timeout": 30})
+    gate = _WriterGate()
     event.listen(engine, "connect", _sqlite_connect)
-    event.listen(engine, "begin", _sqlite_begin)
+    event.listen(engine, "begin", gate.begin)
+    event.listen(engine, "commit", gate.end)
+    event.listen(engine, "rollback", gate.end)
     return engine
 
 
@@ -53,12 +62,64 @@ def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
     # busy_timeout first: switching a new file to WAL takes a lock another starter may hold at that moment
     cursor.execute("PRAGMA busy_timeout=30000")
     cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.close()
 
 
-def _sqlite_begin(connection: Any) -> None:
-    connection.exec_driver_sql("BEGIN IMMEDIATE")
+_READS_ONLY = "b3os_reads_only"
+
+
+GATE_WAIT_S = 30.0
+"""How long a writer waits for its turn in the process before it asks SQLite anyway (its busy timeout)."""
+
+
+class _WriterGate:
+    """One write transaction at a time per engine in this process, in arrival order.
+
+    SQLite lets one writer in at a time anyway; without the gate every thread of the process would wait in
+    SQLite's busy handler, which sleeps and polls (up to 100 ms between tries, first come not first
+    served), while the writer that holds the lock waits for the GIL behind them. Queued here, a writer
+    gets the lock as soon as the previous one commits, and only one thread of each process polls SQLite
+    against the other processes. Read-only transactions (`read_session`) never pass the gate.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._holder: Any = None
+
+    def begin(self, connection: Any) -> None:
+        reads_only = connection.get_execution_options().get(_READS_ONLY, False)
+        if reads_only:
+            connection.exec_driver_sql("BEGIN")
+            return
+        if self._lock.acquire(timeout=GATE_WAIT_S):
+            self._holder = connection
+        try:
+            connection.exec_driver_sql("BEGIN IMMEDIATE")
+        except BaseException:
+            self._release(connection)
+            raise
+
+    def end(self, connection: Any) -> None:
+        self._release(connection)
+
+    def _release(self, connection: Any) -> None:
+        if self._holder is connection:  # a read-only one, or one let in after a timeout, holds nothing
+            self._holder = None
+            self._lock.release()
+
+
+@functools.lru_cache(maxsize=32)
+def _reader(engine: Engine) -> Engine:
+    return engine.execution_options(**{_READS_ONLY: True})
+
+
+def read_session(engine: Engine) -> Session:
+    """A session for reads only: on SQLite its transactions begin deferred, so they neither wait for nor
+    hold the write lock. Keep writes out of it (a write would have to upgrade the lock mid-transaction,
+    which is what `BEGIN IMMEDIATE` exists to avoid)."""
+    return Session(_reader(engine), expire_on_commit=False)
 
 
 def engine_from_settings(settings: Settings) -> Engine:

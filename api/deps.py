@@ -17,7 +17,7 @@ from sqlmodel import Session
 from api.accounts import find_key
 from api.authlimit import AuthLimiter
 from api.config import Settings, get_settings
-from api.db import get_session
+from api.db import get_session, read_session
 from api.errors import Forbidden, Unauthorized
 from api.models import Organization
 from api.node_credentials import find_credential
@@ -78,7 +78,7 @@ def _principal_for(request: Request, token: str) -> Principal:
     limiter.check(address, token)
     # A session of its own, closed at once: the request's session must not hold a transaction
     # (on SQLite, a write lock) for the whole request just because the key was looked up.
-    with Session(request.app.state.engine) as session:
+    with read_session(request.app.state.engine) as session:
         key = find_key(session, secret=token)
         if key is None:
             limiter.failed(address)
@@ -87,6 +87,7 @@ def _principal_for(request: Request, token: str) -> Principal:
             limiter.failed(address)
             raise Unauthorized("This API key was revoked.")
         limiter.succeeded(token)
+        request.state.api_key = key  # the call surfaces read it again (api.calls.auth): no second lookup
         org = session.get(Organization, key.org_id)
         return Principal(
             key_id=key.id,

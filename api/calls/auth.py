@@ -15,9 +15,9 @@ from __future__ import annotations
 import hmac
 
 from fastapi import Request
-from sqlmodel import Session
 
 from api.calls.service import Caller
+from api.db import read_session
 from api.deps import bearer_token, current_principal
 from api.errors import Forbidden, Unauthorized
 from api.models import ApiKey
@@ -46,8 +46,11 @@ def caller_for(request: Request, *, surface: str, cancelling: bool = False) -> C
     """
     token = bearer_token(request)
     if not _is_worker_token(request.app.state.settings.worker_token, token):
-        with Session(request.app.state.engine) as session:
-            key = session.get(ApiKey, current_principal(request).key_id)
+        key_id = current_principal(request).key_id
+        key: ApiKey | None = getattr(request.state, "api_key", None)  # the row the key was found by
+        if key is None:
+            with read_session(request.app.state.engine) as session:
+                key = session.get(ApiKey, key_id)
         return _caller(key, surface=surface, run_key=None)
     if surface != "http":
         raise Forbidden("The worker token calls only over POST /v1/actions/call, for a routine run's step.")
@@ -58,7 +61,7 @@ def caller_for(request: Request, *, surface: str, cancelling: bool = False) -> C
             f"({grants.GRANT_HEADER}), which the api gives a run when it starts it; start runs with "
             "POST /v1/routines/{name}/runs."
         )
-    with Session(request.app.state.engine) as session:
+    with read_session(request.app.state.engine) as session:
         grant, key = grants.lookup(session, secret)
     run_key = grants.check(
         grant,

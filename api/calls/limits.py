@@ -13,7 +13,11 @@ A running row is a lease: it holds its slots until `lease_expires_at` (the call'
 grace period), so a call whose api process died frees them by itself.
 
 Retry-After is computed from the state that refused the call:
-- concurrency_limited and node_busy: when the soonest running call must have ended (its deadline);
+- concurrency_limited and node_busy: when the soonest running call is expected to end: its start plus
+  the 90th percentile time of the last `TYPICAL_OF` finished calls of the same action version, never
+  past its deadline (the deadline when that action has not finished a call yet, or when the call
+  already runs longer than that: it may hang, or its api process died), so a caller waits about as long
+  as a slot takes to free, not the worst case;
 - rate_limited: when the oldest start of the 60 s window leaves it;
 - quota_exceeded: when the month ends (UTC), or, when only running calls' reservations tip the
   balance, when the soonest of them must have ended.
@@ -34,10 +38,12 @@ from api.calls.earnings import add_months
 from api.calls.errors import ConcurrencyLimited, QuotaExceeded, RateLimited, ToolUnavailable
 from api.calls.executor import HTTP_LANE
 from api.calls.settings import CallSettings
-from api.calls.tables import LOST, RUNNING, ToolCall
+from api.calls.tables import DONE, LOST, RUNNING, ToolCall
 from api.models import Node
 
 WINDOW = dt.timedelta(seconds=60)
+TYPICAL_OF = 20
+"""Finished calls of an action version whose times predict when its running calls end."""
 
 
 @dataclass(frozen=True)
@@ -82,7 +88,44 @@ def _running(session: Session, now: dt.datetime, *where: Any) -> list[ToolCall]:
 
 
 def _soonest_end(calls: Sequence[ToolCall], now: dt.datetime) -> float:
+    """Seconds until the soonest of `calls` must have ended (its deadline)."""
     return min((c.deadline_at - now).total_seconds() for c in calls) if calls else 1.0
+
+
+def _typical_s(session: Session, pack: str, version: str, action: str) -> float | None:
+    """The 90th percentile time of the last finished calls of an action version (None before its first)."""
+    rows = session.exec(
+        select(ToolCall.started_at, ToolCall.finished_at)
+        .where(
+            col(ToolCall.pack) == pack,
+            col(ToolCall.version) == version,
+            col(ToolCall.action) == action,
+            col(ToolCall.state) == DONE,
+        )
+        .order_by(col(ToolCall.finished_at).desc())
+        .limit(TYPICAL_OF)
+    ).all()
+    times = sorted((end - start).total_seconds() for start, end in rows if end is not None)
+    return times[min(len(times) - 1, len(times) * 9 // 10)] if times else None
+
+
+def _expected_end(session: Session, calls: Sequence[ToolCall], now: dt.datetime) -> float:
+    """Seconds until the soonest of `calls` is expected to end (see the module's docstring)."""
+    if not calls:
+        return 1.0
+    typical: dict[tuple[str, str, str], float | None] = {}
+    soonest = float("inf")
+    for c in calls:
+        what = (c.pack, c.version, c.action)
+        if what not in typical:
+            typical[what] = _typical_s(session, *what)
+        deadline = (c.deadline_at - now).total_seconds()
+        took = typical[what]
+        expected = deadline if took is None else (c.started_at - now).total_seconds() + took
+        if expected <= 0:
+            expected = deadline  # running past its kind's usual time: it may hang, or its api died
+        soonest = min(soonest, max(0.0, min(expected, deadline)))
+    return soonest
 
 
 def _check_org(session: Session, adm: Admission, settings: CallSettings, now: dt.datetime) -> None:
@@ -95,7 +138,7 @@ def _check_org(session: Session, adm: Admission, settings: CallSettings, now: dt
     if len(lane) >= limit:
         raise ConcurrencyLimited(
             f"this organization already runs {len(lane)} {what} at once, the most it may",
-            retry_after=_soonest_end(lane, now),
+            retry_after=_expected_end(session, lane, now),
             details={"limit": limit},
         )
     starts = session.exec(
@@ -165,7 +208,7 @@ def _pick_node(session: Session, nodes: Sequence[Node], settings: CallSettings, 
         raise ToolUnavailable(
             "every node that has this tool already runs as many calls as it may; nothing was billed",
             reason="node_busy",
-            retry_after=_soonest_end(busy, now),
+            retry_after=_expected_end(session, busy, now),
         )
     return min(loads, key=lambda item: item[:3])[3]
 

@@ -22,7 +22,7 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, update
+from sqlalchemy import func, insert, update
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
@@ -72,19 +72,23 @@ def record(session: Session, *, call: ToolCall, outcome: Outcome, now: dt.dateti
         )
     )
     namespace = call.pack.split("/", 1)[0]
-    for unit, quantity in outcome.units:
-        session.add(
-            MeterEvent(
-                call_id=call.id,
-                org_id=call.org_id,
-                key_id=call.key_id,
-                unit=unit,
-                quantity=quantity,
-                at=now,
-                publisher=namespace,
-                pack=call.pack,
-                action=call.action,
-            )
+    if outcome.units:  # one executemany, no ORM unit of work: this runs for every call
+        session.execute(
+            insert(MeterEvent),
+            [
+                {
+                    "call_id": call.id,
+                    "org_id": call.org_id,
+                    "key_id": call.key_id,
+                    "unit": unit,
+                    "quantity": quantity,
+                    "at": now,
+                    "publisher": namespace,
+                    "pack": call.pack,
+                    "action": call.action,
+                }
+                for unit, quantity in outcome.units
+            ],
         )
 
 

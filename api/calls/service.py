@@ -6,6 +6,13 @@ and every action kind.
             -> admit (limits, lease) -> the executor runs it -> record the charge, the units and the
             stored answer in one transaction -> answer `{call_id, ref, tier, output, cost, timings}`
 
+A routine step's call (surface `routine`) that finds no free slot (429 concurrency_limited, 503
+node_busy) waits in the api for one, up to `routine_admission_wait_s`, before that answer: the worker
+would only wait out a Retry-After of whole seconds, where a slot of a short call frees in
+milliseconds. Admission stays one transaction each time; a call that ends in this process wakes the
+oldest waiters at once, and each waiter also tries again on its own about every `ADMISSION_POLL_S` (a
+slot freed by another api process). Calls over HTTP and MCP are answered at once.
+
 A call that was admitted is finished and recorded even if the client stopped waiting: the work
 runs in its own task, shielded from the request's cancellation. To stop it, cancel it
 (`api.calls.cancel`): its executor stops it and the call ends with that outcome.
@@ -14,7 +21,9 @@ runs in its own task, shielded from the request's cancellation. To stop it, canc
 from __future__ import annotations
 
 import asyncio
+import collections
 import datetime as dt
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,15 +38,29 @@ from api import registry
 from api.accounts import new_id
 from api.calls import cancel, idempotency, limits, metering
 from api.calls.costs import Cost, action_price_microusd
-from api.calls.errors import CallError, CallInvalid, IdempotencyInProgress, PackUnavailable, RefNotFound
+from api.calls.errors import (
+    CallError,
+    CallInvalid,
+    ConcurrencyLimited,
+    IdempotencyInProgress,
+    PackUnavailable,
+    RefNotFound,
+    ToolUnavailable,
+)
 from api.calls.executor import HTTP_LANE, Execution, Executor, Prepared
 from api.calls.inputs import check_input
 from api.calls.settings import CallSettings
 from api.calls.tables import ToolCall
+from api.db import read_session
 from api.models import utcnow
 from packs.resolve import Resolved, ResolveError
 
 MAINTENANCE_S = 600.0
+ADMISSION_POLL_S = 0.5
+"""About how often a waiting routine call tries admission again without a wake-up (a slot freed by
+another api process); seldom, since each try is a write transaction (on SQLite, the write lock)."""
+WAKE_PER_FINISH = 2
+"""Waiting calls woken when a call of this process ends (its slot may suit only one of them)."""
 
 
 @dataclass(frozen=True)
@@ -142,6 +165,7 @@ class CallService:
         self.prices = settings.unit_prices()
         self._client: httpx.AsyncClient | None = None
         self._next_maintenance = 0.0
+        self._waiting: collections.deque[asyncio.Future[None]] = collections.deque()
         from api.calls.http_action import HttpExecutor
         from api.calls.vm import VmExecutor
 
@@ -163,9 +187,12 @@ class CallService:
             )
         return self._client
 
-    async def _db(self, fn: Callable[[Session], Any]) -> Any:
+    async def _db(self, fn: Callable[[Session], Any], *, reads_only: bool = False) -> Any:
         def run() -> Any:
-            with Session(self.engine, expire_on_commit=False) as session:
+            session = (
+                read_session(self.engine) if reads_only else Session(self.engine, expire_on_commit=False)
+            )
+            with session:
                 return fn(session)
 
         return await anyio.to_thread.run_sync(run)
@@ -232,8 +259,41 @@ class CallService:
             await self._db(lambda s: self._finish(s, caller, key, None, call, _failed_outcome()))
             raise
         await self._db(lambda s: self._finish(s, caller, key, answer, call, outcome))
+        if call is not None:
+            self._wake(WAKE_PER_FINISH)
         await self._maintain()
         return answer
+
+    def _wake(self, count: int) -> None:
+        """Wake the `count` oldest calls waiting for a slot."""
+        while count > 0 and self._waiting:
+            waiter = self._waiting.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                count -= 1
+
+    async def _admit(self, caller: Caller, admit: Callable[[Session], ToolCall]) -> ToolCall:
+        """Admit the call; a routine step's call waits for a slot up to `routine_admission_wait_s`."""
+        wait_s = self.settings.routine_admission_wait_s if caller.surface == "routine" else 0.0
+        give_up = time.monotonic() + wait_s
+        while True:
+            try:
+                call: ToolCall = await self._db(admit)
+                return call
+            except (ConcurrencyLimited, ToolUnavailable) as exc:
+                left = give_up - time.monotonic()
+                if left <= 0 or (isinstance(exc, ToolUnavailable) and exc.reason != "node_busy"):
+                    raise
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiting.append(waiter)
+            try:
+                poll_s = ADMISSION_POLL_S * (0.5 + random.random())  # waiters spread, not in step
+                await asyncio.wait_for(asyncio.shield(waiter), timeout=min(left, poll_s))
+            except TimeoutError:
+                pass
+            finally:
+                if not waiter.done():
+                    waiter.cancel()  # stays in the queue until a wake-up pops it
 
     async def _maintain(self) -> None:
         """Now and then: drop stored answers past their 24 h and mark the rows of lost calls."""
@@ -287,7 +347,7 @@ class CallService:
                 raise RefNotFound(f"{ref}: {exc}", details={"ref": str(ref)}) from None
             return resolved, row.manifest
 
-        resolved, raw = await self._db(find)
+        resolved, raw = await self._db(find, reads_only=True)
         checked = check_input(resolved.action.input_schema, request.input)
         price = action_price_microusd(raw, registry.find_action(raw, ref.action) or {})
         prepared = Prepared(
@@ -335,7 +395,7 @@ class CallService:
                 session.commit()
             return admitted
 
-        call: ToolCall = await self._db(admit)
+        call = await self._admit(caller, admit)
         try:
             execution = await executor.execute(call, prepared)
         except BaseException:

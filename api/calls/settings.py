@@ -28,6 +28,11 @@ class CallSettings(BaseSettings):
     calls_per_org: int = Field(default=4, ge=1, description="tool calls at once per organization")
     http_calls_per_org: int = Field(default=8, ge=1, description="HTTP action calls at once per organization")
     calls_per_node: int = Field(default=8, ge=1, description="calls at once per node")
+    routine_admission_wait_s: float = Field(
+        default=5.0,
+        ge=0,
+        description="how long a routine step's call waits in the api for a slot before its 429/503",
+    )
     starts_per_minute: int = Field(default=120, ge=1, description="call starts per organization in 60 s")
     org_publisher_quota_microusd: int = Field(
         default=20_000_000, ge=0, description="publishers' prices a month"

@@ -79,7 +79,7 @@ class VmExecutor:
                 )
             return nodes, keys
 
-        nodes, keys = await self._service._db(find)
+        nodes, keys = await self._service._db(find, reads_only=True)
         return replace(prepared, nodes=nodes, state=keys)
 
     async def cancel(self, call: ToolCall) -> str:

@@ -53,6 +53,7 @@ from api.accounts import new_id
 from api.calls import idempotency
 from api.calls.errors import ConcurrencyLimited, IdempotencyKeyReused
 from api.config import Settings
+from api.db import read_session
 from api.errors import Conflict, InvalidRequest, NotFound, RateLimited, ServiceUnavailable
 from api.models import utcnow
 from api.runs import grants
@@ -149,7 +150,7 @@ class RunsService:
         Raises:
             InvalidRequest: the YAML has problems (each `line:column: message` in `problems`).
         """
-        with Session(self._engine) as session:  # reads only; closed before the write below
+        with read_session(self._engine) as session:  # closed before the write below
             try:
                 routine = load_routine(source, "routine.yaml", DbResolver(session))
             except RoutineError as exc:
@@ -217,7 +218,7 @@ class RunsService:
 
     def get_routine(self, *, org_id: str, name: str) -> RoutineRecord:
         """The organization's routine of this name, or NotFound."""
-        with Session(self._engine) as session:
+        with read_session(self._engine) as session:
             row = session.exec(
                 select(RoutineRecord).where(RoutineRecord.org_id == org_id, RoutineRecord.name == name)
             ).first()
@@ -227,7 +228,7 @@ class RunsService:
 
     def list_routines(self, *, org_id: str) -> list[RoutineRecord]:
         """The organization's routines by name."""
-        with Session(self._engine) as session:
+        with read_session(self._engine) as session:
             query = (
                 select(RoutineRecord).where(RoutineRecord.org_id == org_id).order_by(col(RoutineRecord.name))
             )
@@ -407,7 +408,7 @@ class RunsService:
             InvalidRequest: a `uses:` no longer resolves (its pack, version or action is gone).
         """
         pins: dict[str, str] = {}
-        with Session(self._engine) as session:
+        with read_session(self._engine) as session:
             for step in routine.steps:
                 if step.uses in pins:
                     continue
@@ -425,7 +426,7 @@ class RunsService:
         """Refuse a start past the organization's `run_starts_per_minute` (429 rate_limited, Retry-After)."""
         limit = self._settings.run_starts_per_minute
         since = utcnow() - timedelta(seconds=60)
-        with Session(self._engine) as session:
+        with read_session(self._engine) as session:
             started = session.exec(
                 select(RunRecord.created_at)
                 .where(col(RunRecord.org_id) == org_id, col(RunRecord.created_at) > since)
@@ -535,7 +536,7 @@ class RunsService:
             session.commit()
 
     def _run_by_key(self, org_id: str, key: str) -> RunRecord | None:
-        with Session(self._engine) as session:
+        with read_session(self._engine) as session:
             return session.exec(
                 select(RunRecord).where(RunRecord.org_id == org_id, RunRecord.idempotency_key == key)
             ).first()
@@ -555,7 +556,7 @@ class RunsService:
             return row, True
 
     def _get_run(self, org_id: str, run_id: str) -> RunRecord:
-        with Session(self._engine) as session:
+        with read_session(self._engine) as session:
             row = session.get(RunRecord, run_id)
         if row is None or row.org_id != org_id:
             raise NotFound(f"Your organization has no run {run_id[:100]}.", field="run_id")
@@ -586,7 +587,7 @@ class RunsService:
         ]
 
     def _list_rows(self, org_id: str, routine: str | None, limit: int) -> list[RunRecord]:
-        with Session(self._engine) as session:
+        with read_session(self._engine) as session:
             query = select(RunRecord).where(RunRecord.org_id == org_id)
             if routine:
                 query = query.where(RunRecord.routine_name == routine)

@@ -53,6 +53,9 @@ PROBE = f"{NAMESPACE}/probe"
 FIRST_PARTY = "io.b3os"
 FIRST_PARTY_KID = f"{FIRST_PARTY}#calls-test"
 CALLER_SCOPES = ("actions:call",)
+ROUTINE_ADMISSION_WAIT_S: str | None = "0"
+"""A routine step's call is answered 429/503 at once here, as the tests of those answers expect (a test of
+the wait starts an api of its own); None: the api's default (bench/goals.py)."""
 UPSTREAM_HOSTS = (
     "geocoding-api.open-meteo.com",
     "api.github.com",
@@ -133,6 +136,8 @@ class Stack:
             # every test client is 127.0.0.1: the failed-auth limit is per address (tests/api/test_api_keys)
             B3OS_AUTH_FAILURES_PER_MINUTE="100000",
         )
+        if ROUTINE_ADMISSION_WAIT_S is not None:
+            env["B3OS_ROUTINE_ADMISSION_WAIT_S"] = ROUTINE_ADMISSION_WAIT_S
         if self.egress is not None:
             env.update(
                 B3OS_EGRESS_URL=self.egress.url,

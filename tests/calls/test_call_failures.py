@@ -52,7 +52,8 @@ def test_calls_of_a_crashed_api_process_free_their_slots_and_a_retry_takes_over_
         t.join()
     held = error(call(stack, org, f"{FREE}/noop@1"), 429, "concurrency_limited")
     assert held["retry_after"] <= 3  # the dead process's leases end 2 s + 1 s after they began
-    time.sleep(held["retry_after"] + 1.0)  # the leases really expire: that is what this test shows
+    # the leases really expire (2 s + 1 s + 1 s of grace after they began): that is what this test shows
+    time.sleep(4.0)
     assert call(stack, org, f"{FREE}/noop@1").status_code == 200
     # The key the dead process claimed is taken over once its claim ends, and the call runs again.
     retry = call(stack, org, f"{FREE}/fail@1", SLEEPY, timeout_ms=2000, key="crash-0")

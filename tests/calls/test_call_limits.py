@@ -10,8 +10,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
-from .calltest import call, error, usage
-from .stack import ECHO, FREE, PRICEY, Stack
+from api.calls.auth import ON_BEHALF_OF
+
+from .calltest import call, error, running, usage
+from .stack import ECHO, FREE, PRICEY, WORKER_TOKEN, Stack
 
 SLOW = {"mode": "sleep", "seconds": 1}
 
@@ -113,3 +115,31 @@ def test_a_key_past_its_monthly_spend_cap_is_refused(stack: Stack) -> None:
     assert abs(err["retry_after"] - _seconds_to_month_end()) < 5
     other = stack.add_key(org)
     assert call(stack, other, f"{ECHO}/noop@1").status_code == 200
+
+
+def test_a_routine_steps_call_waits_in_the_api_for_a_slot_and_an_http_call_does_not(stack: Stack) -> None:
+    url, proc = stack.start_api(listed=False, extra_env={"B3OS_ROUTINE_ADMISSION_WAIT_S": "5"})
+    org = stack.org()
+    worker = {"Authorization": f"Bearer {WORKER_TOKEN}", ON_BEHALF_OF: org.key_id}
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            busy = [pool.submit(call, stack, org, f"{FREE}/fail@1", SLOW, url=url) for _ in range(4)]
+            while running(stack, org) < 4:
+                time.sleep(0.02)
+            refused = call(stack, org, f"{FREE}/noop@1", url=url)  # over HTTP: answered at once
+            began = time.monotonic()
+            waited = httpx.post(
+                f"{url}/v1/actions/call",
+                headers=worker,
+                json={"ref": f"{FREE}/noop@1", "input": {}},
+                timeout=30,
+            )
+            took = time.monotonic() - began
+            assert [f.result().status_code for f in busy] == [200] * 4
+    finally:
+        proc.stop()
+    error(refused, 429, "concurrency_limited")
+    # the step's call got the first slot freed (about 1 s), not a 429 to wait out in whole seconds
+    assert waited.status_code == 200, waited.text
+    assert took < 3.0, took
+    assert usage(stack, org)["calls"] == 5
