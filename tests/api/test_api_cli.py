@@ -210,7 +210,14 @@ def test_concurrent_publishes_over_http_have_exactly_one_winner(
     for t in threads:
         t.join()
     assert sorted(statuses) == [201] + [409] * 7
-    feed = httpx.get(f"{server}/v1/nodes/registry", headers={"Authorization": "Bearer node-token-e2e"}).json()
+    issued = b3os_cli("node", "credential", "issue", "race-node")
+    assert issued.returncode == 0, issued.stderr
+    secret = next(
+        v
+        for k, _, v in (ln.partition("=") for ln in issued.stdout.splitlines())
+        if k == "B3OS_NODE_CREDENTIAL"
+    )
+    feed = httpx.get(f"{server}/v1/nodes/registry", headers={"Authorization": f"Bearer {secret}"}).json()
     assert [v["seq"] for v in feed["versions"]] == [1]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import time
 from pathlib import Path
 from typing import Any
@@ -10,9 +11,11 @@ from typing import Any
 import httpx
 from sqlmodel import Session, col, func, select
 
+from activities.idempotency import step_idempotency_key
 from api.calls.tables import RUNNING, ToolCall
+from api.runs import grants
 
-from .stack import Org, Stack
+from .stack import WORKER_TOKEN, Org, Stack
 
 
 def call(
@@ -31,6 +34,27 @@ def call(
         headers["Idempotency-Key"] = key
     body: dict[str, Any] = {"ref": ref, "input": input_ or {}, **extra}
     return httpx.post(f"{url or stack.url}/v1/actions/call", headers=headers, json=body, timeout=120)
+
+
+def step_headers(stack: Stack, org: Org, workflow_id: str, step: str) -> dict[str, str]:
+    """The headers a routine step's call sends: the worker token, a grant minted as the api mints one when
+    it starts a run (this stack runs no Temporal), the step and its derived Idempotency-Key."""
+    with Session(stack.engine) as session:
+        grant = grants.mint(
+            session,
+            run_id="run_" + workflow_id[-20:],
+            org_id=org.org_id,
+            key_id=org.key_id,
+            workflow_id=workflow_id,
+            lasts=dt.timedelta(hours=1),
+        )
+        session.commit()
+    return {
+        "Authorization": f"Bearer {WORKER_TOKEN}",
+        grants.GRANT_HEADER: grant,
+        grants.STEP_HEADER: step,
+        "Idempotency-Key": step_idempotency_key(workflow_id, step, None),
+    }
 
 
 def error(r: httpx.Response, status: int, code: str, reason: str | None = None) -> dict[str, Any]:

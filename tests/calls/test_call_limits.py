@@ -10,10 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
-from api.calls.auth import ON_BEHALF_OF
-
-from .calltest import call, error, running, usage
-from .stack import ECHO, FREE, PRICEY, WORKER_TOKEN, Stack
+from .calltest import call, error, running, step_headers, usage
+from .stack import ECHO, FREE, PRICEY, Stack
 
 SLOW = {"mode": "sleep", "seconds": 1}
 
@@ -120,7 +118,7 @@ def test_a_key_past_its_monthly_spend_cap_is_refused(stack: Stack) -> None:
 def test_a_routine_steps_call_waits_in_the_api_for_a_slot_and_an_http_call_does_not(stack: Stack) -> None:
     url, proc = stack.start_api(listed=False, extra_env={"B3OS_ROUTINE_ADMISSION_WAIT_S": "5"})
     org = stack.org()
-    worker = {"Authorization": f"Bearer {WORKER_TOKEN}", ON_BEHALF_OF: org.key_id}
+    worker = step_headers(stack, org, "routine-wait-run_slot1", "a")
     try:
         with ThreadPoolExecutor(8) as pool:
             busy = [pool.submit(call, stack, org, f"{FREE}/fail@1", SLOW, url=url) for _ in range(4)]
