@@ -12,7 +12,11 @@ example declarative packs (examples/packs/*), issues the node its own credential
 issue` does), and writes B3OS_API_URL, B3OS_API_KEY, B3OS_DEV_KID, B3OS_NODE_ID, B3OS_NODE_CREDENTIAL,
 B3OS_WORKER_TOKEN, B3OS_EGRESS_URL, B3OS_EGRESS_TOKEN and B3OS_TEMPORAL_ADDRESS to .b3os/dev.env (mode
 0600). Later starts reuse all of it. Each part is ready before the next starts (the node has installed
-the published tools from the registry feed). Ctrl-C or SIGTERM stops every child and their children.
+the published tools from the registry feed). Once all are up, a part that exits (a crash, SIGKILL, even
+Temporal's dev server) is started again after a backoff (0.5 s doubling to 10 s, back to 0.5 s once it ran
+30 s; `cli.supervise`), said on stderr as one line, while the others keep running: runs in flight finish
+(a step whose node died is retried by Temporal once the node is back). A part that keeps dying is retried
+every 10 s for as long as `b3os dev` runs. Ctrl-C or SIGTERM stops every child and their children.
 """
 
 from __future__ import annotations
@@ -239,7 +243,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"logs     {stack.log_dir}")
     for pin in emb.pins:
         print(f"published {pin}")
-    print("ready: Ctrl-C stops everything", flush=True)
+    print("ready: a part that dies is restarted; Ctrl-C stops everything", flush=True)
     code = stack.wait()
     stack.stop()
     return code

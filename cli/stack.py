@@ -1,12 +1,15 @@
-"""A small foreground process supervisor: start children, wait for readiness, stop them all.
+"""A small foreground process supervisor: start children, wait for readiness, keep them up, stop them all.
 
-`b3os dev` (and later `b3os demo`) starts each service as a child with `Stack.start(...)`, which
-waits until the child's `ready` probe answers. `Stack.wait()` blocks until Ctrl-C / SIGTERM or
-until a child exits on its own; `Stack.stop()` stops every child, newest first (SIGTERM to the
-child's own process group, SIGKILL after a grace period); a descendant that left the group (its own
-session, or one the child's exit re-parented) is killed too, after the same grace period. Each
-child's output goes to `<log_dir>/<name>.log`. Adding a service is one `start(...)` call.
-`port_taken(port)` tells whether a loopback port is in use (check before starting a child on it).
+`b3os dev` (and `b3os demo`) starts each service as a child with `Stack.start(...)`, which waits until
+the child's `ready` probe answers. `Stack.wait()` blocks until Ctrl-C / SIGTERM and keeps the children
+up meanwhile: a child that exits (any exit) is started again with the same command after a backoff
+(`cli.supervise`: 0.5 s doubling to 10 s, reset once it ran 30 s), said on stderr as one line; what is
+left of its process group is killed first. The other children keep running. `Stack.stop()` stops every
+child, newest first (SIGTERM to the child's own process group, SIGKILL after a grace period); a
+descendant that left the group (its own session, or one the child's exit re-parented) is killed too,
+after the same grace period. Each child's output goes to `<log_dir>/<name>.log` (a restart appends).
+Adding a service is one `start(...)` call. `port_taken(port)` tells whether a loopback port is in use
+(check before starting a child on it).
 """
 
 from __future__ import annotations
@@ -15,14 +18,16 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
 from cli._http import CliError
+from cli.supervise import Restarts, restart_line
 
 
 class StackError(CliError):
@@ -31,12 +36,34 @@ class StackError(CliError):
 
 @dataclass
 class Child:
-    """A started child process."""
+    """A started child process, and how to start it again."""
 
     name: str
-    process: subprocess.Popen[bytes]
     log_path: Path
     log: IO[bytes]
+    argv: list[str]
+    env: dict[str, str] | None
+    cwd: Path | None
+    umask: int
+    process: subprocess.Popen[bytes] = field(init=False)
+    started_at: float = 0.0
+    restarts: Restarts = field(default_factory=Restarts)
+    restart_at: float | None = None  # when it died: the time of its next start
+
+    def spawn(self) -> None:
+        """Start the child's command (again), its output appended to its log."""
+        self.process = subprocess.Popen(
+            self.argv,
+            env=self.env,
+            cwd=self.cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            umask=self.umask,
+        )
+        self.started_at = time.monotonic()
+        self.restart_at = None
 
 
 class Stack:
@@ -70,18 +97,10 @@ class Stack:
         self.log_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         log_path = self.log_dir / f"{name}.log"
         log = os.fdopen(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")
-        process = subprocess.Popen(
-            list(argv),
-            env=dict(env) if env is not None else None,
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            umask=umask,
-        )
-        child = Child(name=name, process=process, log_path=log_path, log=log)
+        child = Child(name, log_path, log, list(argv), dict(env) if env is not None else None, cwd, umask)
+        child.spawn()
         self.children.append(child)
+        process = child.process
         if ready is None:
             return child
         deadline = time.monotonic() + ready_timeout_s
@@ -115,15 +134,29 @@ class Stack:
         signal.signal(signal.SIGTERM, handler)
 
     def wait(self) -> int:
-        """Block until a stop is requested (0) or a child exits on its own (1)."""
+        """Block until a stop is requested (then 0), restarting each child that exits meanwhile."""
         while not self._stop_requested:
-            for child in self.children:
-                code = child.process.poll()
-                if code is not None:
-                    print(f"b3os: {child.name} exited with code {code}: see {child.log_path}", flush=True)
-                    return 1
-            time.sleep(0.2)
+            self.supervise_once(time.monotonic())
+            time.sleep(0.1)
         return 0
+
+    def supervise_once(self, now: float) -> None:
+        """One look at every child: one that died gets its restart scheduled (said on stderr); one whose
+        restart is due is started again."""
+        for child in self.children:
+            if child.restart_at is not None:
+                if now >= child.restart_at and not self._stop_requested:
+                    child.spawn()
+                continue
+            code = child.process.poll()
+            if code is None:
+                continue
+            # what the dead child left in its group (a tool it ran, say) goes with it
+            _signal_group_of(child.process.pid, signal.SIGKILL)
+            delay = child.restarts.died(now=now, ran_s=now - child.started_at)
+            child.restart_at = now + delay
+            line = restart_line(child.name, code, child.restarts, delay, child.log_path)
+            print(line, file=sys.stderr, flush=True)
 
     def stop(self) -> None:
         """Stop every child, newest first: SIGTERM to its group, SIGKILL after the grace period.
@@ -197,7 +230,11 @@ def _descendants(roots: set[int]) -> dict[int, str]:
 def _signal_group(process: subprocess.Popen[bytes], sig: int) -> None:
     if process.poll() is not None:
         return
+    _signal_group_of(process.pid, sig)
+
+
+def _signal_group_of(pgid: int, sig: int) -> None:
     try:
-        os.killpg(process.pid, sig)  # the child leads its own session: this reaches only its processes
-    except ProcessLookupError:
+        os.killpg(pgid, sig)  # the child leads its own session: this reaches only its processes
+    except (ProcessLookupError, PermissionError):
         pass

@@ -1,4 +1,5 @@
-"""Helpers of the stack tests: free ports, child processes, the CLI run in-process, polling."""
+"""Helpers of the stack tests: free ports, child processes, the CLI run in-process, polling, `b3os dev`
+started as a user starts it."""
 
 from __future__ import annotations
 
@@ -9,14 +10,17 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 import pytest
 
+from cli._http import read_env_file
 from cli.main import main as b3os_main
 from node.credential import call_key, signed_headers
 from node.vm.stale import cleanup_stale
@@ -156,3 +160,96 @@ def start_node(procs: Procs, env: Mapping[str, str], node_id: str, port: int) ->
     }
     argv = [sys.executable, "-m", "cli", "node", "run", "--port", str(port)]
     return procs.start(node_id, argv, node_env)
+
+
+DEV_PORT_FLAGS = ("--port", "--node-port", "--egress-port", "--temporal-port", "--ui-port")
+
+
+@dataclass
+class Dev:
+    """A running `b3os dev` (its stdout and stderr lines, as they come)."""
+
+    root: Path
+    process: subprocess.Popen[str]
+    ports: dict[str, int]
+    env: dict[str, str]
+    lines: list[str] = field(default_factory=list)
+    err_lines: list[str] = field(default_factory=list)
+    ready: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def data_dir(self) -> Path:
+        return self.root / ".b3os"
+
+    @property
+    def dev_env(self) -> dict[str, str]:
+        return read_env_file(self.data_dir / "dev.env")
+
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports['--port']}"
+
+
+def b3os_process(
+    root: Path, env: Mapping[str, str], *args: str, timeout: float = 90
+) -> subprocess.CompletedProcess[str]:
+    """Run `b3os ARGS` as its own process in `root`."""
+    return subprocess.run(
+        [sys.executable, "-m", "cli", *args],
+        cwd=root,
+        env=dict(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def _read_lines(pipe: Iterator[str], into: list[str], ready: threading.Event | None) -> None:
+    for line in pipe:
+        into.append(line.rstrip("\n"))
+        if ready is not None and line.startswith("ready:"):
+            ready.set()
+    if ready is not None:
+        ready.set()
+
+
+@contextlib.contextmanager
+def running_dev(prefix: str = "b3os-dev-") -> Iterator[Dev]:
+    """`b3os dev` on free loopback ports in a fresh directory, ready; SIGTERM at the end."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    os.chmod(root, 0o711)
+    ports = {flag: free_port() for flag in DEV_PORT_FLAGS}
+    env = clean_env(B3OS_KEYS_DIR=str(root / "keys"))
+    flags = [a for flag, port in ports.items() for a in (flag, str(port))]
+    argv = [sys.executable, "-m", "cli", "dev", *flags]
+    process = subprocess.Popen(
+        argv, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    dev = Dev(root=root, process=process, ports=ports, env=env)
+    readers = [
+        threading.Thread(target=_read_lines, args=(process.stdout, dev.lines, dev.ready), daemon=True),
+        threading.Thread(target=_read_lines, args=(process.stderr, dev.err_lines, None), daemon=True),
+    ]
+    for reader in readers:
+        reader.start()
+    try:
+        ready = dev.ready.wait(120) and dev.lines and dev.lines[-1].startswith("ready:")
+        if not ready:
+            _terminate(process)
+            for reader in readers:
+                reader.join(timeout=10)
+            raise AssertionError(f"b3os dev did not start: {dev.lines}\n{dev.err_lines}")
+        yield dev
+    finally:
+        _terminate(process)
+        for reader in readers:
+            reader.join(timeout=10)
+        for pipe in (process.stdout, process.stderr):
+            if pipe is not None:
+                pipe.close()
+
+
+def _terminate(process: subprocess.Popen[str]) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)

@@ -4,16 +4,10 @@ node joining by hand, `b3os routine run` using the live stack, and everything st
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
-import subprocess
-import sys
-import tempfile
-import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -22,101 +16,31 @@ from sqlmodel import Session
 
 from api.db import make_engine
 from api.models import Node
-from cli._http import read_env_file
 from cli.stack import _descendants, port_taken
 
 from .stacktest import (
+    DEV_PORT_FLAGS,
     REPO,
+    Dev,
     Procs,
     clean_env,
     free_port,
     issued_credential,
     node_status,
+    running_dev,
     start_node,
     wait_until,
 )
+from .stacktest import b3os_process as _b3os
 
 HELLO = REPO / "examples" / "routines" / "hello.yaml"
-PORT_FLAGS = ("--port", "--node-port", "--egress-port", "--temporal-port", "--ui-port")
-
-
-@dataclass
-class Dev:
-    root: Path
-    process: subprocess.Popen[str]
-    ports: dict[str, int]
-    env: dict[str, str]
-    lines: list[str] = field(default_factory=list)
-    ready: threading.Event = field(default_factory=threading.Event)
-
-    @property
-    def data_dir(self) -> Path:
-        return self.root / ".b3os"
-
-    @property
-    def dev_env(self) -> dict[str, str]:
-        return read_env_file(self.data_dir / "dev.env")
-
-
-def _read(dev: Dev) -> None:
-    assert dev.process.stdout is not None
-    for line in dev.process.stdout:
-        dev.lines.append(line.rstrip("\n"))
-        if line.startswith("ready:"):
-            dev.ready.set()
-    dev.ready.set()
-
-
-def _b3os(
-    root: Path, env: dict[str, str], *args: str, timeout: float = 90
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "cli", *args],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+PORT_FLAGS = DEV_PORT_FLAGS
 
 
 @pytest.fixture(scope="module")
 def dev() -> Iterator[Dev]:
-    root = Path(tempfile.mkdtemp(prefix="b3os-dev-"))
-    os.chmod(root, 0o711)
-    ports = {flag: free_port() for flag in PORT_FLAGS}
-    env = clean_env(B3OS_KEYS_DIR=str(root / "keys"))
-    argv = [
-        sys.executable,
-        "-m",
-        "cli",
-        "dev",
-        *(a for flag, port in ports.items() for a in (flag, str(port))),
-    ]
-    process = subprocess.Popen(
-        argv, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    d = Dev(root=root, process=process, ports=ports, env=env)
-    reader = threading.Thread(target=_read, args=(d,), daemon=True)
-    reader.start()
-    try:
-        assert d.ready.wait(90) and d.lines and d.lines[-1].startswith("ready:"), (d.lines, _stderr(process))
+    with running_dev() as d:
         yield d
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            process.wait(timeout=30)
-        reader.join(timeout=10)
-        for pipe in (process.stdout, process.stderr):
-            if pipe is not None:
-                pipe.close()
-
-
-def _stderr(process: subprocess.Popen[str]) -> str:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=30)
-    return process.stderr.read() if process.stderr else ""
 
 
 def test_dev_says_where_the_api_the_temporal_ui_and_dev_env_are(dev: Dev) -> None:
