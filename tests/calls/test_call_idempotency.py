@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
-from sqlmodel import Session
 
-from activities.idempotency import step_idempotency_key
-from api.runs import grants
-
-from .calltest import call, error, usage
-from .stack import ECHO, FREE, WORKER_TOKEN, Org, Stack
+from .calltest import call, error, step_headers, usage
+from .stack import ECHO, FREE, WORKER_TOKEN, Stack
 
 
 def test_the_same_key_twice_gets_the_stored_answer_and_one_charge(stack: Stack) -> None:
@@ -90,30 +85,9 @@ def test_concurrent_requests_with_one_key_share_one_call_across_api_processes(st
     assert used["calls"] == 1 and used["units"]["actions.publisher_microusd"] == 100
 
 
-def _grant(stack: Stack, org: Org, workflow_id: str) -> str:
-    """A grant as the api mints one when it starts a run (this stack runs no Temporal)."""
-    with Session(stack.engine) as session:
-        secret = grants.mint(
-            session,
-            run_id="run_" + workflow_id[-20:],
-            org_id=org.org_id,
-            key_id=org.key_id,
-            workflow_id=workflow_id,
-            lasts=dt.timedelta(hours=1),
-        )
-        session.commit()
-    return secret
-
-
 def test_the_routine_worker_calls_with_a_runs_grant_and_is_metered_under_its_key(stack: Stack) -> None:
     org = stack.org()
-    grant = _grant(stack, org, "routine-hello-run_wk1")
-    headers = {
-        "Authorization": f"Bearer {WORKER_TOKEN}",
-        "X-B3OS-Run-Grant": grant,
-        "X-B3OS-Run-Step": "a",
-        "Idempotency-Key": step_idempotency_key("routine-hello-run_wk1", "a", None),
-    }
+    headers = step_headers(stack, org, "routine-hello-run_wk1", "a")
     r = httpx.post(
         f"{stack.url}/v1/actions/call",
         headers=headers,
