@@ -28,7 +28,8 @@ from api.scopes import grants as scope_grants
 ON_BEHALF_OF = "X-B3OS-On-Behalf-Of"
 
 
-def _is_worker_token(expected: str | None, token: str) -> bool:
+def is_worker_token(expected: str | None, token: str) -> bool:
+    """Whether `token` is the routine worker's token (`B3OS_WORKER_TOKEN`; none set: nothing is)."""
     return bool(expected) and hmac.compare_digest(token.encode(), str(expected).encode())
 
 
@@ -45,7 +46,7 @@ def caller_for(request: Request, *, surface: str, cancelling: bool = False) -> C
         Forbidden: the key lacks `actions:call`; the run's grant does not cover this request.
     """
     token = bearer_token(request)
-    if not _is_worker_token(request.app.state.settings.worker_token, token):
+    if not is_worker_token(request.app.state.settings.worker_token, token):
         key_id = current_principal(request).key_id
         key: ApiKey | None = getattr(request.state, "api_key", None)  # the row the key was found by
         if key is None:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request, Response
 
-from api.calls.auth import _is_worker_token
+from api.calls.auth import is_worker_token
 from api.calls.idempotency import check_key
 from api.deps import Principal, bearer_token, require
 from api.errors import Unauthorized, error_responses
@@ -98,7 +98,7 @@ async def start_scheduled_run(
     idempotency_key: IdempotencyKey = None,
 ) -> RunPublic:
     """Start the run a schedule's tick asks for (the worker token and the schedule's grant)."""
-    if not _is_worker_token(request.app.state.settings.worker_token, bearer_token(request)):
+    if not is_worker_token(request.app.state.settings.worker_token, bearer_token(request)):
         raise Unauthorized("Only a routine worker starts a schedule's runs (the worker token and its grant).")
     secret = request.headers.get(GRANT_HEADER, "").strip()
     if not secret:
