@@ -27,6 +27,7 @@ from activities.config import ActivitySettings
 from activities.errors import BENIGN, error_for_answer, error_for_response, is_wait, network_error
 from activities.idempotency import step_idempotency_key
 from engine import payloads
+from telemetry import tracing
 
 CALL_PATH = "/v1/actions/call"
 CANCEL_PATH = "/v1/actions/call/cancel"
@@ -210,6 +211,7 @@ class ActionActivities:
         }
         if input.grant:
             headers["X-B3OS-Run-Grant"] = input.grant
+        tracing.inject(headers)  # the api's call joins the run's trace (the activity's span)
         return headers
 
     async def _cancel_call(self, key: str, input: CallActionInput) -> None:

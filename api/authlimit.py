@@ -23,6 +23,12 @@ MAX_ADDRESSES = 10_000
 MAX_GOOD_KEYS = 10_000
 
 
+class AuthFailuresLimited(RateLimited):
+    """429 rate_limited for an address past its failed authentications (metrics: `auth_failures`)."""
+
+    limit_kind = "auth_failures"
+
+
 def _digest(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8", "replace")).hexdigest()
 
@@ -49,7 +55,7 @@ class AuthLimiter:
         if seen is not None and seen > self._clock():
             return
         wait = recent[0] + WINDOW_S - self._clock()
-        raise RateLimited(
+        raise AuthFailuresLimited(
             f"Too many requests with an API key that is not valid came from this address ({len(recent)} in "
             f"{int(WINDOW_S)} s); try again later.",
             retry_after_s=max(1, int(wait) + 1),

@@ -166,8 +166,13 @@ def validation_message(errors: list[Any]) -> tuple[str, str]:
     return field, f"The field {field} is invalid: {first.get('msg', 'invalid value')}{tail}."
 
 
-async def _api_error(_: Request, exc: Exception) -> JSONResponse:
+async def _api_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ApiError)
+    if exc.status == 429:
+        from api import metrics
+
+        route = getattr(request.scope.get("route"), "path", None)
+        metrics.refused(getattr(exc, "limit_kind", None) or metrics.refused_route(route))
     return error_response(exc)
 
 

@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from api.authlimit import AuthLimiter
-from api.blobstore import BlobStore
+from api.blobstore import open_blob_store
 from api.bodylimit import BodyLimit
 from api.calls.wiring import install_calls
 from api.config import Settings
@@ -21,6 +21,7 @@ from api.db import engine_from_settings
 from api.docs import install_docs
 from api.errors import ERROR_RESPONSES, install_error_handlers
 from api.jsonbody import JsonGuard
+from api.metrics import REGISTRY
 from api.migrations import migrate
 from api.openapi import openapi_document
 from api.routes import (
@@ -35,6 +36,9 @@ from api.routes import (
     runs,
     schedules,
 )
+from telemetry import logs, tracing
+from telemetry.config import TelemetrySettings
+from telemetry.scrape import install_metrics
 
 BLOB_PREFIX = "/v1/actions/registry/blobs"
 
@@ -42,19 +46,30 @@ BLOB_PREFIX = "/v1/actions/registry/blobs"
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the app for these settings (default: from the environment)."""
     settings = settings or Settings()
+    telemetry = TelemetrySettings()
+    tracing.setup("api", telemetry)
     engine = engine_from_settings(settings)
     migrate(engine)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        logs.install()  # here: uvicorn has set up its logging by now
         yield
         engine.dispose()
 
-    app = FastAPI(title="b3os", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app = FastAPI(
+        title="b3os",
+        version="0.1.0",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        **tracing.fastapi_options(),
+    )
     app.state.settings = settings
     app.state.auth_limiter = AuthLimiter(failures_per_minute=settings.auth_failures_per_minute)
     app.state.engine = engine
-    app.state.blobs = BlobStore(settings.resolved_blob_dir())
+    blob_dir = settings.resolved_blob_dir()
+    app.state.blobs = open_blob_store(settings.blob_store, blob_dir=blob_dir, engine=engine)
     install_error_handlers(app)
     app.add_middleware(JsonGuard, exempt_prefixes=(BLOB_PREFIX,))  # inside BodyLimit: sizes are checked first
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, exempt_prefixes=(BLOB_PREFIX,))
@@ -65,5 +80,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(registry.resolve_router, responses=ERROR_RESPONSES)
     install_calls(app)
     install_docs(app)
+    tracing.install_server_spans(app)  # outside the body limits: a refused request is traced too
+    install_metrics(app, REGISTRY, token=telemetry.metrics_token.get_secret_value())
     app.openapi = lambda: openapi_document(app)  # type: ignore[method-assign]
     return app

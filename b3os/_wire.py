@@ -18,6 +18,7 @@ from urllib.parse import quote
 
 import httpx
 
+from b3os._tracing import inject as inject_trace
 from b3os.errors import APIError, ConfigError, ConnectionFailed, api_error
 
 VERSION = "0.1.0"  # b3os.__version__
@@ -152,6 +153,7 @@ def http_arguments(options: Options, request: ApiRequest) -> dict[str, Any]:
     }
     if request.idempotency_key is not None:
         headers["Idempotency-Key"] = request.idempotency_key
+    inject_trace(headers)
     arguments: dict[str, Any] = {
         "method": request.method,
         "url": options.api_url + request.path,

@@ -7,9 +7,12 @@ inside `run` so that `b3os --help` is fast.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import importlib.util
+import os
 import sys
+from typing import Any
 
 # (group, command) -> module; a group of None is a top-level command.
 COMMANDS: dict[tuple[str | None, str], str] = {
@@ -86,10 +89,29 @@ def main(argv: list[str] | None = None) -> int:
     from cli.terminal import safe_streams
 
     try:
-        with safe_streams():
+        with safe_streams(), _traced(args):
             return int(args._run(args) or 0)
     except KeyboardInterrupt:
         return 130
+
+
+SERVICES = frozenset({("dev", None), ("demo", None), ("node", "run"), ("egress", "run")})
+"""Commands that run services (each process traces itself): no span around them."""
+
+
+def _traced(args: argparse.Namespace) -> contextlib.AbstractContextManager[Any]:
+    """A span around the command when B3OS_OTEL_EXPORTER turns tracing on: the SDK's requests carry
+    its `traceparent`, so the api's spans (and a run's workflow, activities and node calls) join it."""
+    command = (args.command, getattr(args, "subcommand", None))
+    if os.environ.get("B3OS_OTEL_EXPORTER", "none") == "none" or command in SERVICES:
+        return contextlib.nullcontext()
+    from opentelemetry import trace
+
+    from telemetry import tracing
+
+    tracing.setup("cli")
+    name = " ".join(p for p in ("b3os", *command) if p)
+    return trace.get_tracer("b3os").start_as_current_span(name, kind=trace.SpanKind.CLIENT)
 
 
 if __name__ == "__main__":

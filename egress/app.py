@@ -17,6 +17,7 @@ import hmac
 import json
 import logging
 import ssl
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -32,9 +33,13 @@ from starlette.routing import Route
 from egress.config import EgressSettings
 from egress.fetch import Fetcher
 from egress.guard import GuardedBackend, Resolver
+from egress.metrics import EgressMetrics
 from egress.models import FetchRequest
 from egress.oauth2 import TokenRefresher
 from egress.sealing import load_or_create_key, public_key_b64
+from telemetry import logs, tracing
+from telemetry.config import TelemetrySettings
+from telemetry.scrape import install_metrics
 
 log = logging.getLogger("b3os.egress")
 MAX_REQUEST_BYTES = 32 * 1024 * 1024  # a base64 body of 24 MiB and its envelope
@@ -65,6 +70,9 @@ def create_app(settings: EgressSettings, *, resolver: Resolver | None = None) ->
     """
     # httpcore's debug log prints request headers, credentials included: never let it.
     logging.getLogger("httpcore").setLevel(logging.INFO)
+    telemetry = TelemetrySettings()
+    tracing.setup("egress", telemetry)
+    metrics = EgressMetrics()
     key = load_or_create_key(settings.resolved_key_file())
     public_key = public_key_b64(key)
     backend = GuardedBackend(connect_to=settings.connect_map(), resolver=resolver)
@@ -81,6 +89,8 @@ def create_app(settings: EgressSettings, *, resolver: Resolver | None = None) ->
         async def check(request: Request) -> Response:
             given = request.headers.get("authorization", "").encode("latin-1")
             if not hmac.compare_digest(given, expected):
+                if request.url.path == "/v1/egress/fetch":
+                    metrics.answered("unauthorized")
                 return _problem(
                     401, "unauthorized", "a valid egress token is required (Authorization: Bearer)"
                 )
@@ -98,34 +108,44 @@ def create_app(settings: EgressSettings, *, resolver: Resolver | None = None) ->
 
     async def fetch(request: Request) -> Response:
         """Make one outbound exchange for a declarative action."""
+        started = time.perf_counter()
+        response, outcome = await exchange(request)
+        metrics.answered(outcome)
+        metrics.seconds.observe(time.perf_counter() - started)
+        return response
+
+    async def exchange(request: Request) -> tuple[Response, str]:
+        """The answer to one fetch request, and its outcome for the metrics."""
         raw = bytearray()
         async for chunk in request.stream():
             raw += chunk
             if len(raw) > MAX_REQUEST_BYTES:
-                return _problem(
-                    400, "invalid_request", f"the request is larger than {MAX_REQUEST_BYTES} bytes"
-                )
+                message = f"the request is larger than {MAX_REQUEST_BYTES} bytes"
+                return _problem(400, "invalid_request", message), "invalid_request"
         try:
             data: Any = json.loads(raw)
         except (ValueError, UnicodeDecodeError):
-            return _problem(400, "invalid_request", "the request body is not JSON")
+            return _problem(400, "invalid_request", "the request body is not JSON"), "invalid_request"
         if not isinstance(data, dict):
-            return _problem(400, "invalid_request", "the request body is not a JSON object")
+            message = "the request body is not a JSON object"
+            return _problem(400, "invalid_request", message), "invalid_request"
         try:
             fetch_request = FetchRequest.model_validate(data)
         except ValidationError as exc:
             first = exc.errors()[0]
             field = ".".join(str(p) for p in first["loc"]) or "body"
-            return _problem(400, "invalid_request", f"{field}: {first['msg']}")
+            return _problem(400, "invalid_request", f"{field}: {first['msg']}"), "invalid_request"
         try:
             answer = await fetcher.fetch(fetch_request)
         except Exception as exc:  # its text could quote a header: log the type only
             log.error("egress fetch failed unexpectedly: %s", type(exc).__name__)
-            return _problem(500, "internal", "the egress proxy failed unexpectedly")
-        return JSONResponse(answer)
+            return _problem(500, "internal", "the egress proxy failed unexpectedly"), "internal"
+        error = answer.get("error")
+        return JSONResponse(answer), str(error.get("reason")) if isinstance(error, dict) else "ok"
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        logs.install()  # here: uvicorn has set up its logging by now
         yield
         await pool.aclose()
 
@@ -137,6 +157,9 @@ def create_app(settings: EgressSettings, *, resolver: Resolver | None = None) ->
         ],
         lifespan=lifespan,
     )
+    tracing.install_server_spans(app)
+    install_metrics(app, metrics.registry, token=telemetry.metrics_token.get_secret_value())
+    app.state.metrics = metrics
     app.state.settings = settings
     app.state.public_key = public_key
     app.state.pool = pool  # closed by the lifespan; in-process tests close it themselves

@@ -26,6 +26,7 @@ from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.service import RPCError, TLSConfig
 from temporalio.worker import Worker
 
@@ -36,6 +37,8 @@ from engine import expressions
 from engine.runs import ROUTINES_TASK_QUEUE, SEARCH_ATTRIBUTES
 from engine.schedule_workflow import ScheduleTickWorkflow
 from engine.workflow import RoutineWorkflow
+from telemetry import logs, tracing
+from telemetry.config import TelemetrySettings
 
 __all__ = [
     "ROUTINES_TASK_QUEUE",
@@ -119,20 +122,44 @@ def tls_config(
     )
 
 
-async def connect(address: str, namespace: str = "default", tls: TLSConfig | None = None) -> Client:
+async def connect(
+    address: str, namespace: str = "default", tls: TLSConfig | None = None, *, runtime: Runtime | None = None
+) -> Client:
     """A Temporal client with the pydantic data converter every b3os process uses.
+
+    With tracing on (telemetry.tracing), the client carries temporalio's TracingInterceptor: a workflow
+    started with it, its activities and what they call are one trace (a worker built on the client
+    uses the interceptor too).
 
     Args:
         address: host:port of the Temporal frontend.
         namespace: The Temporal namespace.
         tls: TLS (and the client certificate for mTLS) to the frontend; None: plaintext.
+        runtime: The Temporal runtime (the worker's carries its Prometheus metrics); None: the default.
 
     Returns:
         The connected client.
     """
     return await Client.connect(
-        address, namespace=namespace, data_converter=pydantic_data_converter, tls=tls or False
+        address,
+        namespace=namespace,
+        data_converter=pydantic_data_converter,
+        tls=tls or False,
+        interceptors=tracing.temporal_interceptors(),
+        runtime=runtime,
     )
+
+
+def metrics_runtime(address: str) -> Runtime | None:
+    """A Temporal runtime serving the SDK's metrics (`b3os_temporal_*`) at `address` for Prometheus.
+
+    Args:
+        address: host:port to listen on (`B3OS_WORKER_METRICS_ADDRESS`); empty: None (no metrics).
+    """
+    if not address:
+        return None
+    prometheus = PrometheusConfig(bind_address=address, counters_total_suffix=True, durations_as_seconds=True)
+    return Runtime(telemetry=TelemetryConfig(metrics=prometheus, metric_prefix="b3os_temporal_"))
 
 
 async def ensure_search_attributes(client: Client) -> None:
@@ -213,12 +240,20 @@ def _tick_activities(ticks: ScheduleActivities | None) -> list[Callable[..., Any
 async def main() -> None:
     """Run the worker until SIGINT or SIGTERM, then finish the running tasks and stop."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    telemetry = TelemetrySettings()
+    tracing.setup("worker", telemetry)
+    logs.install()
     settings = TemporalSettings()
     try:
         tls = settings.tls_config()
     except ValueError as exc:
         raise SystemExit(f"b3os worker: the Temporal TLS settings are wrong: {exc}") from None
-    client = await connect(settings.address, settings.namespace, tls)
+    try:
+        runtime = metrics_runtime(telemetry.worker_metrics_address)
+    except Exception as exc:  # a bad address or a port in use: say which, do not start half-observed
+        where = telemetry.worker_metrics_address
+        raise SystemExit(f"b3os worker: cannot serve metrics at {where}: {exc}") from None
+    client = await connect(settings.address, settings.namespace, tls, runtime=runtime)
     await ensure_search_attributes(client)
     activity_settings = ActivitySettings()
     activities = ActionActivities(activity_settings)
@@ -230,6 +265,8 @@ async def main() -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    if runtime is not None:
+        log.info("Temporal SDK metrics at http://%s/metrics", telemetry.worker_metrics_address)
     log.info("polling %s on %s, namespace %s", settings.task_queue, settings.address, settings.namespace)
     async with worker:
         await stop.wait()

@@ -30,12 +30,16 @@ from pydantic import ValidationError
 from node.cache import InstallCache
 from node.config import Settings
 from node.credential import PROOF_HEADER, ProofChecker
+from node.metrics import NodeMetrics
 from node.models import CALL_ID_RE, NodeCall, NodeCallError, NodeCallResult
 from node.runner import InvalidCall, Runner
 from node.sync import RegistrySync
 from node.template import rootfs_path
 from node.vm.base import VmDriver
 from node.vm.bwrap import BwrapDriver, VmLimits
+from telemetry import logs, tracing
+from telemetry.config import TelemetrySettings
+from telemetry.scrape import install_metrics
 
 log = logging.getLogger("b3os.node")
 
@@ -96,9 +100,12 @@ def create_app(
     `settings.node_id`, else `node-127.0.0.1-<port>`.
     """
     node_id = settings.node_id or f"node-127.0.0.1-{port}"
+    telemetry = TelemetrySettings()
+    tracing.setup("node", telemetry)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        logs.install()  # here: uvicorn has set up its logging by now
         drv = driver or make_driver(settings)
         cache = InstallCache(settings.cache_dir)
         state = NodeState(
@@ -124,7 +131,8 @@ def create_app(
             if driver is None or close_driver:
                 drv.close()
 
-    app = FastAPI(title="b3os node", lifespan=lifespan)
+    app = FastAPI(title="b3os node", lifespan=lifespan, **tracing.fastapi_options())
+    metrics = NodeMetrics(lambda: getattr(app.state, "node", None))
     secret = settings.node_credential.get_secret_value()
     checker = ProofChecker(secret, node_id) if secret else None
 
@@ -164,17 +172,22 @@ def create_app(
                 ),
             )
             headers = {"Retry-After": str(state.runner.retry_after_s())}
+            metrics.answered("node_busy")
             return JSONResponse(busy.model_dump(), status_code=503, headers=headers)
         state.in_flight += 1
         try:
             try:
                 call = NodeCall.model_validate_json(await request.body())
             except ValidationError as exc:
+                metrics.answered("invalid_request")
                 return _error(400, "invalid_request", _field_errors(exc))
             try:
                 result = await anyio.to_thread.run_sync(lambda: state.runner.call(call, received=received))
             except InvalidCall as exc:
+                metrics.answered("invalid_request")
                 return _error(400, "invalid_request", str(exc))
+            metrics.answered("ok" if result.ok else result.error.code if result.error else "other")
+            metrics.seconds.observe(time.monotonic() - received)
             return JSONResponse(result.model_dump())
         finally:
             state.in_flight -= 1
@@ -197,4 +210,7 @@ def create_app(
             "installed": await anyio.to_thread.run_sync(state.runner.cache.installed),
         }
 
+    tracing.install_server_spans(app)  # outside the proof check: a refused request is traced too
+    install_metrics(app, metrics.registry, token=telemetry.metrics_token.get_secret_value())
+    app.state.metrics = metrics
     return app

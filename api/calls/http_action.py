@@ -54,6 +54,7 @@ from api.calls.tables import ToolCall
 from api.connections import service as connections
 from b3os import retry_after_seconds
 from packs.manifest import HttpImpl
+from telemetry import tracing
 
 if TYPE_CHECKING:
     from api.calls.service import CallService
@@ -195,7 +196,7 @@ class HttpExecutor:
             response = await self._service._http().post(
                 f"{self._url}{FETCH_PATH}",
                 json=body,
-                headers={"Authorization": f"Bearer {self._token}"},
+                headers=tracing.injected({"Authorization": f"Bearer {self._token}"}),
                 timeout=httpx.Timeout(call.timeout_ms / 1000 + 5.0, connect=2.0),
             )
             answer = response.json()

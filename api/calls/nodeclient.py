@@ -16,6 +16,7 @@ import httpx
 
 from b3os import retry_after_seconds
 from node.credential import PROOF_HEADER, answer_is_proven, signed_headers
+from telemetry import tracing
 
 NODE_CALLS_PATH = "/v1/node/calls"
 
@@ -57,6 +58,7 @@ async def send_call(
 ) -> NodeAnswer:
     """Send one call to a node and wait for its result (at most `timeout_s`)."""
     url, content, headers = node.request(NODE_CALLS_PATH, body)
+    tracing.inject(headers)  # W3C traceparent: the node's span joins the call's trace
     try:
         response = await client.post(
             url,

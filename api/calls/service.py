@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import datetime as dt
 import random
 import time
@@ -34,7 +35,7 @@ import httpx
 from sqlalchemy import Engine
 from sqlmodel import Session
 
-from api import registry
+from api import metrics, registry
 from api.accounts import new_id
 from api.calls import cancel, idempotency, limits, metering
 from api.calls.costs import Cost, action_price_microusd
@@ -61,6 +62,10 @@ ADMISSION_POLL_S = 0.5
 another api process); seldom, since each try is a write transaction (on SQLite, the write lock)."""
 WAKE_PER_FINISH = 2
 """Waiting calls woken when a call of this process ends (its slot may suit only one of them)."""
+TWIN_FIRST_PAUSE_S = 0.05
+TWIN_LAST_PAUSE_S = 1.0
+"""A request waiting on its running Idempotency-Key twin reads the key again after 50 ms, doubling up to
+1 s; a twin running in this process wakes it at once when it ends."""
 
 
 @dataclass(frozen=True)
@@ -166,6 +171,7 @@ class CallService:
         self._client: httpx.AsyncClient | None = None
         self._next_maintenance = 0.0
         self._waiting: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._twins: dict[tuple[str, str], asyncio.Event] = {}  # (org, key) of this process's running calls
         from api.calls.http_action import HttpExecutor
         from api.calls.vm import VmExecutor
 
@@ -210,10 +216,14 @@ class CallService:
                     caller, idempotency_key, idempotency.request_hash(request.canonical())
                 )
                 if replay is not None:
-                    return replay
+                    return metrics.replayed(caller.surface, replay)
         except CallError as exc:
-            return Answer(exc.status, exc.body(), exc.headers)
+            return metrics.answered(caller.surface, Answer(exc.status, exc.body(), exc.headers), started)
         task = asyncio.ensure_future(self._execute(caller, request, idempotency_key, started))
+        if idempotency_key is not None:  # its answer is stored (or its claim released) when the task ends
+            twin, ended = (caller.org_id, idempotency_key), asyncio.Event()
+            self._twins[twin] = ended
+            task.add_done_callback(lambda _: self._twin_ended(twin, ended))
         return await asyncio.shield(task)
 
     async def cancel(self, caller: Caller, *, key: str | None = None, call_id: str | None = None) -> Answer:
@@ -223,7 +233,10 @@ class CallService:
     async def _claim(self, caller: Caller, key: str, digest: str) -> Answer | None:
         hold_s = self.settings.max_call_timeout_ms / 1000 + self.settings.call_overhead_s
         give_up = time.monotonic() + hold_s + self.settings.lease_grace_s
+        pause_s = TWIN_FIRST_PAUSE_S
         while True:
+            # looked up before the read: a twin of this process that ends meanwhile has set it already
+            twin = self._twins.get((caller.org_id, key))
             claim: idempotency.Claim = await self._db(
                 lambda s: idempotency.try_claim(
                     s,
@@ -246,7 +259,9 @@ class CallService:
                 raise IdempotencyInProgress(
                     f"a request with Idempotency-Key {key!r} is still running", retry_after=wait
                 )
-            await asyncio.sleep(0.05)
+            with contextlib.suppress(TimeoutError):  # a twin in another process: only the pause ends it
+                await asyncio.wait_for((twin or asyncio.Event()).wait(), timeout=pause_s)
+            pause_s = min(2 * pause_s, TWIN_LAST_PAUSE_S)
 
     async def _execute(self, caller: Caller, request: CallRequest, key: str | None, started: float) -> Answer:
         call: ToolCall | None = None
@@ -262,7 +277,13 @@ class CallService:
         if call is not None:
             self._wake(WAKE_PER_FINISH)
         await self._maintain()
-        return answer
+        return metrics.answered(caller.surface, answer, started)
+
+    def _twin_ended(self, twin: tuple[str, str], ended: asyncio.Event) -> None:
+        """Wake the requests of this process waiting on the call of an Idempotency-Key, which has ended."""
+        if self._twins.get(twin) is ended:
+            del self._twins[twin]
+        ended.set()
 
     def _wake(self, count: int) -> None:
         """Wake the `count` oldest calls waiting for a slot."""

@@ -155,6 +155,14 @@ class VmDriver(ABC):
     def close(self) -> None:
         """Delete the prepared VMs and everything the driver made."""
 
+    def pool_ready(self) -> int:
+        """VMs prepared ahead and waiting for a call (0 for a driver without a pool)."""
+        return 0
+
+    def pool_target(self) -> int:
+        """How many VMs the driver keeps prepared ahead."""
+        return 0
+
 
 class PhaseClock:
     """Times the phases of one call in milliseconds."""

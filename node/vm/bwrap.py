@@ -232,6 +232,14 @@ class BwrapDriver(VmDriver):
             "--json-status-fd", str(status_fd), "--block-fd", str(block_fd), "--seccomp", str(seccomp_fd),
         ]  # fmt: skip
 
+    def pool_ready(self) -> int:
+        """VMs prepared ahead and waiting for a call."""
+        return len(self._pool)  # a deque's len needs no lock
+
+    def pool_target(self) -> int:
+        """How many VMs the pool keeps prepared."""
+        return self.pool_size
+
     def claim(self, deadline: float) -> Vm:
         vm: BwrapVm | None = None
         while vm is None:

@@ -1,0 +1,11 @@
+"""Metrics and traces shared by the b3os processes (api, node, egress proxy, routine worker).
+
+- `config`: `TelemetrySettings` (`B3OS_OTEL_EXPORTER`, `B3OS_OTEL_FILE`, `B3OS_METRICS_TOKEN`).
+- `tracing`: the tracer provider chosen by configuration (off by default), W3C `traceparent`
+  injection and extraction, the server-span ASGI middleware.
+- `logs`: `trace_id=` in every log line.
+- `scrape`: `GET /metrics` (Prometheus text) for an ASGI app, readable from loopback or with the token.
+
+Each process keeps its own metrics in its own `prometheus_client.CollectorRegistry` (api.metrics,
+node.metrics, egress.metrics): no organization id is ever a label.
+"""
