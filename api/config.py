@@ -2,7 +2,8 @@
 
 Served through `get_settings` (a FastAPI dependency) so tests build an app with their own `Settings`.
 `B3OS_DATABASE_URL` wins over `DATABASE_URL`; without either the database is the SQLite file
-`<data_dir>/b3os.db`. Blobs live under `<data_dir>/blobs` unless `B3OS_BLOB_DIR` says otherwise.
+`<data_dir>/b3os.db`. Blobs live under `<data_dir>/blobs` unless `B3OS_BLOB_DIR` says otherwise, or in
+the database with `B3OS_BLOB_STORE=database` (api.blobstore).
 """
 
 from __future__ import annotations
@@ -10,12 +11,16 @@ from __future__ import annotations
 import ipaddress
 import os
 from pathlib import Path
+from typing import Literal
 
 from fastapi import Request
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MIB = 1024 * 1024
+DATABASE_MAX_BYTES = 64 * MIB
+"""The largest blob the database blob store takes (a row is written in one statement)."""
+BlobStoreKind = Literal["filesystem", "database"]
 # loopback and the private ranges (RFC 1918, IPv6 unique local): where a cluster's nodes usually are
 DEFAULT_NODE_NETWORKS = "127.0.0.0/8,::1/128,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,fc00::/7"
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -46,6 +51,10 @@ class Settings(BaseSettings):
     data_dir: Path = Field(default=Path(".b3os"), description="the state directory of this installation")
     database_url: str | None = Field(
         default=None, description="SQLAlchemy URL; default SQLite under data_dir"
+    )
+    blob_store: BlobStoreKind = Field(
+        default="filesystem",
+        description="where blobs are stored: filesystem (blob_dir) or database (the blobs table)",
     )
     blob_dir: Path | None = Field(default=None, description="where blobs are stored; default data_dir/blobs")
     node_networks: str = Field(
@@ -97,6 +106,15 @@ class Settings(BaseSettings):
     def _networks(cls, value: str) -> str:
         parse_networks(value)
         return value
+
+    @model_validator(mode="after")
+    def _database_blobs_are_small(self) -> Settings:
+        if self.blob_store == "database" and self.max_blob_bytes > DATABASE_MAX_BYTES:
+            raise ValueError(
+                f"max_blob_bytes is {self.max_blob_bytes}, more than the {DATABASE_MAX_BYTES} bytes the "
+                "database blob store takes: lower B3OS_MAX_BLOB_BYTES or use B3OS_BLOB_STORE=filesystem"
+            )
+        return self
 
     def node_network_list(self) -> list[IPNetwork]:
         """The networks a node's URL may be on (B3OS_NODE_NETWORKS)."""

@@ -1,9 +1,9 @@
 """The control plane's tables, layered as in the FastAPI template: XBase, XCreate, X(table=True), XPublic.
 
 Tables: organizations, api_keys (hash only), publishers (namespace -> org), signing_keys (Ed25519 by
-kid), blob_uploads (which org uploaded which blob; the bytes live on disk), packs, pack_versions
-(immutable; `seq` orders the node feed), nodes, node_credentials (a hash and a call key, never the
-secret). The schema's revisions are in api/alembic/versions/.
+kid), blob_uploads (which org uploaded which blob), blobs (a blob's bytes when B3OS_BLOB_STORE=database),
+packs, pack_versions (immutable; `seq` orders the node feed), nodes, node_credentials (a hash and a
+call key, never the secret). The schema's revisions are in api/alembic/versions/.
 Request models forbid unknown fields. Times are timezone-aware UTC; money is integer micro-USD.
 """
 
@@ -13,7 +13,7 @@ import datetime as dt
 from typing import Any
 
 from pydantic import ConfigDict, field_validator
-from sqlalchemy import JSON, BigInteger, Column, DateTime, TypeDecorator, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, Column, DateTime, LargeBinary, TypeDecorator, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 from api.scopes import KNOWN_SCOPES, SCOPE_PATTERN, is_known
@@ -171,12 +171,22 @@ class SigningKeyPublic(SigningKeyBase):
 
 
 class BlobUpload(SQLModel, table=True):
-    """Which organization uploaded which blob (the bytes are on disk, never in a row)."""
+    """Which organization uploaded which blob (the bytes are in the blob store: api.blobstore)."""
 
     __tablename__ = "blob_uploads"
     sha256: str = Field(primary_key=True, max_length=64)
     org_id: str = Field(primary_key=True, foreign_key="organizations.id", max_length=40)
     bytes: int = Field(sa_type=BigInteger)
+    created_at: dt.datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+
+
+class BlobContent(SQLModel, table=True):
+    """A blob's bytes, when the blob store is the database (B3OS_BLOB_STORE=database; api.blobstore)."""
+
+    __tablename__ = "blobs"
+    sha256: str = Field(primary_key=True, max_length=64)
+    size: int = Field(sa_type=BigInteger)
+    data: bytes = Field(sa_type=LargeBinary)
     created_at: dt.datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
 
 

@@ -17,7 +17,6 @@ commit order; the unique (pack, version) makes exactly one of concurrent publish
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,7 +24,7 @@ from sqlalchemy import func, text
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
-from api.blobstore import BlobStore
+from api.blobstore import BlobStore, stored_sha256
 from api.db import is_postgres
 from api.errors import Conflict, Forbidden, InvalidRequest
 from api.models import BlobUpload, Pack, PackVersion, Publisher, SigningKey
@@ -47,14 +46,6 @@ def _checks_failed(violations: Sequence[Violation]) -> InvalidRequest:
         reason="checks",
         violations=[{"check": v.check, "field": v.field, "message": v.message} for v in violations],
     )
-
-
-def _blob_sha256(blobs: BlobStore, hexdigest: str) -> str:
-    h = hashlib.sha256()
-    with blobs.path(hexdigest).open("rb") as fh:
-        while chunk := fh.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _check_files(session: Session, blobs: BlobStore, *, org_id: str, files: Sequence[BundleFile]) -> None:
@@ -80,7 +71,7 @@ def _check_files(session: Session, blobs: BlobStore, *, org_id: str, files: Sequ
                 reason="blob_mismatch",
                 path=f.path,
             )
-        if _blob_sha256(blobs, f.sha256) != f.sha256:
+        if stored_sha256(blobs, f.sha256) != f.sha256:
             raise InvalidRequest(
                 f"The stored blob {name} of the file {f.path} no longer matches its sha256: upload it again.",
                 field="files",

@@ -71,9 +71,12 @@ class RoutineStack(Stack):
         assert self.client is not None
         return self.client
 
-    def start_worker(self, *, queue: str | None = None, name: str = "worker") -> Proc:
-        """A routine worker process polling `queue` (the session's by default), calling the first api."""
-        env = self.env(B3OS_API_URL=self.url, B3OS_TEMPORAL_TASK_QUEUE=queue or self.queue)
+    def start_worker(
+        self, *, queue: str | None = None, name: str = "worker", api_url: str | None = None
+    ) -> Proc:
+        """A routine worker process polling `queue` (the session's by default), calling `api_url` (the first
+        api by default)."""
+        env = self.env(B3OS_API_URL=api_url or self.url, B3OS_TEMPORAL_TASK_QUEUE=queue or self.queue)
         proc = self.start(f"{name}-{uuid.uuid4().hex[:6]}", [sys.executable, "-m", "engine.worker"], env)
         deadline = time.monotonic() + 30
         while b"polling" not in proc.log.read_bytes():

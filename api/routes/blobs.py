@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Request, Response
-from fastapi.responses import FileResponse
+from fastapi.responses import FileResponse, StreamingResponse
 from pydantic import BaseModel
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
@@ -116,7 +116,7 @@ def head_blob(
 
 @router.get(
     "/{digest}",
-    response_class=FileResponse,
+    response_class=StreamingResponse,
     responses={
         200: {"content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}},
         **error_responses(400, 404),
@@ -127,7 +127,14 @@ def get_blob(
     request: Request,
     caller: Annotated[Principal | NodeCaller, Depends(principal_or_node)],
     blobs: BlobsDep,
-) -> FileResponse:
+) -> Response:
     """The blob's bytes (for nodes, and for the organization that uploaded it)."""
     hexdigest = _readable(request, caller, blobs, digest)
-    return FileResponse(blobs.path(hexdigest), media_type="application/octet-stream")
+    path = blobs.local_path(hexdigest)
+    if path is not None:
+        return FileResponse(path, media_type="application/octet-stream")
+    return StreamingResponse(  # a sync iterator: Starlette reads each slice in a worker thread
+        blobs.chunks(hexdigest),
+        media_type="application/octet-stream",
+        headers={"Content-Length": str(blobs.size(hexdigest) or 0)},
+    )

@@ -6,7 +6,9 @@ re-run, `B3osSchedule` for a scheduled run). Storing a routine keeps each versio
 its YAML) in `routine_versions`; a run records the version it ran and its pins, and a re-run
 (api.runs.rerun) runs that version again with the same inputs and pins. With an Idempotency-Key
 the run id is derived from the organization and the key, so the same key gives the same run (the
-same key with other inputs is refused). A finished run's result is kept in its row.
+same key with other inputs is refused). A finished run's result is kept in its row. A list of runs
+takes the status of its unfinished ones from one Temporal visibility query (`B3osOrg` and their
+workflow ids), whichever api process started them.
 
 Each run gets a grant when it starts (api.runs.grants): the only thing that lets its steps call
 actions. The run lasts at most `run_timeout_s` (its Temporal execution timeout), and so does its
@@ -22,7 +24,7 @@ import asyncio
 import hashlib
 import json
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import partial
 from typing import Any, TypeVar
 
@@ -32,6 +34,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 from temporalio.client import (
     Client,
+    WorkflowExecution,
     WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowHandle,
@@ -86,6 +89,12 @@ _ROUTINE = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_ROUTINE)
 _ORG = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_ORG)
 _RERUN_OF = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_RERUN_OF)
 _SCHEDULE = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_SCHEDULE)
+_STATUS = {  # a run's status from its workflow's; any other ending is a failure, as in _refresh
+    WorkflowExecutionStatus.RUNNING: "running",
+    WorkflowExecutionStatus.COMPLETED: "succeeded",
+    WorkflowExecutionStatus.FAILED: "failed",
+    WorkflowExecutionStatus.CANCELED: "cancelled",
+}
 
 
 def routine_hash(source: str) -> str:
@@ -447,7 +456,7 @@ class RunsService:
         Counted by Temporal's visibility, so every api process sees the same number; starts that come
         within the same instant may overshoot the limit by a few.
         """
-        query = f"{SEARCH_ATTRIBUTE_ORG} = '{org_id.replace(chr(39), '')}' AND ExecutionStatus = 'Running'"
+        query = f"{SEARCH_ATTRIBUTE_ORG} = {_quoted(org_id)} AND ExecutionStatus = 'Running'"
         try:
             running = (await client.count_workflows(query)).count
         except RPCError as exc:
@@ -572,9 +581,11 @@ class RunsService:
     async def list_runs(self, *, org_id: str, routine: str | None, limit: int) -> list[RunSummary]:
         """The organization's newest runs, newest first."""
         rows: list[RunRecord] = await self._db(self._list_rows, org_id, routine, limit)
-        for row in rows:
-            if row.status not in FINAL:
-                await self._refresh(row)
+        unfinished = {r.workflow_id: r for r in rows if r.status not in FINAL}
+        if unfinished:
+            for workflow_id, (status, closed_at) in (await self._visible(org_id, list(unfinished))).items():
+                row = unfinished[workflow_id]
+                row.status, row.finished_at = status, closed_at
         return [
             RunSummary(
                 run_id=r.id,
@@ -585,6 +596,30 @@ class RunsService:
             )
             for r in rows
         ]
+
+    async def _visible(self, org_id: str, workflow_ids: list[str]) -> dict[str, tuple[str, datetime | None]]:
+        """The status and close time of these runs of an organization, by workflow id, from one Temporal
+        visibility query (eventually consistent: a run that has just started or ended may show late).
+
+        Only GET /v1/runs/{id} saves a finished run's result into its row: a list stays one query.
+        """
+        client = await self.client()
+        ids = ", ".join(_quoted(w) for w in workflow_ids)
+        query = f"{SEARCH_ATTRIBUTE_ORG} = {_quoted(org_id)} AND WorkflowId IN ({ids})"
+        newest: dict[str, WorkflowExecution] = {}
+        try:
+            async for execution in client.list_workflows(query, page_size=len(workflow_ids)):
+                seen = newest.get(execution.id)
+                if seen is None or execution.start_time > seen.start_time:
+                    newest[execution.id] = execution
+        except RPCError as exc:
+            raise ServiceUnavailable(
+                f"Temporal did not list the runs: {exc.message}", retry_after_s=5
+            ) from exc
+        return {
+            workflow_id: (_STATUS.get(e.status, "failed") if e.status else "running", e.close_time)
+            for workflow_id, e in newest.items()
+        }
 
     def _list_rows(self, org_id: str, routine: str | None, limit: int) -> list[RunRecord]:
         with read_session(self._engine) as session:
@@ -715,6 +750,11 @@ def _legacy_hash(value: Any) -> str:
         "sha256:"
         + hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
     )
+
+
+def _quoted(value: str) -> str:
+    """A string literal of a visibility query (ids never hold a quote; one would be dropped)."""
+    return "'" + value.replace("'", "") + "'"
 
 
 def _search_attributes(row: RunRecord) -> list[SearchAttributePair[str]]:

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
+import pytest
 from apitest import Org
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from pydantic import ValidationError
+
+from api.config import Settings
+from api.main import create_app
 
 PUBLISH = ["*", "actions:tools:publish"]
 
@@ -104,3 +110,40 @@ def test_another_org_cannot_see_or_read_a_blob_it_did_not_upload(
     assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
     assert client.put(url, headers=b.headers, content=data).status_code == 201
     assert client.get(url, headers=b.headers).content == data
+
+
+def test_with_the_database_store_two_apis_with_separate_disks_serve_one_blob(
+    database_url: str,
+    tmp_path: Path,
+    make_org: Callable[..., Org],
+    node_headers: dict[str, str],
+) -> None:
+    apps = [
+        create_app(Settings(data_dir=tmp_path / name, database_url=database_url, blob_store="database"))
+        for name in ("a", "b")
+    ]
+    try:
+        with TestClient(apps[0]) as a, TestClient(apps[1]) as b:
+            org = make_org(scopes=PUBLISH)
+            data = bytes(range(256)) * (5 * 4096 + 7)  # over 5 MiB: read back in several slices
+            url = f"/v1/actions/registry/blobs/{_name(data)}"
+            assert a.put(url, headers=org.headers, content=data).status_code == 201
+            assert b.put(url, headers=org.headers, content=data).status_code == 200
+            head = b.head(url, headers=org.headers)
+            assert head.status_code == 200 and head.headers["content-length"] == str(len(data))
+            got = b.get(url, headers=node_headers)
+            assert got.status_code == 200 and got.content == data
+            assert got.headers["content-length"] == str(len(data))
+            wrong = _name(b"expected")
+            r = b.put(f"/v1/actions/registry/blobs/{wrong}", headers=org.headers, content=b"other")
+            assert r.status_code == 400 and r.json()["error"]["reason"] == "digest_mismatch"
+            assert b.head(f"/v1/actions/registry/blobs/{wrong}", headers=org.headers).status_code == 404
+    finally:
+        for app in apps:
+            app.state.engine.dispose()
+    assert not any(p.is_file() for p in tmp_path.rglob("*") if "blobs" in p.parts), "a blob went to disk"
+
+
+def test_the_database_store_refuses_a_blob_limit_over_64_mib(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match="max_blob_bytes is 67108865, more than the 67108864 bytes"):
+        Settings(data_dir=tmp_path, blob_store="database", max_blob_bytes=64 * 1024 * 1024 + 1)

@@ -40,6 +40,7 @@ from api.migrations import (
 )
 from api.models import (
     ApiKey,
+    BlobContent,
     BlobUpload,
     Node,
     NodeCredential,
@@ -139,9 +140,10 @@ ROWS: dict[str, dict[str, Any]] = {
         "timezone": "Europe/Paris", "inputs": {"who": "world"}, "overlap": "buffer_one", "declared": True,
         "paused": False, "grant_hash": "9" * 64, "created_at": T,
     },
+    "blobs": {"sha256": "a" * 64, "size": 5, "data": b"\x00\xffab\n", "created_at": T},
 }
 # tables of later revisions
-AFTER_BASELINE = {"node_credentials", "run_grants", "routine_versions", "routine_schedules"}
+AFTER_BASELINE = {"node_credentials", "run_grants", "routine_versions", "routine_schedules", "blobs"}
 
 MODELS: dict[str, type[SQLModel]] = {
     "organizations": Organization, "api_keys": ApiKey, "publishers": Publisher, "signing_keys": SigningKey,
@@ -149,7 +151,7 @@ MODELS: dict[str, type[SQLModel]] = {
     "tool_calls": ToolCall, "meter_events": MeterEvent, "idempotency_records": IdempotencyRecord,
     "routines": RoutineRecord, "routine_runs": RunRecord, "call_cancels": CallCancel,
     "connections": ConnectionRecord, "run_grants": RunGrant, "node_credentials": NodeCredential,
-    "routine_versions": RoutineVersion, "routine_schedules": RoutineSchedule,
+    "routine_versions": RoutineVersion, "routine_schedules": RoutineSchedule, "blobs": BlobContent,
 }
 # fmt: on
 
