@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import functools
 import os
+import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -61,10 +63,24 @@ def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
     # busy_timeout first: switching a new file to WAL takes a lock another starter may hold at that moment
     cursor.execute("PRAGMA busy_timeout=30000")
-    cursor.execute("PRAGMA journal_mode=WAL")
+    _switch_to_wal(cursor)
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.close()
+
+
+def _switch_to_wal(cursor: Any) -> None:
+    # SQLite does not call the busy handler for this switch: a connection racing another one's switch on a
+    # new file is told "database is locked" at once. Try again for up to 10 s (the switch lasts moments).
+    for _ in range(200):
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc):
+                raise
+            time.sleep(0.05)
+    cursor.execute("PRAGMA journal_mode=WAL")
 
 
 _READS_ONLY = "b3os_reads_only"
