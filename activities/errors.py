@@ -10,7 +10,9 @@ history shows which key each failed attempt sent (a key is derived, never a secr
     tool_failed / action_failed        retryable with the step's backoff (the api keeps no answer
       with retryable: true             under the key for it, so the retry runs the call again)
     other 5xx                          retryable with the step's backoff
-    network errors to the api          retryable with the step's backoff
+    the api refused the connection     retryable after 1 s, as a wait: the request reached no api (one
+                                       restarting, say), so nothing ran; not counted as a failed attempt
+    other network errors to the api    retryable with the step's backoff
     400, 422, other 4xx,
     tool_failed not retryable,
     output_invalid, tool_timed_out,
@@ -143,9 +145,16 @@ def error_for_answer(
     return ApplicationError(text, fields, type=code, category=BENIGN)
 
 
+CONNECT_RETRY_S = 1.0
+"""How long a step waits before it sends again a call whose api refused the connection."""
+
+
 def is_wait(error: ApplicationError) -> bool:
-    """Whether an error asks the step to wait and send the call again (429, 503, 409 in progress)."""
+    """Whether an error asks the step to wait and send the call again (429, 503, 409 in progress, an api
+    that refused the connection)."""
     fields = error.details[0] if error.details and isinstance(error.details[0], dict) else {}
+    if error.type == "api_unreachable":
+        return fields.get("retry_after") is not None
     return fields.get("status") in (429, 503) or error.type == "idempotency_in_progress"
 
 
@@ -162,7 +171,18 @@ def network_error(exc: Exception, api_url: str, *, attempt: int) -> ApplicationE
     """
     detail = f": {exc}" if str(exc) else f" ({type(exc).__name__})"
     message = f"the api at {api_url} did not answer{detail}"
-    fields = {"code": "api_unreachable", "reason": type(exc).__name__, "message": message, "attempt": attempt}
+    fields: dict[str, Any] = {
+        "code": "api_unreachable",
+        "reason": type(exc).__name__,
+        "message": message,
+        "attempt": attempt,
+    }
+    if isinstance(exc, httpx.ConnectError):  # nothing reached the api: wait for it as for a 503
+        fields["retry_after"] = CONNECT_RETRY_S
+        delay = timedelta(seconds=CONNECT_RETRY_S)
+        return ApplicationError(
+            message, fields, type="api_unreachable", next_retry_delay=delay, category=BENIGN
+        )
     return ApplicationError(message, fields, type="api_unreachable", category=BENIGN)
 
 

@@ -14,8 +14,9 @@ ApiError                      code, status, message, extra fields, headers
 ```
 
 Every error answers `{"error": {"code", "message", ...extra}}`. `install_error_handlers` maps this
-tree, FastAPI's validation errors, Starlette's HTTP errors and anything unexpected (500, with no
-detail) in one place.
+tree, FastAPI's validation errors, Starlette's HTTP errors, a database that cannot be reached (503
+`unavailable`, reason `database`, with Retry-After: the transaction was rolled back, try again) and
+anything unexpected (500, with no detail) in one place.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
+from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import compile_path
 
@@ -211,6 +213,21 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(body, status_code=exc.status_code, headers=headers)
 
 
+DATABASE_RETRY_AFTER_S = 2
+"""Retry-After of a request whose database could not be reached (a restart or failover takes seconds)."""
+
+
+async def _database_unavailable(request: Request, exc: Exception) -> JSONResponse:
+    # one line, no traceback: the driver's text may name hosts, and the cause is outside this process
+    log.warning(
+        "the database could not be reached (%s %s): %s", request.method, request.url.path, type(exc).__name__
+    )
+    message = "The database cannot be reached at the moment; try again after Retry-After."
+    return error_response(
+        ServiceUnavailable(message, retry_after_s=DATABASE_RETRY_AFTER_S, reason="database")
+    )
+
+
 async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
     log.exception("unexpected error", exc_info=exc)
     body = {"error": {"code": "internal", "message": "The server failed to answer this request."}}
@@ -222,6 +239,8 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(OperationalError, _database_unavailable)  # connection refused, lost, shut down
+    app.add_exception_handler(InterfaceError, _database_unavailable)  # a connection closed under the driver
     app.add_exception_handler(Exception, _unexpected)
 
 

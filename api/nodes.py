@@ -77,6 +77,16 @@ def record_heartbeat(session: Session, *, beat: NodeHeartbeat) -> Node:
     raise RuntimeError(f"heartbeat of node {beat.node_id} could not be stored")
 
 
+def mark_unreachable(session: Session, *, node_id: str, at: dt.datetime) -> None:
+    """A node the api could not reach at `at` gets no calls until it next heartbeats (commits): without
+    this, a dead node, having no running calls, would be the least loaded for `max_age_s`."""
+    node = session.get(Node, node_id)
+    if node is not None and node.last_seen < at:
+        node.last_seen = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+        session.add(node)
+        session.commit()
+
+
 def live_nodes(session: Session, *, max_age_s: float = 15.0, now: dt.datetime | None = None) -> list[Node]:
     """Nodes heard from within `max_age_s` whose credential stands, the most free slots first."""
     since = (now or utcnow()) - dt.timedelta(seconds=max_age_s)

@@ -11,20 +11,25 @@ its own api) and the egress proxy, all on loopback. Packs are published through 
 Stopping SIGTERMs every process (each node removes its VMs' mounts, cgroups and directories), checks
 that none is left running and that no mount is left, and drops the database.
 
+Faults (tests/test_faults.py): each part has a name (`api-a`, `api-b`, `worker-a`, `worker-b`, `node-a`,
+`node-b`); `kill(part)` SIGKILLs it and `restart(part)` starts it again with the same command (an api on
+its port, a node on its run dir, which removes what the killed one left); `postgres.halt()`/`resume()`.
+
 Outside pytest (bench/): `start_cluster(root, postgres=..., temporal=...)` and `Cluster.stop()`.
 """
 
 from __future__ import annotations
 
 import shutil
+import subprocess
 import tempfile
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from calls.stack import ECHO, FREE, PRICEY, publish_echo_variants
+from calls.stack import ECHO, FREE, PRICEY, REPO, Proc, publish_echo_variants, wait_http
 from db.postgres import PostgresCluster
 from realstack import RoutineStack, no_traceback
 from temporalio.client import Client
@@ -43,13 +48,49 @@ class Cluster(RoutineStack):
 
     postgres: PostgresCluster | None = None
     database: str = ""
+    parts: dict[str, Proc] = field(default_factory=dict)
+    """Each part's current process by name: api-a, api-b, worker-a, worker-b, node-a, node-b."""
+    commands: dict[str, tuple[list[str], dict[str, str]]] = field(default_factory=dict)
+
+    def start(self, name: str, argv: Sequence[str], env: dict[str, str]) -> Proc:
+        self.commands[name] = (list(argv), env)
+        return super().start(name, argv, env)
 
     def start_stateless_api(self, name: str) -> str:
         """An api with a data dir of its own, on the database, blobs in the database."""
         data_dir = self.root / name
         data_dir.mkdir()
-        url, _ = self.start_api(extra_env={"B3OS_DATA_DIR": str(data_dir), "B3OS_BLOB_STORE": "database"})
+        url, proc = self.start_api(extra_env={"B3OS_DATA_DIR": str(data_dir), "B3OS_BLOB_STORE": "database"})
+        self.parts[name] = proc
         return url
+
+    def kill(self, part: str) -> Proc:
+        """SIGKILL a part; the killed process."""
+        proc = self.parts[part]
+        proc.popen.kill()
+        proc.popen.wait(timeout=10)
+        return proc
+
+    def restart(self, part: str) -> Proc:
+        """Start a part again with its command and environment (SIGTERM first if it still runs), and wait
+        until it answers (an api, a node) or polls (a worker). Its log goes on in `<name>.<n>.log`."""
+        old = self.parts[part]
+        old.stop()
+        argv, env = self.commands[old.name]
+        log = self.root / f"{old.name}.{sum(p.name == old.name for p in self.procs)}.log"
+        with log.open("wb") as out:
+            popen = subprocess.Popen(argv, env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+        proc = self.parts[part] = Proc(old.name, popen, log)
+        self.procs.append(proc)
+        self.workers = [proc if w is old else w for w in self.workers]
+        if "--port" in argv:  # an api or a node
+            port = argv[argv.index("--port") + 1]
+            wait_http(
+                f"http://127.0.0.1:{port}/{'healthz' if part.startswith('api') else 'v1/node/status'}", proc
+            )
+        else:
+            self.wait_polling(proc)
+        return proc
 
     def stop(self) -> None:
         """Stop every process, check none is left and no VM mount remains, drop the database."""
@@ -85,12 +126,13 @@ def start_cluster(root: Path, *, postgres: PostgresCluster, temporal: Client) ->
         api_a = cluster.start_stateless_api("api-a")
         api_b = cluster.start_stateless_api("api-b")
         publish_echo_variants(cluster)  # through A
-        cluster.start_node(NODES[0], api_url=api_a)
-        cluster.start_node(NODES[1], api_url=api_b)
+        for node_id, api in zip(NODES, (api_a, api_b), strict=True):
+            cluster.parts[node_id] = cluster.start_node(node_id, api_url=api)
         cluster.workers = [
             cluster.start_worker(name="worker-a", api_url=api_a),
             cluster.start_worker(name="worker-b", api_url=api_b),
         ]
+        cluster.parts.update(zip(("worker-a", "worker-b"), cluster.workers, strict=True))
         for node_id in NODES:
             cluster.wait_installed(node_id, PACKS)
         return cluster

@@ -78,12 +78,17 @@ class RoutineStack(Stack):
         api by default)."""
         env = self.env(B3OS_API_URL=api_url or self.url, B3OS_TEMPORAL_TASK_QUEUE=queue or self.queue)
         proc = self.start(f"{name}-{uuid.uuid4().hex[:6]}", [sys.executable, "-m", "engine.worker"], env)
+        self.wait_polling(proc)
+        return proc
+
+    @staticmethod
+    def wait_polling(proc: Proc) -> None:
+        """Wait until a worker process polls its task queue."""
         deadline = time.monotonic() + 30
         while b"polling" not in proc.log.read_bytes():
             if proc.popen.poll() is not None or time.monotonic() > deadline:
                 raise AssertionError(f"the worker did not start:\n{proc.log.read_text()[-3000:]}")
             time.sleep(0.05)
-        return proc
 
     def runner(self) -> Org:
         """A fresh organization with a key that may store and run routines."""

@@ -34,6 +34,7 @@ class NodeAnswer:
     retry_after: float | None = None
     failure: str | None = None
     timed_out: bool = False
+    gone: bool = False  # the connection was refused or dropped: the node may be down
 
 
 @dataclass(frozen=True)
@@ -68,11 +69,12 @@ async def send_call(
             follow_redirects=False,
         )
     except httpx.ConnectError:
-        return NodeAnswer(status=0, failure="the node could not be reached")
+        return NodeAnswer(status=0, failure="the node could not be reached", gone=True)
     except httpx.TimeoutException:
         return NodeAnswer(status=0, failure="the node did not answer in time", timed_out=True)
     except httpx.TransportError as exc:
-        return NodeAnswer(status=0, failure=f"the connection to the node failed ({type(exc).__name__})")
+        failure = f"the connection to the node failed ({type(exc).__name__})"
+        return NodeAnswer(status=0, failure=failure, gone=True)
     if response.status_code == 200 and not answer_is_proven(
         node.key,
         node_id=node.node_id,

@@ -15,7 +15,10 @@ slot freed by another api process). Calls over HTTP and MCP are answered at once
 
 A call that was admitted is finished and recorded even if the client stopped waiting: the work
 runs in its own task, shielded from the request's cancellation. To stop it, cancel it
-(`api.calls.cancel`): its executor stops it and the call ends with that outcome.
+(`api.calls.cancel`): its executor stops it and the call ends with that outcome. A database that
+cannot be reached when the outcome is to be recorded (or the key's claim released) is waited for, up
+to `lease_grace_s` (`_record`): otherwise a call that ran would keep its lease and its key's claim
+until they expired, and its retry would wait that long.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from typing import Any
 import anyio
 import httpx
 from sqlalchemy import Engine
+from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlmodel import Session
 
 from api import metrics, registry
@@ -57,6 +61,7 @@ from api.models import utcnow
 from packs.resolve import Resolved, ResolveError
 
 MAINTENANCE_S = 600.0
+RECORD_RETRY_S = 1.0
 ADMISSION_POLL_S = 0.5
 """About how often a waiting routine call tries admission again without a wake-up (a slot freed by
 another api process); seldom, since each try is a write transaction (on SQLite, the write lock)."""
@@ -203,6 +208,18 @@ class CallService:
 
         return await anyio.to_thread.run_sync(run)
 
+    async def _record(self, fn: Callable[[Session], Any]) -> Any:
+        """`_db` for a write that must not be lost (a call's outcome, a claim's release): while the database
+        cannot be reached, try again every second, up to `lease_grace_s`."""
+        give_up = time.monotonic() + self.settings.lease_grace_s
+        while True:
+            try:
+                return await self._db(fn)
+            except (OperationalError, InterfaceError):
+                if time.monotonic() > give_up:
+                    raise
+            await asyncio.sleep(RECORD_RETRY_S)
+
     # --- the entry point ------------------------------------------------------------------------
 
     async def call(self, caller: Caller, payload: Any, *, idempotency_key: str | None = None) -> Answer:
@@ -271,9 +288,9 @@ class CallService:
         except CallError as exc:
             answer = Answer(exc.status, exc.body(), exc.headers)
         except BaseException:
-            await self._db(lambda s: self._finish(s, caller, key, None, call, _failed_outcome()))
+            await self._record(lambda s: self._finish(s, caller, key, None, call, _failed_outcome()))
             raise
-        await self._db(lambda s: self._finish(s, caller, key, answer, call, outcome))
+        await self._record(lambda s: self._finish(s, caller, key, answer, call, outcome))
         if call is not None:
             self._wake(WAKE_PER_FINISH)
         await self._maintain()
@@ -420,7 +437,7 @@ class CallService:
         try:
             execution = await executor.execute(call, prepared)
         except BaseException:
-            await self._db(lambda s: self._finish(s, caller, None, None, call, _failed_outcome()))
+            await self._record(lambda s: self._finish(s, caller, None, None, call, _failed_outcome()))
             raise
         return self._answer(executor.tier, call, resolved, execution, validate_ms), call, _outcome(execution)
 

@@ -27,7 +27,7 @@ from api.calls.nodeclient import NodeAnswer, NodeTarget, send_call, send_cancel
 from api.calls.outputs import check_output
 from api.calls.tables import RUNNING, ToolCall
 from api.models import Node, NodeCredential
-from api.nodes import live_nodes
+from api.nodes import live_nodes, mark_unreachable
 
 if TYPE_CHECKING:
     from api.calls.service import CallService
@@ -160,6 +160,14 @@ class VmExecutor:
         if reply.status == 0:
             if reply.timed_out:
                 return ToolTimedOut(f"{reply.failure}: the call did not finish within {call.timeout_ms} ms")
+            if reply.gone:  # the retry goes to another node, or to this one once it heartbeats again
+                failed_at = self._service.clock()
+                await self._service._db(lambda s: mark_unreachable(s, node_id=call.node_id, at=failed_at))
+                return ToolUnavailable(
+                    f"{reply.failure}; nothing was billed",
+                    reason="exec",
+                    retry_after=self._service.settings.node_heartbeat_s,
+                )
             return ToolUnavailable(
                 f"{reply.failure}; nothing was billed",
                 reason="exec",

@@ -17,7 +17,7 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.call_action import ActionActivities, CallActionInput, CallActionResult
 from activities.config import ActivitySettings
-from activities.errors import error_for_response
+from activities.errors import error_for_response, is_wait
 from activities.idempotency import step_idempotency_key
 
 # ActivityEnvironment runs the activity as if in workflow "test"
@@ -121,6 +121,8 @@ async def test_an_unreachable_api_is_retryable_and_named() -> None:
     err = await _error(url, "key_1")
     assert (err.type, err.non_retryable) == ("api_unreachable", False)
     assert url in err.message and WORKER_TOKEN not in str(err.details)
+    # refused: nothing reached an api (one restarting), so the step waits 1 s and it is no failed attempt
+    assert err.next_retry_delay == timedelta(seconds=1) and is_wait(err)
 
 
 def test_key_is_stable_and_differs_per_step_and_index() -> None:

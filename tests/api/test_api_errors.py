@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -47,6 +48,29 @@ def test_unknown_routes_and_methods_answer_the_error_body(client: TestClient) ->
     }
     r = client.patch("/healthz")
     assert r.status_code == 405 and r.json()["error"]["code"] == "method_not_allowed"
+
+
+def test_a_database_that_cannot_be_reached_is_503_with_retry_after_never_a_500(
+    client: TestClient, app: FastAPI, make_org: Callable[..., Org], caplog: pytest.LogCaptureFixture
+) -> None:
+    org = make_org()
+    with socket.socket() as s:  # a port nothing listens on: the server is down
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    engine, app.state.engine = app.state.engine, make_engine(f"postgresql://postgres@127.0.0.1:{port}/gone")
+    try:
+        r = client.get("/v1/usage", headers=org.headers)
+    finally:
+        app.state.engine.dispose()
+        app.state.engine = engine
+    assert r.status_code == 503 and r.headers["Retry-After"] == "2"
+    assert r.json()["error"] == {
+        "code": "unavailable",
+        "reason": "database",
+        "message": "The database cannot be reached at the moment; try again after Retry-After.",
+    }
+    assert "Traceback" not in caplog.text and str(port) not in caplog.text
+    assert client.get("/v1/usage", headers=org.headers).status_code == 200  # and back
 
 
 def test_a_wrong_json_type_names_the_field_and_value(

@@ -91,20 +91,35 @@ class PostgresCluster:
             check=True,
             capture_output=True,
         )
-        port = _free_port()
+        cluster = cls(directory=directory, port=_free_port())
+        cluster.resume()
+        return cluster
+
+    def halt(self) -> None:
+        """Stop the server, keeping its files, until `resume` (tests/test_faults.py)."""
+        subprocess.run(
+            _as_postgres(
+                str(PG_BIN / "pg_ctl"), "-D", str(self.directory / "data"), "-m", "fast", "-w", "stop"
+            ),
+            check=True,
+            capture_output=True,
+        )
+
+    def resume(self) -> None:
+        """Start the server on its directory and port (at start, and after `halt`)."""
         options = (
-            f"-p {port} -k {directory} -c listen_addresses=127.0.0.1 -c fsync=off "
+            f"-p {self.port} -k {self.directory} -c listen_addresses=127.0.0.1 -c fsync=off "
             "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
         )
         subprocess.run(
             _as_postgres(
                 str(PG_BIN / "pg_ctl"),
                 "-D",
-                str(data),
+                str(self.directory / "data"),
                 "-o",
                 options,
                 "-l",
-                str(directory / "log"),
+                str(self.directory / "log"),
                 "-w",
                 "-t",
                 "60",
@@ -113,7 +128,6 @@ class PostgresCluster:
             check=True,
             capture_output=True,
         )
-        return cls(directory=directory, port=port)
 
     def stop(self) -> None:
         """Stop the cluster and delete its files."""
