@@ -387,7 +387,9 @@ async def _step_share(stack: Any, org: Any, name: str, runs: int, out: dict[str,
     out["step_workflow_tasks_ms"] = p50(tasks)
 
 
-async def _burst(stack: Any, orgs: list[Any], name: str, per_org: int, starts_s: list[float]) -> float:
+async def _burst(
+    stack: Any, orgs: list[Any], name: str, per_org: int, starts_s: list[float], refused: list[int]
+) -> float:
     """Start `per_org` runs of each organization at once; seconds until every one has ended."""
     from temporalio.client import WorkflowFailureError
 
@@ -395,14 +397,17 @@ async def _burst(stack: Any, orgs: list[Any], name: str, per_org: int, starts_s:
     began = time.perf_counter()
     async with httpx.AsyncClient(base_url=stack.url, timeout=60) as http:
 
-        async def start(org: Any) -> str:
+        async def start(org: Any) -> str | None:
             r = await http.post(f"/v1/routines/{name}/runs", json={"inputs": {}}, headers=org.headers)
-            assert r.status_code == 201, r.text
+            if r.status_code != 201:
+                print(f"  a run did not start: {r.status_code} {r.text[:200]}")
+                refused.append(r.status_code)
+                return None
             return str(r.json()["workflow_id"] if "workflow_id" in r.json() else r.json()["run_id"])
 
         started = await asyncio.gather(*(start(o) for o in orgs for _ in range(per_org)))
     starts_s.append(time.perf_counter() - began)
-    ids = [s if s.startswith("routine-") else f"routine-{name}-{s}" for s in started]
+    ids = [s if s.startswith("routine-") else f"routine-{name}-{s}" for s in started if s is not None]
 
     async def done(wid: str) -> None:
         try:
@@ -436,19 +441,21 @@ async def bench_routines(stack: Any, args: argparse.Namespace, out: dict[str, An
         profiler.summary()
     bursts: list[float] = []
     starts: list[float] = []
+    refused: list[int] = []
     for _ in range(args.rounds):
         orgs = [stack.runner() for _ in range(25)]
         for o in orgs:
             assert (await stack.store(o, one)).status_code == 201
-        bursts.append(await _burst(stack, orgs, "one", 4, starts))
+        bursts.append(await _burst(stack, orgs, "one", 4, starts, refused))
     out["burst_100_s"] = p50(bursts)
     out["burst_100_started_s"] = p50(starts)
+    out["runs_not_started"] = len(refused)
     out["samples"] = {**out.get("samples", {}), "burst_100_s": bursts}
     waited = []
     for _ in range(max(1, args.rounds - 1)):
         o = stack.runner()
         assert (await stack.store(o, waits)).status_code == 201
-        waited.append(await _burst(stack, [o], "waits", 3, []))
+        waited.append(await _burst(stack, [o], "waits", 3, [], refused))
     out["waits_3x4x2s_s"] = p50(waited)
     out["samples"] = {**out.get("samples", {}), "waits_3x4x2s_s": waited}
 
@@ -521,13 +528,16 @@ def rows_of(r: dict[str, Any]) -> list[tuple[str, str, str, str, bool | None]]:
             r["step_temporal_ms"] <= 8,
         )
         add("  of which workflow tasks", f"{r['step_workflow_tasks_ms']:.2f} ms", "", "", None)
+    if "burst_100_s" in r:
+        lost = r.get("runs_not_started", 0)
         add(
             "100 one-step routines, 25 orgs, at once",
-            f"{r['burst_100_s']:.2f} s",
-            "",
+            f"{r['burst_100_s']:.2f} s" + (f", {lost} not started" if lost else ""),
+            f"all started {r['burst_100_started_s']:.2f} s",
             "<= 3 s",
-            r["burst_100_s"] <= 3,
+            r["burst_100_s"] <= 3 and not lost,
         )
+    if "waits_3x4x2s_s" in r:
         add(
             "3 x foreach 4 x 2 s tool, one org",
             f"{r['waits_3x4x2s_s']:.2f} s",
@@ -605,18 +615,23 @@ def main(argv: list[str]) -> int:
             if "memory" not in args.skip:
                 await asyncio.to_thread(bench_memory, stack, args, results, procs)
         except BaseException:
+            kept = Path(tempfile.mkdtemp(prefix="b3os-bench-logs-"))
             for proc in stack.procs:  # what the processes said, before their files go
+                shutil.copy(proc.log, kept / proc.log.name)
                 print(f"--- {proc.name} log, last lines:\n{proc.log.read_text(errors='replace')[-3000:]}")
+            print(f"logs kept in {kept}")
             raise
         finally:
             stack.stop()
             await env.shutdown()
             shutil.rmtree(root, ignore_errors=True)
 
-    asyncio.run(run())
-    print_table(results)
-    args.json.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
-    print(f"written: {args.json}")
+    try:
+        asyncio.run(run())
+    finally:  # what was measured before a failure is still worth its table
+        print_table(results)
+        args.json.write_text(json.dumps(results, indent=2, sort_keys=True, default=str) + "\n")
+        print(f"written: {args.json}")
     return 0
 
 
