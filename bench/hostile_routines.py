@@ -13,17 +13,27 @@ a routine worker process) and prints, in milliseconds:
   expressions compiled, as on a worker that ran them before);
 - a small one-step run of another organization: its latency alone, and alongside twice the failing
   runs started at the same time: those failing before any call (they hold the worker only), then
-  every one (the file chains also hold the node and the api) (median of `--rounds`).
+  every one (the file chains also hold the node and the api) (median of `--rounds`), the ratio of
+  each to alone, and where the small run's time went (its history's workflow task and activity waits
+  and work, and the api's answer to its start);
+- the first api's `GET /healthz` (asked every 25 ms from a process of its own, 1 s timeout) while the
+  small runs run alone and alongside: its median, 99th percentile and longest answer, and how many took
+  more than 100 ms.
 
-Run: `.venv/bin/python -m bench hostile_routines [--rounds N]` (root; needs the node's base template).
+Run: `.venv/bin/python -m bench hostile_routines [--rounds N] [--fairness-only]` (root; needs the node's
+base template); `--fairness-only` stores the probes and measures only the small run (alone and alongside
+the runs failing before any call) and `/healthz`. `B3OS_TEMPORAL_WORKFLOW_TASKS` in the environment sets
+the worker's workflow task slots.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -117,15 +127,100 @@ async def _longest_task_ms(stack: Any, workflow_id: str) -> float:
 async def _timed_run(stack: Any, org: Any, name: str, inputs: dict[str, Any]) -> tuple[float, dict[str, Any]]:
     began = time.perf_counter()
     run_id = await stack.start_run(org, name, inputs)
+    answered = (time.perf_counter() - began) * 1000
     run = await stack.final(org, run_id, timeout_s=120)
+    run["start_answered_ms"] = answered
     return (time.perf_counter() - began) * 1000, run
 
 
-async def _bench(stack: Any, rounds: int) -> None:
-    from test_hostile_routines import FAILED, REFUSED, one_step
+PHASES = ("start answered", "workflow tasks waited", "ran", "activity waited", "ran", "run in Temporal")
 
-    _at_the_bounds()
+
+async def _phases(stack: Any, run: dict[str, Any]) -> list[float]:
+    """Where a run's time went (ms, in PHASES' order): the api's answer to its start; its workflow tasks'
+    waits (scheduled to started) and work (started to completed), its activities' likewise; its history's
+    first event to its last."""
+    from temporalio.api.enums.v1 import EventType as E
+
+    at: dict[int, float] = {}
+    waits = {"wft": 0.0, "wft_run": 0.0, "act": 0.0, "act_run": 0.0}
+    events = await stack.history(run["workflow_id"])
+    for event in events:
+        t = event.event_time.ToMicroseconds() / 1000
+        at[event.event_id] = t
+        kind = event.event_type
+        if kind == E.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+            waits["wft"] += t - at[event.workflow_task_started_event_attributes.scheduled_event_id]
+        elif kind == E.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            waits["wft_run"] += t - at[event.workflow_task_completed_event_attributes.started_event_id]
+        elif kind == E.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            attrs = event.activity_task_completed_event_attributes
+            waits["act_run"] += t - at[attrs.started_event_id]
+            waits["act"] += at[attrs.started_event_id] - at[attrs.scheduled_event_id]
+    whole = at[events[-1].event_id] - at[events[0].event_id]
+    return [run["start_answered_ms"], waits["wft"], waits["wft_run"], waits["act"], waits["act_run"], whole]
+
+
+def _phase_text(samples: list[list[float]]) -> str:
+    medians = [statistics.median(column) for column in zip(*samples, strict=True)]
+    return ", ".join(f"{name} {ms:.0f}" for name, ms in zip(PHASES, medians, strict=True))
+
+
+_PROBE = """
+import sys, time, httpx
+with httpx.Client(timeout=1.0) as http:
+    while True:
+        began = time.perf_counter()
+        try:
+            http.get(sys.argv[1]).raise_for_status()
+            ms = (time.perf_counter() - began) * 1000
+        except httpx.HTTPError:
+            ms = 1000.0
+        print(f"{ms:.2f}", flush=True)
+        time.sleep(max(0.0, 0.025 - ms / 1000))
+"""
+
+
+class _Healthz:
+    """`GET /healthz` of one api every 25 ms from a process of its own (this one's event loop and GIL are
+    busy with the bench): the answers' times, in ms, between `start` and `stop` (a timeout counts 1,000)."""
+
+    def __init__(self, url: str) -> None:
+        self._url = f"{url}/healthz"
+        self._proc: subprocess.Popen[str] | None = None
+
+    def start(self) -> None:
+        command = [sys.executable, "-c", _PROBE, self._url]
+        self._proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+
+    def stop(self) -> str:
+        assert self._proc is not None
+        self._proc.terminate()
+        out, _ = self._proc.communicate()
+        answers = [float(line) for line in out.split()]
+        if not answers:
+            return "/healthz: no answer"
+        slowest = answers.index(max(answers)) + 1
+        times = sorted(answers)
+        p99 = times[int(len(times) * 0.99)]
+        over = sum(t > 100 for t in times)
+        return (
+            f"/healthz median {statistics.median(times):.1f}, p99 {p99:.1f}, max {times[-1]:.1f} "
+            f"(answer {slowest}), {over} of {len(times)} over 100 ms"
+        )
+
+
+async def _bench(stack: Any, rounds: int, fairness_only: bool = False) -> None:
+    from test_hostile_routines import FAILED, REFUSED
+
     hostile, other = stack.runner(), stack.runner()
+    if fairness_only:
+        names = {}
+        for name, source, _, _ in FAILED:
+            names[name] = (await stack.store(hostile, source)).json()["name"]
+        await _fairness(stack, hostile, other, names, rounds, only_before_call=True)
+        return
+    _at_the_bounds()
     print("refused at validation (POST /v1/routines), ms")
     async with httpx.AsyncClient(base_url=stack.url, timeout=120) as http:
         for name, source, _, _ in REFUSED:
@@ -151,37 +246,77 @@ async def _bench(stack: Any, rounds: int) -> None:
         code = (run.get("error") or {}).get("code")
         print(f"  {name:28} {ms:8.1f} | {first:6.1f} {task:6.1f} | {field:6.1f}  ({run['status']}: {code})")
     print(f"worst: workflow task of a second run {worst_task:.1f} ms, field in process {worst_eval:.1f} ms")
+    await _fairness(stack, hostile, other, names, rounds)
+
+
+async def _fairness(
+    stack: Any, hostile: Any, other: Any, names: dict[str, str], rounds: int, only_before_call: bool = False
+) -> None:
+    """The small run of another organization alone, then alongside the hostile runs; /healthz meanwhile."""
+    from test_hostile_routines import FAILED, one_step
 
     assert (await stack.store(other, one_step("small", "{text: hi}"))).status_code == 201
-    alone = [(await _timed_run(stack, other, "small", {}))[0] for _ in range(rounds)]
-    print(f"small run of another organization, median of {rounds}, ms: alone {statistics.median(alone):.0f}")
+    await _timed_run(stack, other, "small", {})  # the first run of a routine compiles its expressions
+    if only_before_call:  # the probes have not run yet: once each first, as the full bench has
+        for name, _, inputs, _ in FAILED:
+            await stack.final(hostile, await stack.start_run(hostile, names[name], inputs), timeout_s=120)
+    health = _Healthz(stack.url)
+    health.start()
+    alone, phases = [], []
+    for _ in range(rounds):
+        ms, run = await _timed_run(stack, other, "small", {})
+        alone.append(ms)
+        phases.append(await _phases(stack, run))
+    print(
+        f"small run of another organization, median of {rounds}, ms: alone {statistics.median(alone):.0f}"
+        f"  ({health.stop()})\n    {_phase_text(phases)}"
+    )
     # the probes that fail before any call hold only the worker; the others call the echo tool too
     before_call = [(n, inputs) for n, _, inputs, expected in FAILED if expected[0] is not None]
     every = [(n, inputs) for n, _, inputs, _ in FAILED]
-    for label, mix in (("failing before any call", before_call), ("every failing probe", every)):
-        alongside = []
+    mixes = [("failing before any call", before_call), ("every failing probe", every)]
+    for label, mix in mixes[:1] if only_before_call else mixes:
+        alongside, phases = [], []
+        health.start()
         for _ in range(rounds):
             # started together; only the small run is polled (polling a run queries its workflow too)
             started = await asyncio.gather(
                 *(stack.start_run(hostile, names[n], inputs) for n, inputs in mix * 2),
                 _timed_run(stack, other, "small", {}),
             )
-            *run_ids, (ms, _) = started
+            *run_ids, (ms, run) = started
             alongside.append(ms)
             for run_id in run_ids:
                 await stack.final(hostile, run_id, timeout_s=120)
-        print(f"  alongside {len(mix) * 2} runs {label}: {statistics.median(alongside):.0f}")
+            phases.append(await _phases(stack, run))
+        ratio = statistics.median(alongside) / statistics.median(alone)
+        print(
+            f"  alongside {len(mix) * 2} runs {label}: {statistics.median(alongside):.0f} = {ratio:.1f}x"
+            f"  ({health.stop()})\n    {_phase_text(phases)}"
+        )
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="bench hostile_routines")
     parser.add_argument("--rounds", type=int, default=5, help="small runs alone and alongside (default 5)")
+    parser.add_argument(
+        "--fairness-only", action="store_true", help="only the small run alone and alongside, and /healthz"
+    )
     args = parser.parse_args(argv)
     sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "engine")]
-    from realstack import start_routine_stack
+    from realstack import RoutineStack, start_routine_stack
     from temporalio.common import SearchAttributeKey
     from temporalio.contrib.pydantic import pydantic_data_converter
     from temporalio.testing import WorkflowEnvironment
+
+    stack_env = RoutineStack.env
+
+    def env(self: RoutineStack, **extra: str) -> dict[str, str]:
+        # rounds of 16 runs of one organization pass its 60 starts a minute; the worker's slots as asked
+        tasks = {k: v for k, v in os.environ.items() if k == "B3OS_TEMPORAL_WORKFLOW_TASKS"}
+        return stack_env(self, **{"B3OS_RUN_STARTS_PER_MINUTE": "100000", **tasks, **extra})
+
+    RoutineStack.env = env  # type: ignore[method-assign]
 
     async def run() -> None:
         temporal = shutil.which("temporal") or str(Path(sys.executable).parent / "temporal")
@@ -193,7 +328,7 @@ def main(argv: list[str]) -> int:
         root = Path(tempfile.mkdtemp(prefix="b3os-bench-hostile-"))
         stack = start_routine_stack(root, env)
         try:
-            await _bench(stack, args.rounds)
+            await _bench(stack, args.rounds, args.fairness_only)
         finally:
             stack.stop()
             await env.shutdown()

@@ -4,7 +4,8 @@ Connects to Temporal (`B3OS_TEMPORAL_ADDRESS`, `B3OS_TEMPORAL_NAMESPACE`; over T
 `B3OS_TEMPORAL_TLS_*`, docs/operations.md), makes sure the search
 attributes `B3osRoutine`, `B3osOrg`, `B3osRerunOf` and `B3osSchedule` exist, and polls the task queue
 `b3os-routines` (override: `B3OS_TEMPORAL_TASK_QUEUE`) with the routine workflow and the `call_action`
-activity, and the schedule tick workflow (engine.schedule_workflow) and its activities. The activity
+activity, and the schedule tick workflow (engine.schedule_workflow) and its activities, holding at most
+`B3OS_TEMPORAL_WORKFLOW_TASKS` (4) workflow tasks at once (docs/routines.md, Fairness). The activity
 settings (`B3OS_API_URL`, `B3OS_WORKER_TOKEN`) stay in this process.
 """
 
@@ -21,6 +22,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
@@ -51,6 +53,10 @@ __all__ = [
 
 log = logging.getLogger("b3os.worker")
 
+WORKFLOW_TASKS = 4
+"""Workflow tasks a worker holds at once (`B3OS_TEMPORAL_WORKFLOW_TASKS`; at least 2: one sticky poll and
+one on the shared queue). Tasks past it wait at the server, where the runs' priority orders them."""
+
 
 class TemporalSettings(BaseSettings):
     """Where the Temporal server is (env prefix `B3OS_TEMPORAL_`)."""
@@ -65,6 +71,7 @@ class TemporalSettings(BaseSettings):
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
     tls_server_name: str | None = None
+    workflow_tasks: int = Field(default=WORKFLOW_TASKS, ge=2)
 
     def tls_config(self) -> TLSConfig | None:
         """The client's TLS settings, or None for plaintext (see `tls_config`)."""
@@ -206,7 +213,12 @@ def cache_workflow_bytecode() -> None:
 
 
 def build_worker(
-    client: Client, task_queue: str, activities: ActionActivities, ticks: ScheduleActivities | None = None
+    client: Client,
+    task_queue: str,
+    activities: ActionActivities,
+    ticks: ScheduleActivities | None = None,
+    *,
+    workflow_tasks: int = WORKFLOW_TASKS,
 ) -> Worker:
     """The worker that runs routine workflows and step activities on one task queue.
 
@@ -215,6 +227,7 @@ def build_worker(
         task_queue: The task queue to poll (`ROUTINES_TASK_QUEUE` outside tests).
         activities: The step activities, holding the worker's api settings.
         ticks: The schedule tick's activities (None: the worker runs no tick's activities).
+        workflow_tasks: Workflow tasks held at once (`WORKFLOW_TASKS`).
 
     Returns:
         A worker to `run()` or use as an async context manager.
@@ -225,6 +238,7 @@ def build_worker(
         task_queue=task_queue,
         workflows=[RoutineWorkflow, ScheduleTickWorkflow],
         activities=[activities.call_action, *_tick_activities(ticks)],
+        max_concurrent_workflow_tasks=workflow_tasks,
         max_concurrent_activities=64,
         # Send each heartbeat within a second, so a cancelled run reaches its running call quickly.
         max_heartbeat_throttle_interval=timedelta(seconds=1),
@@ -259,7 +273,11 @@ async def main() -> None:
     activities = ActionActivities(activity_settings)
     expressions.check("true")  # cel-python loads its grammar on the first compile: here, not in a run
     worker = build_worker(
-        client, settings.task_queue, activities, ScheduleActivities(activity_settings, client)
+        client,
+        settings.task_queue,
+        activities,
+        ScheduleActivities(activity_settings, client),
+        workflow_tasks=settings.workflow_tasks,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -23,7 +23,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any, TypeVar
@@ -42,6 +43,7 @@ from temporalio.client import (
     WorkflowQueryRejectedError,
 )
 from temporalio.common import (
+    Priority,
     SearchAttributeKey,
     SearchAttributePair,
     TypedSearchAttributes,
@@ -85,6 +87,22 @@ T = TypeVar("T")
 FINAL = frozenset({"succeeded", "failed", "cancelled"})
 QUERY_TIMEOUT = timedelta(seconds=5)
 RUNS_RETRY_AFTER_S = 5.0  # runs have no deadline to wait for: look again in a few seconds
+
+
+STARTS_AT_ONCE_PER_ORG = 2
+"""Run starts of one organization an api process works on at once; its other starts wait their turn, so a
+burst of one organization's starts does not queue ahead of another's start (at the database's one writer)."""
+
+
+def run_priority(running: int) -> int:
+    """The Temporal priority key (1 first .. 5 last) of a run whose organization has `running` runs in
+    flight: 1 with none, 2 with one, 3 with 2-3, 4 with 4-7, 5 with 8 or more. A worker busy with one
+    organization's many runs takes the workflow tasks of an organization with few first (docs/routines.md,
+    Fairness); the run's activities inherit the key.
+    """
+    return 1 + min(4, max(0, running).bit_length())
+
+
 _ROUTINE = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_ROUTINE)
 _ORG = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_ORG)
 _RERUN_OF = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_RERUN_OF)
@@ -110,6 +128,21 @@ class RunsService:
         self._settings = settings
         self._client: Client | None = None
         self._lock = asyncio.Lock()
+        self._starting: dict[str, int] = {}  # runs each organization is starting in this process now
+        self._turns: dict[str, tuple[asyncio.Semaphore, list[int]]] = {}  # per org: gate, starts in it
+
+    @asynccontextmanager
+    async def _turn(self, org_id: str) -> AsyncIterator[None]:
+        """One of the organization's `STARTS_AT_ONCE_PER_ORG` turns to start a run in this process."""
+        gate, users = self._turns.setdefault(org_id, (asyncio.Semaphore(STARTS_AT_ONCE_PER_ORG), [0]))
+        users[0] += 1
+        try:
+            async with gate:
+                yield
+        finally:
+            users[0] -= 1
+            if not users[0]:
+                del self._turns[org_id]
 
     async def _db(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
         return await to_thread.run_sync(partial(fn, *args, **kwargs))
@@ -258,19 +291,20 @@ class RunsService:
             IdempotencyKeyReused: 422, the key was used with another request.
             ServiceUnavailable: Temporal is not reachable.
         """
-        record: RoutineRecord = await self._db(self.get_routine, org_id=org_id, name=name)
-        version = await self._db(self._current_version, record)
-        return await self._start(
-            org_id=org_id,
-            key_id=key_id,
-            name=name,
-            routine_version=record.version,
-            version=version,
-            inputs=inputs,
-            idempotency_key=idempotency_key,
-            request={"routine": name, "inputs": inputs},
-            pins=None,
-        )
+        async with self._turn(org_id):
+            record: RoutineRecord = await self._db(self.get_routine, org_id=org_id, name=name)
+            version = await self._db(self._current_version, record)
+            return await self._start(
+                org_id=org_id,
+                key_id=key_id,
+                name=name,
+                routine_version=record.version,
+                version=version,
+                inputs=inputs,
+                idempotency_key=idempotency_key,
+                request={"routine": name, "inputs": inputs},
+                pins=None,
+            )
 
     def _current_version(self, record: RoutineRecord) -> str:
         """The routine's current version (kept in `routine_versions` if it was not yet)."""
@@ -450,11 +484,14 @@ class RunsService:
                 limit=limit,
             )
 
-    async def _check_running(self, client: Client, org_id: str) -> None:
+    async def _check_running(self, client: Client, org_id: str) -> int:
         """Refuse a start past the organization's runs at once (`runs_per_org`), with Retry-After.
 
         Counted by Temporal's visibility, so every api process sees the same number; starts that come
         within the same instant may overshoot the limit by a few.
+
+        Returns:
+            The organization's runs running now.
         """
         query = f"{SEARCH_ATTRIBUTE_ORG} = {_quoted(org_id)} AND ExecutionStatus = 'Running'"
         try:
@@ -471,12 +508,33 @@ class RunsService:
                 retry_after=RUNS_RETRY_AFTER_S,
                 details={"limit": limit},
             )
+        return running
 
     async def _start_workflow(
         self, row: RunRecord, routine: Routine, pins: dict[str, str], reused: dict[str, StepResult]
     ) -> None:
         client = await self.client()
-        await self._check_running(client, row.org_id)
+        org = row.org_id
+        # the starts of this process not yet visible count too: a burst of starts sees itself
+        starting = self._starting.get(org, 0)
+        self._starting[org] = starting + 1
+        try:
+            running = await self._check_running(client, org)
+            await self._start_execution(client, row, routine, pins, reused, run_priority(running + starting))
+        finally:
+            self._starting[org] -= 1
+            if not self._starting[org]:
+                del self._starting[org]
+
+    async def _start_execution(
+        self,
+        client: Client,
+        row: RunRecord,
+        routine: Routine,
+        pins: dict[str, str],
+        reused: dict[str, StepResult],
+        priority_key: int,
+    ) -> None:
         lasts = timedelta(seconds=self._settings.run_timeout_s)
         grant: str = await self._db(self._mint_grant, row, lasts)
         run_input = RunRoutineInput(
@@ -509,6 +567,7 @@ class RunsService:
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
                 execution_timeout=lasts,
                 static_summary=f"{row.routine_name} · {row.id}",
+                priority=Priority(priority_key=priority_key),
             )
             started = True
         except WorkflowAlreadyStartedError:

@@ -290,3 +290,18 @@ async def test_run_starts_are_limited_per_organization_and_minute(routine_stack:
         assert (await routine_stack.final(org, first, url=url))["status"] == "succeeded"
     finally:
         proc.stop()
+
+
+async def test_a_run_goes_first_when_its_organization_has_few_runs_in_flight(
+    routine_stack: RoutineStack,
+) -> None:
+    from api.runs.service import run_priority
+
+    org = routine_stack.runner()
+    fast = f"name: fast\nsteps:\n  - id: e\n    uses: {FREE_ECHO}\n    with: {{text: hi}}\n"
+    assert (await routine_stack.store(org, fast)).status_code == 201
+    run = await routine_stack.final(org, await routine_stack.start_run(org, "fast"))
+    handle = routine_stack.temporal_client.get_workflow_handle(run["workflow_id"])
+    info = (await handle.describe()).raw_description.workflow_execution_info
+    assert info.priority.priority_key == 1  # none of its organization's runs was running
+    assert [run_priority(n) for n in (0, 1, 2, 3, 4, 7, 8, 20)] == [1, 2, 3, 3, 4, 4, 5, 5]
