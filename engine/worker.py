@@ -12,6 +12,7 @@ settings (`B3OS_API_URL`, `B3OS_WORKER_TOKEN`) stay in this process.
 from __future__ import annotations
 
 import asyncio
+import gc
 import importlib.util
 import logging
 import os
@@ -279,6 +280,8 @@ async def main() -> None:
         ScheduleActivities(activity_settings, client),
         workflow_tasks=settings.workflow_tasks,
     )
+    gc.collect()  # the startup heap frozen out of the collector: its full collections held workflow tasks
+    gc.freeze()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -16,6 +16,7 @@ command ended, with `cancelled: true`.
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -123,6 +124,9 @@ def create_app(
             )
             state.sync.start(settings.heartbeat_s)
         app.state.node = state
+        if not gc.get_freeze_count():  # once per process: the startup heap out of the collector (its
+            gc.collect()  # full collections held calls); not again for apps a test process makes later
+            gc.freeze()
         try:
             yield
         finally:

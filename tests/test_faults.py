@@ -525,7 +525,7 @@ async def test_postgres_down_for_5_s_answers_503_and_everything_continues(
 async def test_every_node_full_refuses_with_node_busy_and_steps_wait(cluster: Cluster, load: Load) -> None:
     tally, since = Tally("nodes full"), log_offsets(cluster)
     fillers = [cluster.org() for _ in range(4)]  # 4 calls at once each: 16, every slot of both nodes
-    hold = {"ref": NAP_REF, "input": {"mode": "sleep", "seconds": 3}}  # its action times out at 5 s
+    hold = {"ref": NAP_REF, "input": {"mode": "sleep", "seconds": 2}}  # times out at 5 s: slack when loaded
     filled = [direct_call(cluster, fillers[i % 4], hold, tally, first=i) for i in range(16)]
 
     async def fault() -> None:

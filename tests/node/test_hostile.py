@@ -137,7 +137,7 @@ def test_other_calls_keep_running_while_hostile_tools_misbehave(runner: Runner) 
 
     threads = [
         threading.Thread(target=run, args=(n, ms))
-        for n, ms in [("spin", 1500), ("forkbomb", 5000), ("alloc", 8000)]
+        for n, ms in [("spin", 4000), ("forkbomb", 5000), ("alloc", 8000)]
     ]
     for t in threads:
         t.start()
