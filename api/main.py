@@ -67,10 +67,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     migrate(engine)
 
     @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(started: FastAPI) -> AsyncIterator[None]:
         logs.install()  # here: uvicorn has set up its logging by now
         _settle_heap()
         yield
+        started.state.health.close()
         engine.dispose()
 
     app = FastAPI(
@@ -84,6 +85,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.auth_limiter = AuthLimiter(failures_per_minute=settings.auth_failures_per_minute)
     app.state.engine = engine
+    app.state.health = health.DatabaseProbe(engine)
     blob_dir = settings.resolved_blob_dir()
     app.state.blobs = open_blob_store(settings.blob_store, blob_dir=blob_dir, engine=engine)
     install_error_handlers(app)

@@ -14,6 +14,7 @@ from sqlalchemy import inspect
 
 from api.config import Settings
 from api.db import make_engine
+from api.main import create_app
 from api.migrations import current_revision, head_revision, migrate
 
 
@@ -133,3 +134,22 @@ def test_settings_default_to_sqlite_under_the_data_dir(
     assert Settings(data_dir=tmp_path).resolved_database_url() == "postgresql://u@h/db"
     monkeypatch.setenv("B3OS_DATABASE_URL", "sqlite:///other.db")
     assert Settings(data_dir=tmp_path).resolved_database_url() == "sqlite:///other.db"
+
+
+
+
+def test_healthz_says_when_the_database_does_not_answer(tmp_path: Path) -> None:
+    app = create_app(Settings(data_dir=tmp_path))  # SQLite: asked on the event loop, no worker thread
+    with TestClient(app) as client:
+        assert client.get("/healthz").json() == {"ok": True}
+        path = Path(app.state.engine.url.database)
+        app.state.health.close()  # as after an error: the next probe opens the file again
+        path.rename(path.with_name("moved"))  # a volume that went away
+        try:
+            r = client.get("/healthz")
+            assert r.status_code == 503 and r.headers["Retry-After"] == "2"
+            assert (r.json()["error"]["code"], r.json()["error"]["reason"]) == ("unavailable", "database")
+        finally:
+            path.with_name("moved").rename(path)
+        assert client.get("/healthz").json() == {"ok": True}  # answers again once the database is back
+    app.state.engine.dispose()
