@@ -136,8 +136,6 @@ def test_settings_default_to_sqlite_under_the_data_dir(
     assert Settings(data_dir=tmp_path).resolved_database_url() == "sqlite:///other.db"
 
 
-
-
 def test_healthz_says_when_the_database_does_not_answer(tmp_path: Path) -> None:
     app = create_app(Settings(data_dir=tmp_path))  # SQLite: asked on the event loop, no worker thread
     with TestClient(app) as client:
