@@ -44,6 +44,7 @@ from temporalio.client import (
 )
 from temporalio.common import (
     Priority,
+    RawValue,
     SearchAttributeKey,
     SearchAttributePair,
     TypedSearchAttributes,
@@ -549,7 +550,10 @@ class RunsService:
         )
         started = False
         try:
-            size = len(run_input.model_dump_json().encode())
+            # encoded once, in a worker thread: a routine and inputs of up to a MiB held the event loop
+            # twice (the size check, then the client's own encoding)
+            payload = await to_thread.run_sync(client.data_converter.payload_converter.to_payload, run_input)
+            size = payload.ByteSize()
             if size > payloads.PAYLOAD_LIMIT_BYTES - 64 * payloads.KIB:
                 raise InvalidRequest(
                     f"The run's start (the routine and its inputs) is {payloads.size_text(size)} encoded, "
@@ -559,7 +563,7 @@ class RunsService:
                 )
             await client.start_workflow(
                 WORKFLOW_TYPE,
-                run_input,
+                RawValue(payload),
                 id=row.workflow_id,
                 task_queue=self._settings.temporal_task_queue,
                 search_attributes=TypedSearchAttributes(_search_attributes(row)),
