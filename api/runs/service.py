@@ -95,6 +95,12 @@ STARTS_AT_ONCE_PER_ORG = 2
 burst of one organization's starts does not queue ahead of another's start (at the database's one writer)."""
 
 
+VERSIONS_KEPT = 4096
+"""The routine versions a process knows are kept (then it forgets them all and asks again)."""
+ROUTINES_KEPT_BYTES = 32 * 1024 * 1024
+"""How much routine YAML (by size) a process keeps validated in memory for run starts."""
+
+
 def run_priority(running: int) -> int:
     """The Temporal priority key (1 first .. 5 last) of a run whose organization has `running` runs in
     flight: 1 with none, 2 with one, 3 with 2-3, 4 with 4-7, 5 with 8 or more. A worker busy with one
@@ -131,6 +137,10 @@ class RunsService:
         self._lock = asyncio.Lock()
         self._starting: dict[str, int] = {}  # runs each organization is starting in this process now
         self._turns: dict[str, tuple[asyncio.Semaphore, list[int]]] = {}  # per org: gate, starts in it
+        # routine versions are never changed nor deleted: each (org, name, hash) read once is known here
+        self._kept: set[tuple[str, str, str]] = set()
+        self._routines: dict[tuple[str, str, str], Routine] = {}
+        self._routines_bytes = 0  # the YAML sizes of the routines kept
 
     @asynccontextmanager
     async def _turn(self, org_id: str) -> AsyncIterator[None]:
@@ -308,12 +318,27 @@ class RunsService:
             )
 
     def _current_version(self, record: RoutineRecord) -> str:
-        """The routine's current version (kept in `routine_versions` if it was not yet)."""
-        with Session(self._engine) as session:
-            version = self._keep_version(
-                session, org_id=record.org_id, name=record.name, source=record.source, routine=record.routine
-            )
-            session.commit()
+        """The routine's current version (kept in `routine_versions` if it was not yet: a routine stored
+        before versions were kept); a version this process has seen costs no query."""
+        version = routine_hash(record.source)
+        key = (record.org_id, record.name, version)
+        if key in self._kept:
+            return version
+        with read_session(self._engine) as session:
+            kept = session.get(RoutineVersion, key) is not None
+        if not kept:
+            with Session(self._engine) as session:
+                self._keep_version(
+                    session,
+                    org_id=record.org_id,
+                    name=record.name,
+                    source=record.source,
+                    routine=record.routine,
+                )
+                session.commit()
+        if len(self._kept) >= VERSIONS_KEPT:
+            self._kept.clear()
+        self._kept.add(key)
         return version
 
     async def rerun(
@@ -438,11 +463,23 @@ class RunsService:
         return stored, True
 
     def _routine_of_version(self, org_id: str, name: str, version: str) -> Routine:
-        with Session(self._engine) as session:
-            kept = session.get(RoutineVersion, (org_id, name, version))
+        """A version's validated routine (read and validated once per process: versions never change)."""
+        key = (org_id, name, version)
+        routine = self._routines.get(key)
+        if routine is not None:
+            return routine
+        with read_session(self._engine) as session:
+            kept = session.get(RoutineVersion, key)
         if kept is None:
             raise NotFound(f"Your organization has no routine named {name[:100]!r}.", field="name")
-        return Routine.model_validate(kept.routine)
+        routine = Routine.model_validate(kept.routine)
+        size = len(kept.source)
+        if self._routines_bytes + size > ROUTINES_KEPT_BYTES:
+            self._routines.clear()
+            self._routines_bytes = 0
+        self._routines[key] = routine
+        self._routines_bytes += size
+        return routine
 
     def _pinned(self, name: str, routine: Routine) -> dict[str, str]:
         """The exact pin of each `uses:` as the registry resolves it now: what the run calls, whatever is
