@@ -28,6 +28,14 @@ from sqlmodel import Session
 
 from api.config import Settings
 
+SQLITE_POOL_SIZE = 10
+SQLITE_POOL_OVERFLOW = 50
+"""More SQLite connections than the threads that may use them (anyio's 40 worker threads, plus the event
+loop's own): a writer holds its connection while it waits for its turn at `_WriterGate`, and with
+SQLAlchemy's default pool (5 + 10) a burst of writers took every connection, so reads and other writers
+waited 30 s for one and answered 500 (`QueuePool limit ... reached`). A SQLite connection costs a file
+handle and a page cache that fills only as it reads; waiting is now the gate's, in arrival order."""
+
 
 def make_engine(url: str) -> Engine:
     """Build an engine for a SQLAlchemy URL (SQLite file, or PostgreSQL via psycopg 3)."""
@@ -38,7 +46,12 @@ def make_engine(url: str) -> Engine:
         return create_engine(parsed, pool_pre_ping=True, pool_size=10, max_overflow=20)
     if parsed.database and parsed.database != ":memory:":
         _private_file(Path(parsed.database))
-    engine = create_engine(parsed, connect_args={"check_same_thread": False, "timeout": 30})
+    engine = create_engine(
+        parsed,
+        connect_args={"check_same_thread": False, "timeout": 30},
+        pool_size=SQLITE_POOL_SIZE,
+        max_overflow=SQLITE_POOL_OVERFLOW,
+    )
     gate = _WriterGate()
     event.listen(engine, "connect", _sqlite_connect)
     event.listen(engine, "begin", gate.begin)
