@@ -594,6 +594,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--skip", action="append", default=[], choices=("calls", "http", "routines", "memory")
     )
+    parser.add_argument("--keep-logs", action="store_true", help="keep the processes' logs (a temp dir)")
     parser.add_argument("--profile", action="store_true", help="py-spy the api and the node (bench/profiles)")
     parser.add_argument("--json", type=Path, default=REPO / "bench" / "results.json", help="where to write")
     args = parser.parse_args(argv)
@@ -634,6 +635,11 @@ def main(argv: list[str]) -> int:
                 await bench_routines(stack, args, results)
             if "memory" not in args.skip:
                 await asyncio.to_thread(bench_memory, stack, args, results, procs)
+            if args.keep_logs:
+                kept = Path(tempfile.mkdtemp(prefix="b3os-bench-logs-"))
+                for proc in stack.procs:
+                    shutil.copy(proc.log, kept / proc.log.name)
+                print(f"logs kept in {kept}")
         except BaseException:
             kept = Path(tempfile.mkdtemp(prefix="b3os-bench-logs-"))
             for proc in stack.procs:  # what the processes said, before their files go
