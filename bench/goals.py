@@ -71,7 +71,7 @@ def rss_mib(pid: int) -> float:
 class Profiler:
     """py-spy record of some processes, collapsed stacks, until stopped."""
 
-    def __init__(self, out_dir: Path, pids: dict[str, int], label: str) -> None:
+    def __init__(self, out_dir: Path, pids: dict[str, int], label: str, *, native: bool = False) -> None:
         self.out_dir = out_dir
         self.files: dict[str, Path] = {}
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -94,7 +94,7 @@ class Profiler:
                         "--threads",
                         "--output",
                         str(path),
-                        "--nonblocking",
+                        *(["--native"] if native else ["--nonblocking"]),
                     ],
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
