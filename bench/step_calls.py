@@ -2,7 +2,8 @@
 
 Starts the routine stack of bench/goals.py (tests/realstack.py) and, each round, makes:
 
-- `http`: the free noop over `POST /v1/actions/call` with the org's key (the floor);
+- `http`: the free noop over `POST /v1/actions/call` with the org's key (the floor), and
+  `http_with_key` the same with an Idempotency-Key (its claim and stored answer);
 - `step-shaped`: the same call as a step's activity sends it (worker token, a run's grant, its step and
   the step's Idempotency-Key), from this process: the api's own cost of a routine call;
 - a one-step run of that noop, taken apart from its Temporal history: the workflow tasks (waiting for
@@ -98,7 +99,7 @@ async def _rounds(stack: Any, args: argparse.Namespace) -> dict[str, list[float]
             r = await http.post("/v1/actions/call", json=body, headers=headers)
             took = (time.perf_counter() - began) * 1000
             assert r.status_code == 200, r.text
-            call = last_call(org, "http" if name == "http" else "routine")
+            call = last_call(org, "routine" if name == "step_shaped" else "http")
             return {
                 name: took,
                 f"{name}: to admitted": ms(call.started_at) - wall,
@@ -118,6 +119,8 @@ async def _rounds(stack: Any, args: argparse.Namespace) -> dict[str, list[float]
             stored = await stack.store(org, one)
             assert stored.status_code == 201, stored.text
             found = await timed(org, org.headers, "http")
+            keyed = {**org.headers, "Idempotency-Key": f"bench-{uuid.uuid4().hex}"}
+            found.update(await timed(org, keyed, "http_with_key"))
             headers = step_headers(stack, org, f"routine-bench-{uuid.uuid4().hex}", "a")
             found.update(await timed(org, headers, "step_shaped"))
             for wait in args.wait:
