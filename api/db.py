@@ -13,11 +13,13 @@ through psycopg 3 (`postgresql+psycopg://`).
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import os
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,14 @@ from sqlalchemy import Engine, create_engine, event, make_url
 from sqlmodel import Session
 
 from api.config import Settings
+
+SQLITE_POOL_SIZE = 10
+SQLITE_POOL_OVERFLOW = 50
+"""More SQLite connections than the threads that may use them (anyio's 40 worker threads, plus the event
+loop's own): a writer holds its connection while it waits for its turn at `_WriterGate`, and with
+SQLAlchemy's default pool (5 + 10) a burst of writers took every connection, so reads and other writers
+waited 30 s for one and answered 500 (`QueuePool limit ... reached`). A SQLite connection costs a file
+handle and a page cache that fills only as it reads; waiting is now the gate's, in arrival order."""
 
 
 def make_engine(url: str) -> Engine:
@@ -38,8 +48,16 @@ def make_engine(url: str) -> Engine:
         return create_engine(parsed, pool_pre_ping=True, pool_size=10, max_overflow=20)
     if parsed.database and parsed.database != ":memory:":
         _private_file(Path(parsed.database))
-    engine = create_engine(parsed, connect_args={"check_same_thread": False, "timeout": 30})
-    gate = _WriterGate()
+    engine = create_engine(
+        parsed,
+        connect_args={"check_same_thread": False, "timeout": 30},
+        pool_size=SQLITE_POOL_SIZE,
+        max_overflow=SQLITE_POOL_OVERFLOW,
+    )
+    shared = bool(parsed.database and parsed.database != ":memory:")
+    gate = _WriterGate(Path(f"{parsed.database}-writer") if shared else None)
+    if gate.file is not None:
+        weakref.finalize(engine, os.close, gate.file)
     event.listen(engine, "connect", _sqlite_connect)
     event.listen(engine, "begin", gate.begin)
     event.listen(engine, "commit", gate.end)
@@ -87,22 +105,36 @@ _READS_ONLY = "b3os_reads_only"
 
 
 GATE_WAIT_S = 30.0
-"""How long a writer waits for its turn in the process before it asks SQLite anyway (its busy timeout)."""
+"""How long a writer waits for its turn in the process (and again between processes) before it asks SQLite
+anyway (its busy timeout)."""
+FILE_POLL_MAX_S = 0.002
+"""The longest pause between two tries of the file lock of the writers' turn between processes."""
 
 
 class _WriterGate:
-    """One write transaction at a time per engine in this process, in arrival order.
+    """One write transaction at a time per database file, in arrival order within a process, taking turns
+    fairly between processes.
 
     SQLite lets one writer in at a time anyway; without the gate every thread of the process would wait in
     SQLite's busy handler, which sleeps and polls (up to 100 ms between tries, first come not first
     served), while the writer that holds the lock waits for the GIL behind them. Queued here, a writer
-    gets the lock as soon as the previous one commits, and only one thread of each process polls SQLite
-    against the other processes. Read-only transactions (`read_session`) never pass the gate.
+    gets the lock as soon as the previous one commits.
+
+    Between processes, the busy handler's sleeps starved the other process: while one api process had a
+    queue of writers, each took SQLite's lock the moment the previous one let go, and the other process's
+    writer, asleep in its busy handler for up to 100 ms, seldom found it free (in a burst of routine runs
+    dozens of its calls waited the 30 s busy timeout and answered 503). So the process's writer in turn
+    also takes an advisory lock (`flock`) on a file beside the database (`<file>-writer`) before `BEGIN
+    IMMEDIATE`, polling it every millisecond or so: the kernel, not a 100 ms sleep, tells the other process
+    it is free. Read-only transactions (`read_session`) never pass the gate.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, lock_file: Path | None = None) -> None:
         self._lock = threading.Lock()
         self._holder: Any = None
+        self.file: int | None = None
+        if lock_file is not None:
+            self.file = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o600)
 
     def begin(self, connection: Any) -> None:
         reads_only = connection.get_execution_options().get(_READS_ONLY, False)
@@ -111,6 +143,7 @@ class _WriterGate:
             return
         if self._lock.acquire(timeout=GATE_WAIT_S):
             self._holder = connection
+            self._take_file()
         try:
             connection.exec_driver_sql("BEGIN IMMEDIATE")
         except BaseException:
@@ -120,9 +153,25 @@ class _WriterGate:
     def end(self, connection: Any) -> None:
         self._release(connection)
 
+    def _take_file(self) -> None:
+        if self.file is None:
+            return
+        give_up, pause = time.monotonic() + GATE_WAIT_S, 0.0005
+        while True:
+            try:
+                fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() > give_up:
+                    return  # ask SQLite anyway (its busy timeout), as after the in-process wait
+            time.sleep(pause)
+            pause = min(2 * pause, FILE_POLL_MAX_S)
+
     def _release(self, connection: Any) -> None:
         if self._holder is connection:  # a read-only one, or one let in after a timeout, holds nothing
             self._holder = None
+            if self.file is not None:
+                fcntl.flock(self.file, fcntl.LOCK_UN)
             self._lock.release()
 
 

@@ -14,12 +14,11 @@ from typing import Annotated
 from fastapi import Depends, Request
 from sqlmodel import Session
 
-from api.accounts import find_key
+from api.accounts import find_key_of_org
 from api.authlimit import AuthLimiter
 from api.config import Settings, get_settings
 from api.db import get_session, read_session
 from api.errors import Forbidden, Unauthorized
-from api.models import Organization
 from api.node_credentials import find_credential
 from api.scopes import BY_NAME_ONLY, grants
 from node.credential import is_node_secret
@@ -79,22 +78,17 @@ def _principal_for(request: Request, token: str) -> Principal:
     # A session of its own, closed at once: the request's session must not hold a transaction
     # (on SQLite, a write lock) for the whole request just because the key was looked up.
     with read_session(request.app.state.engine) as session:
-        key = find_key(session, secret=token)
-        if key is None:
+        found = find_key_of_org(session, secret=token)
+        if found is None:
             limiter.failed(address)
             raise Unauthorized("The API key is not valid.")
+        key, is_operator = found
         if key.revoked_at is not None:
             limiter.failed(address)
             raise Unauthorized("This API key was revoked.")
         limiter.succeeded(token)
         request.state.api_key = key  # the call surfaces read it again (api.calls.auth): no second lookup
-        org = session.get(Organization, key.org_id)
-        return Principal(
-            key_id=key.id,
-            org_id=key.org_id,
-            scopes=tuple(key.scopes),
-            is_operator=bool(org and org.is_operator),
-        )
+        return Principal(key_id=key.id, org_id=key.org_id, scopes=tuple(key.scopes), is_operator=is_operator)
 
 
 def current_principal(request: Request) -> Principal:

@@ -9,6 +9,7 @@ process (`typed`): versions are immutable, so the parse is cached by content has
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 from threading import Lock
 from typing import Any
 
@@ -95,6 +96,44 @@ def resolve(session: Session, *, ref: ActionRef) -> tuple[resolving.Resolved, Pa
 
     resolved = resolving.resolve(ref, listed, manifest_of)
     return resolved, rows[resolved.version]
+
+
+KNOWN_MAX = 4096
+KnownVersions = dict[tuple[str, str], tuple[Manifest, dict[str, Any]]]
+"""Versions a process has read, (pack, version) -> (typed manifest, manifest): a cache of one engine."""
+
+
+def resolve_known(
+    session: Session, *, ref: ActionRef, known: KnownVersions
+) -> tuple[resolving.Resolved, dict[str, Any]]:
+    """`resolve`, through a cache of the versions already read (the call path's; one per engine).
+
+    A version is immutable (never changed nor deleted), so an exact ref (`@1.2.3`) found in `known` needs no
+    query at all, and a version once read is never read again. A major ref (`@1`) still reads the pack's
+    version list every time, so it picks up a newer version the moment it is published.
+
+    Returns:
+        The resolution and the version's manifest (the stored JSON).
+
+    Raises:
+        ResolveError: as `resolve`.
+    """
+    if ref.is_exact and (ref.pack, ref.version) in known:
+        listed: Sequence[str] = [ref.version]
+    else:
+        listed = session.exec(select(PackVersion.version).where(col(PackVersion.pack) == ref.pack)).all()
+
+    def manifest_of(version: str) -> Manifest:
+        found = known.get((ref.pack, version))
+        if found is None:
+            row = get_version(session, pack=ref.pack, version=version)
+            if len(known) >= KNOWN_MAX:  # a bound, not an eviction policy: any registry's working set fits
+                known.clear()
+            found = known[(ref.pack, version)] = (typed(row), row.manifest)
+        return found[0]
+
+    resolved = resolving.resolve(ref, listed, manifest_of)
+    return resolved, known[(ref.pack, resolved.version)][1]
 
 
 def actions_of(manifest: dict[str, Any]) -> list[dict[str, Any]]:

@@ -71,7 +71,7 @@ def rss_mib(pid: int) -> float:
 class Profiler:
     """py-spy record of some processes, collapsed stacks, until stopped."""
 
-    def __init__(self, out_dir: Path, pids: dict[str, int], label: str) -> None:
+    def __init__(self, out_dir: Path, pids: dict[str, int], label: str, *, native: bool = False) -> None:
         self.out_dir = out_dir
         self.files: dict[str, Path] = {}
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -94,7 +94,7 @@ class Profiler:
                         "--threads",
                         "--output",
                         str(path),
-                        "--nonblocking",
+                        *(["--native"] if native else ["--nonblocking"]),
                     ],
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
@@ -152,6 +152,27 @@ def _node_of(stack: Any) -> tuple[str, int]:
     return node.url, proc.popen.pid
 
 
+def _node_target(stack: Any, node_url: str) -> Any:
+    """The node as the api calls it: every request signed with its call key (node.credential)."""
+    from api.calls.nodeclient import NodeTarget
+    from node.credential import call_key
+
+    return NodeTarget(node_url, "node-a", call_key(stack.node_secret("node-a")))
+
+
+def _node_post(client: httpx.Client, node: Any, body: dict[str, Any]) -> tuple[float, Any]:
+    """`POST /v1/node/calls` signed as the api signs it (the signing is timed too: the api does it)."""
+    from api.calls.nodeclient import NODE_CALLS_PATH
+
+    began = time.perf_counter()
+    url, content, headers = node.request(NODE_CALLS_PATH, body)
+    r = client.post(url, headers=headers, content=content)
+    ms = (time.perf_counter() - began) * 1000
+    if r.status_code != 200:
+        raise RuntimeError(f"{url} answered {r.status_code}: {r.text[:300]}")
+    return ms, r.json()
+
+
 def _post(client: httpx.Client, url: str, headers: dict[str, str], body: dict[str, Any]) -> tuple[float, Any]:
     began = time.perf_counter()
     r = client.post(url, headers=headers, json=body)
@@ -176,10 +197,10 @@ def _node_body(i: int) -> dict[str, Any]:
 
 
 def bench_calls(stack: Any, args: argparse.Namespace, out: dict[str, Any], profile_dir: Path | None) -> None:
-    from calls.stack import FREE, NODE_TOKEN
+    from calls.stack import FREE
 
     node_url, _ = _node_of(stack)
-    node_headers = {"Authorization": f"Bearer {NODE_TOKEN}"}
+    node = _node_target(stack, node_url)
     stdin = json.dumps({"action": "noop", "input": {}, "limits": {}, "call": {"id": "b"}}).encode()
     noop = {"ref": f"{FREE}/noop@1", "input": {}}
     echo = {"ref": f"{FREE}/echo@1", "input": {"text": "hi"}}
@@ -196,7 +217,7 @@ def bench_calls(stack: Any, args: argparse.Namespace, out: dict[str, Any], profi
         for i in range(5):  # warm up pools, connections, caches
             _post(client, call_url, org.headers, noop)
             _post(client, call_url, org.headers, echo_file)
-            _post(client, node_url + "/v1/node/calls", node_headers, _node_body(-i - 1))
+            _node_post(client, node, _node_body(-i - 1))
         profiler = None
         if profile_dir is not None:
             pids = {p.name: p.popen.pid for p in stack.procs if p.name.startswith(("api-", "node-a"))}
@@ -207,7 +228,7 @@ def bench_calls(stack: Any, args: argparse.Namespace, out: dict[str, Any], profi
             began = time.perf_counter()
             subprocess.run([str(ECHO_TOOL), "noop"], input=stdin, capture_output=True, check=True)
             rows["bare"].append((time.perf_counter() - began) * 1000)
-            ms, _ = _post(client, node_url + "/v1/node/calls", node_headers, _node_body(i))
+            ms, _ = _node_post(client, node, _node_body(i))
             rows["node"].append(ms)
             ms, body = _post(client, call_url, org.headers, noop)
             phases = sum(body["timings"][p] for p in PHASES)
@@ -234,11 +255,11 @@ def bench_calls(stack: Any, args: argparse.Namespace, out: dict[str, Any], profi
     out["echo_file_ms"] = p50(rows["echo_file"])
     out["echo_platform_ms"] = p50(rows["echo_platform"])
     out["echo_file_platform_ms"] = p50(rows["echo_file_platform"])
-    _throughput(stack, node_url, node_headers, noop, out, args)
+    _throughput(stack, node, noop, out, args)
 
 
 def _throughput(
-    stack: Any, node_url: str, node_headers: dict[str, str], noop: dict[str, Any], out: dict[str, Any],
+    stack: Any, node: Any, noop: dict[str, Any], out: dict[str, Any],
     args: argparse.Namespace,
 ) -> None:  # fmt: skip
     per_worker = 12  # 8 x 12 = 96 calls a round: 48 per organization, far from 120 starts a minute
@@ -246,10 +267,9 @@ def _throughput(
 
     def node_round() -> float:
         def one(w: int) -> int:
-            with httpx.Client(timeout=120, headers=node_headers) as c:
+            with httpx.Client(timeout=120) as c:
                 for j in range(per_worker):
-                    r = c.post(node_url + "/v1/node/calls", json=_node_body(100_000 + w * 1000 + j))
-                    assert r.status_code == 200, r.text
+                    _node_post(c, node, _node_body(100_000 + w * 1000 + j))
             return per_worker
 
         began = time.perf_counter()
@@ -574,6 +594,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--skip", action="append", default=[], choices=("calls", "http", "routines", "memory")
     )
+    parser.add_argument("--keep-logs", action="store_true", help="keep the processes' logs (a temp dir)")
     parser.add_argument("--profile", action="store_true", help="py-spy the api and the node (bench/profiles)")
     parser.add_argument("--json", type=Path, default=REPO / "bench" / "results.json", help="where to write")
     args = parser.parse_args(argv)
@@ -614,6 +635,11 @@ def main(argv: list[str]) -> int:
                 await bench_routines(stack, args, results)
             if "memory" not in args.skip:
                 await asyncio.to_thread(bench_memory, stack, args, results, procs)
+            if args.keep_logs:
+                kept = Path(tempfile.mkdtemp(prefix="b3os-bench-logs-"))
+                for proc in stack.procs:
+                    shutil.copy(proc.log, kept / proc.log.name)
+                print(f"logs kept in {kept}")
         except BaseException:
             kept = Path(tempfile.mkdtemp(prefix="b3os-bench-logs-"))
             for proc in stack.procs:  # what the processes said, before their files go

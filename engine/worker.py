@@ -13,10 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import importlib.util
 import logging
-import os
-import py_compile
 import signal
 from collections.abc import Callable
 from datetime import timedelta
@@ -32,6 +29,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.service import RPCError, TLSConfig
 from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.call_action import ActionActivities
 from activities.config import ActivitySettings
@@ -50,9 +48,14 @@ __all__ = [
     "connect",
     "ensure_search_attributes",
     "tls_config",
+    "workflow_runner",
 ]
 
 log = logging.getLogger("b3os.worker")
+
+PASSED_THROUGH = ("engine.workflow",)
+"""Workflow modules the worker's sandbox takes from the worker as they are, instead of importing them again
+for every run (see `workflow_runner`)."""
 
 WORKFLOW_TASKS = 4
 """Workflow tasks a worker holds at once (`B3OS_TEMPORAL_WORKFLOW_TASKS`; at least 2: one sticky poll and
@@ -192,25 +195,23 @@ async def ensure_search_attributes(client: Client) -> None:
         log.warning("could not register the search attributes: %s", exc.message)
 
 
-def cache_workflow_bytecode() -> None:
-    """Write the workflow module's bytecode (`__pycache__`) if it is missing.
+def workflow_runner() -> SandboxedWorkflowRunner:
+    """The sandbox the worker runs workflows in: the default restrictions, `PASSED_THROUGH` passed through.
 
-    The sandbox imports `engine.workflow` again for every run; without its bytecode on disk (an
-    interpreter under PYTHONDONTWRITEBYTECODE, as in many images) each run compiles the module from
-    source first, some milliseconds of every run's first workflow task. A read-only tree keeps the old
-    behaviour.
+    The sandbox imports a workflow's module again for every run, to keep one run's module state from
+    another; `engine.workflow` holds none (constants, functions and the workflow class; every module it
+    imports is passed through already), and that import (the module's body and `@workflow.defn` on
+    its class) was the larger part of the worker's work in a run's first workflow task: 2.4 ms of
+    every new run, and of every replay after an eviction (docs/performance.md). Each run still gets its
+    own instance, the sandbox's builtins (`open` and the like are refused) and its deadlock detection.
+    What the module's own code no longer has are the sandbox's restricted stdlib proxies (a
+    `datetime.now()` in engine/workflow.py is not refused by the worker), as for the modules it imports;
+    tests/engine/test_history_replay.py replays every recorded history in the default sandbox too,
+    which refuses them.
     """
-    import engine.workflow as module
-
-    source = module.__file__
-    if source is None or not source.endswith(".py"):
-        return
-    cached = importlib.util.cache_from_source(source)
-    try:
-        if not os.path.exists(cached) or os.path.getmtime(cached) < os.path.getmtime(source):
-            py_compile.compile(source, cfile=cached, doraise=True)
-    except (OSError, py_compile.PyCompileError) as exc:
-        log.info("the workflow's bytecode is not cached (%s): each run compiles it", exc)
+    return SandboxedWorkflowRunner(
+        restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSED_THROUGH)
+    )
 
 
 def build_worker(
@@ -233,11 +234,11 @@ def build_worker(
     Returns:
         A worker to `run()` or use as an async context manager.
     """
-    cache_workflow_bytecode()
     return Worker(
         client,
         task_queue=task_queue,
         workflows=[RoutineWorkflow, ScheduleTickWorkflow],
+        workflow_runner=workflow_runner(),
         activities=[activities.call_action, *_tick_activities(ticks)],
         max_concurrent_workflow_tasks=workflow_tasks,
         max_concurrent_activities=64,

@@ -1,6 +1,8 @@
 """The one workflow type that runs every routine: `RoutineWorkflow`, registered as "routine".
 
-Deterministic code only (the Temporal sandbox re-imports this module): no I/O, clock or randomness.
+Deterministic code only: no I/O, clock or randomness (the worker's sandbox passes this module through
+instead of importing it again for each run, engine.worker.workflow_runner; the replay tests run it in
+the default sandbox, which refuses them).
 A step starts once the steps it needs have ended (`needs:`; without it, the step before it), in file
 order, while fewer than the routine's `max-parallel` steps run: steps that do not need each other
 run at once, as concurrent activities. A step's `if:` false marks it skipped; an `if:` that calls

@@ -30,9 +30,10 @@ from pydantic import ValidationError
 
 from node.cache import InstallCache
 from node.config import Settings
-from node.credential import PROOF_HEADER, ProofChecker
+from node.credential import ProofChecker
 from node.metrics import NodeMetrics
 from node.models import CALL_ID_RE, NodeCall, NodeCallError, NodeCallResult
+from node.proven import Proven
 from node.runner import InvalidCall, Runner
 from node.sync import RegistrySync
 from node.template import rootfs_path
@@ -140,25 +141,7 @@ def create_app(
     secret = settings.node_credential.get_secret_value()
     checker = ProofChecker(secret, node_id) if secret else None
 
-    @app.middleware("http")
-    async def proven(request: Request, call_next: Any) -> Any:
-        """Refuse a request without the api's proof; prove the answer to one with it."""
-        if checker is None:
-            return _error(401, "unauthorized", "This node has no credential: set B3OS_NODE_CREDENTIAL.")
-        body = await request.body()
-        refused = checker.check(
-            method=request.method, path=request.url.path, headers=request.headers, body=body
-        )
-        if refused is not None:
-            return _error(401, "unauthorized", refused)
-        response = await call_next(request)
-        chunks = [chunk async for chunk in response.body_iterator]
-        content = b"".join(c if isinstance(c, bytes) else c.encode() for c in chunks)
-        proof = checker.answer_headers(
-            proof=request.headers[PROOF_HEADER], status=response.status_code, body=content
-        )
-        headers = {k: v for k, v in response.headers.items() if k.lower() != "content-length"}
-        return Response(content, status_code=response.status_code, headers={**headers, **proof})
+    app.add_middleware(Proven, checker=checker)
 
     @app.post("/v1/node/calls", response_model=NodeCallResult)
     async def node_call(request: Request) -> Any:
@@ -192,7 +175,7 @@ def create_app(
                 return _error(400, "invalid_request", str(exc))
             metrics.answered("ok" if result.ok else result.error.code if result.error else "other")
             metrics.seconds.observe(time.monotonic() - received)
-            return JSONResponse(result.model_dump())
+            return Response(result.model_dump_json(), media_type="application/json")
         finally:
             state.in_flight -= 1
 

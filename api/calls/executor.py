@@ -4,9 +4,11 @@
 
 The service does everything shared; an executor does what its kind needs:
 
-- `prepare`, before admission: what the call needs and can be refused for without a charge (a `vm`
-  action: the live nodes that have the version; an `http` action: the organization's connections and
-  the evaluated request);
+- `read` and `prepare`, before admission: what the call needs and can be refused for without a charge
+  (a `vm` action: the live nodes that have the version; an `http` action: the organization's
+  connections and the evaluated request). `read` runs in the read session (and thread) that resolved
+  the ref, so a call's preparation costs one thread hop and one database transaction; `prepare` does
+  what needs the event loop;
 - `execute`, once admitted: run it and say how it ended (`Execution`: the checked output or the
   error, whether the work started, its cost and units, its timing phases);
 - `cancel`: stop a running call.
@@ -19,6 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from sqlmodel import Session
 
 from api.calls.costs import Cost
 from api.calls.errors import CallError
@@ -60,6 +64,11 @@ class Executor(Protocol):
     """Runs the actions of one `impl.kind`."""
 
     tier: str
+
+    def read(self, session: Session, prepared: Prepared, *, org_id: str) -> Prepared:
+        """Add what the call needs from the database (in the resolve's read session, in a thread), or raise
+        its `CallError` (nothing charged)."""
+        ...
 
     async def prepare(self, prepared: Prepared, *, org_id: str) -> Prepared:
         """Add what the call needs before admission, or raise its `CallError` (nothing charged)."""

@@ -95,6 +95,10 @@ class HttpExecutor:
         self._token = egress_token
         self._running: dict[str, asyncio.Task[Any]] = {}
 
+    def read(self, session: Session, prepared: Prepared, *, org_id: str) -> Prepared:
+        """Nothing: `prepare` reads the connections (only when the action needs some)."""
+        return prepared
+
     async def prepare(self, prepared: Prepared, *, org_id: str) -> Prepared:
         """The connections, the evaluated request and its egress check; raises before anything is sent."""
         resolved = prepared.resolved

@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import datetime as dt
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, text, update
+from sqlalchemy import func, insert, text, update
 from sqlmodel import Session, col, select
 
 from api.calls.earnings import add_months
@@ -214,9 +214,18 @@ def _pick_node(session: Session, nodes: Sequence[Node], settings: CallSettings, 
 
 
 def admit(
-    session: Session, *, adm: Admission, nodes: Sequence[Node], settings: CallSettings, now: dt.datetime
+    session: Session,
+    *,
+    adm: Admission,
+    nodes: Sequence[Node],
+    settings: CallSettings,
+    now: dt.datetime,
+    also: Callable[[Session], None] | None = None,
 ) -> ToolCall:
     """Check every limit and take the call's lease on the least loaded node, in one transaction.
+
+    `also` adds its writes to that transaction (the service links the call to its Idempotency-Key's
+    claim): one write transaction, not two, on a call's path.
 
     Returns:
         The call's row (committed), holding its slots.
@@ -245,7 +254,10 @@ def admit(
             deadline_at=deadline,
             lease_expires_at=deadline + dt.timedelta(seconds=settings.lease_grace_s),
         )
-        session.add(call)
+        # a Core INSERT, no ORM unit of work: this runs for every call (the row is returned as built)
+        session.execute(insert(ToolCall).values(**call.model_dump()))
+        if also is not None:
+            also(session)
         session.commit()
         return call
     except BaseException:

@@ -3,8 +3,9 @@ and every action kind.
 
     request -> idempotency claim -> resolve the ref (api.registry, the one rule) -> check the input
             -> price and time it -> the executor prepares (vm: nodes; http: connections, request)
-            -> admit (limits, lease) -> the executor runs it -> record the charge, the units and the
-            stored answer in one transaction -> answer `{call_id, ref, tier, output, cost, timings}`
+            -> admit (limits, lease, the key's claim linked to the call) -> the executor runs it
+            -> record the charge, the units and the stored answer in one transaction
+            -> answer `{call_id, ref, tier, output, cost, timings}`
 
 A routine step's call (surface `routine`) that finds no free slot (429 concurrency_limited, 503
 node_busy) waits in the api for one, up to `routine_admission_wait_s`, before that answer: the worker
@@ -177,6 +178,7 @@ class CallService:
         self._next_maintenance = 0.0
         self._waiting: collections.deque[asyncio.Future[None]] = collections.deque()
         self._twins: dict[tuple[str, str], asyncio.Event] = {}  # (org, key) of this process's running calls
+        self._versions: registry.KnownVersions = {}  # pack versions read (immutable: never invalidated)
         from api.calls.http_action import HttpExecutor
         from api.calls.vm import VmExecutor
 
@@ -375,26 +377,27 @@ class CallService:
     # --- one call -------------------------------------------------------------------------------
 
     async def _prepare(self, caller: Caller, request: CallRequest) -> Prepared:
-        """Resolve the ref, check the input, price and time the call, then its executor's preparation."""
+        """Resolve the ref, check the input, price and time the call, then its executor's preparation: the
+        database part in one read transaction and one thread hop, the rest (if any) on the loop."""
         ref = parse_ref(request.ref)
 
-        def find(session: Session) -> tuple[Resolved, dict[str, Any]]:
+        def find(session: Session) -> Prepared:
             try:
-                resolved, row = registry.resolve(session, ref=ref)
+                resolved, raw = registry.resolve_known(session, ref=ref, known=self._versions)
             except ResolveError as exc:
                 raise RefNotFound(f"{ref}: {exc}", details={"ref": str(ref)}) from None
-            return resolved, row.manifest
+            checked = check_input(resolved.action.input_schema, request.input)
+            price = action_price_microusd(raw, registry.find_action(raw, ref.action) or {})
+            prepared = Prepared(
+                resolved=resolved,
+                checked=checked,
+                price=price,
+                timeout_ms=self._timeout_ms(resolved, request, price),
+            )
+            return self.executor(resolved.kind).read(session, prepared, org_id=caller.org_id)
 
-        resolved, raw = await self._db(find, reads_only=True)
-        checked = check_input(resolved.action.input_schema, request.input)
-        price = action_price_microusd(raw, registry.find_action(raw, ref.action) or {})
-        prepared = Prepared(
-            resolved=resolved,
-            checked=checked,
-            price=price,
-            timeout_ms=self._timeout_ms(resolved, request, price),
-        )
-        return await self.executor(resolved.kind).prepare(prepared, org_id=caller.org_id)
+        prepared: Prepared = await self._db(find, reads_only=True)
+        return await self.executor(prepared.resolved.kind).prepare(prepared, org_id=caller.org_id)
 
     def executor(self, kind: str) -> Executor:
         """The executor of an `impl.kind` (publishing refuses a pack whose actions none can run)."""
@@ -424,14 +427,14 @@ class CallService:
             lane=None if executor.tier == "vm" else HTTP_LANE,
         )
 
+        def link(session: Session) -> None:  # a cancel by key finds the running call
+            if key is not None:
+                idempotency.link_call(session, org_id=caller.org_id, key=key, call_id=adm.call_id)
+
         def admit(session: Session) -> ToolCall:
-            admitted = limits.admit(
-                session, adm=adm, nodes=prepared.nodes, settings=self.settings, now=self.clock()
+            return limits.admit(
+                session, adm=adm, nodes=prepared.nodes, settings=self.settings, now=self.clock(), also=link
             )
-            if key is not None:  # a cancel by key finds the running call
-                idempotency.link_call(session, org_id=caller.org_id, key=key, call_id=admitted.id)
-                session.commit()
-            return admitted
 
         call = await self._admit(caller, admit)
         try:

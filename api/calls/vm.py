@@ -59,28 +59,27 @@ class VmExecutor:
     def __init__(self, service: CallService) -> None:
         self._service = service
 
-    async def prepare(self, prepared: Prepared, *, org_id: str) -> Prepared:
+    def read(self, session: Session, prepared: Prepared, *, org_id: str) -> Prepared:
         """The live nodes that have the exact version installed (and their call keys, in `state`), or
         `503 pack_unavailable`."""
         settings, resolved = self._service.settings, prepared.resolved
         now = self._service.clock()
         tag = f"{resolved.pack}@{resolved.version}"
-
-        def find(session: Session) -> tuple[list[Node], dict[str, str]]:
-            live = live_nodes(session, now=now, max_age_s=settings.node_live_s)
-            keys = _call_keys(session, [n.node_id for n in live])
-            nodes = [n for n in live if tag in (n.installed or []) and n.node_id in keys]
-            if not nodes:
-                raise PackUnavailable(
-                    f"{resolved.ref}: no node has {resolved.pack} {resolved.version} installed yet "
-                    "(or it failed verification there)",
-                    retry_after=next_report_s(live, now=now, heartbeat_s=settings.node_heartbeat_s),
-                    details={"ref": str(resolved.ref)},
-                )
-            return nodes, keys
-
-        nodes, keys = await self._service._db(find, reads_only=True)
+        live = live_nodes(session, now=now, max_age_s=settings.node_live_s)
+        keys = _call_keys(session, [n.node_id for n in live])
+        nodes = [n for n in live if tag in (n.installed or []) and n.node_id in keys]
+        if not nodes:
+            raise PackUnavailable(
+                f"{resolved.ref}: no node has {resolved.pack} {resolved.version} installed yet "
+                "(or it failed verification there)",
+                retry_after=next_report_s(live, now=now, heartbeat_s=settings.node_heartbeat_s),
+                details={"ref": str(resolved.ref)},
+            )
         return replace(prepared, nodes=nodes, state=keys)
+
+    async def prepare(self, prepared: Prepared, *, org_id: str) -> Prepared:
+        """Nothing more: `read` found the nodes."""
+        return prepared
 
     async def cancel(self, call: ToolCall) -> str:
         """Ask the call's node to kill its VM at once."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
@@ -36,6 +37,7 @@ from sqlmodel import Session, col, select
 from temporalio.client import (
     Client,
     WorkflowExecution,
+    WorkflowExecutionDescription,
     WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowHandle,
@@ -90,6 +92,9 @@ QUERY_TIMEOUT = timedelta(seconds=5)
 RUNS_RETRY_AFTER_S = 5.0  # runs have no deadline to wait for: look again in a few seconds
 
 
+PROGRESS_KEPT = 4096
+"""Running runs whose last `progress` answer an api process keeps (the least recently read go first)."""
+
 STARTS_AT_ONCE_PER_ORG = 2
 """Run starts of one organization an api process works on at once; its other starts wait their turn, so a
 burst of one organization's starts does not queue ahead of another's start (at the database's one writer)."""
@@ -141,6 +146,8 @@ class RunsService:
         self._kept: set[tuple[str, str, str]] = set()
         self._routines: dict[tuple[str, str, str], Routine] = {}
         self._routines_bytes = 0  # the YAML sizes of the routines kept
+        # per workflow id: (run id, history length) and the progress answered at that length
+        self._progress: OrderedDict[str, tuple[tuple[str, int], RunRoutineResult]] = OrderedDict()
 
     @asynccontextmanager
     async def _turn(self, org_id: str) -> AsyncIterator[None]:
@@ -764,7 +771,7 @@ class RunsService:
             ) from exc
         status = desc.status
         if status == WorkflowExecutionStatus.RUNNING:
-            progress = await _progress(handle)
+            progress = await self._progress_of(handle, desc)
             note_retries(progress, desc, client.data_converter, utcnow())
             row.status, row.result = "running", progress.model_dump(mode="json")
             return
@@ -795,7 +802,27 @@ class RunsService:
                     f"Temporal did not give the run's history: {exc.message}", retry_after_s=5
                 ) from exc
         row.finished_at = desc.close_time or utcnow()
+        self._progress.pop(row.workflow_id, None)
         await self._db(self._save_final, row)
+
+    async def _progress_of(
+        self, handle: WorkflowHandle[Any, RunRoutineResult], desc: WorkflowExecutionDescription
+    ) -> RunRoutineResult:
+        """The running run's `progress`, asked of its worker only when its history has grown since this
+        process last asked: its state changes only in a workflow task, which adds events, so while a step's
+        call runs (no new event) a poll costs a describe, not a query (a worker activation) as well."""
+        seen = (desc.run_id, desc.history_length)
+        kept = self._progress.get(desc.id)
+        if kept is not None and kept[0] == seen:
+            self._progress.move_to_end(desc.id)
+            return kept[1].model_copy(deep=True)
+        progress = await _progress(handle)
+        if progress.steps:  # an empty answer (no worker answered in time) is not kept
+            self._progress[desc.id] = (seen, progress.model_copy(deep=True))
+            self._progress.move_to_end(desc.id)
+            while len(self._progress) > PROGRESS_KEPT:
+                self._progress.popitem(last=False)
+        return progress
 
     def _save_final(self, row: RunRecord) -> None:
         with Session(self._engine) as session:
