@@ -92,8 +92,9 @@ QUERY_TIMEOUT = timedelta(seconds=5)
 RUNS_RETRY_AFTER_S = 5.0  # runs have no deadline to wait for: look again in a few seconds
 
 
-PROGRESS_KEPT = 4096
-"""Running runs whose last `progress` answer an api process keeps (the least recently read go first)."""
+PROGRESS_KEPT = 256
+"""Running runs whose last `progress` answer an api process keeps (the least recently read go first; an
+answer carries step outputs up to 512 KiB, so at most 128 MiB)."""
 
 STARTS_AT_ONCE_PER_ORG = 2
 """Run starts of one organization an api process works on at once; its other starts wait their turn, so a
