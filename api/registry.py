@@ -98,7 +98,7 @@ def resolve(session: Session, *, ref: ActionRef) -> tuple[resolving.Resolved, Pa
     return resolved, rows[resolved.version]
 
 
-KNOWN_MAX = 4096
+KNOWN_MAX = 512
 KnownVersions = dict[tuple[str, str], tuple[Manifest, dict[str, Any]]]
 """Versions a process has read, (pack, version) -> (typed manifest, manifest): a cache of one engine."""
 
