@@ -147,4 +147,4 @@ async def start_run(
     )
     if not created:
         response.status_code = 200
-    return await runs.read_run(org_id=principal.org_id, run_id=row.id)
+    return await runs.answer_start(row, created)

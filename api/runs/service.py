@@ -468,6 +468,7 @@ class RunsService:
         stored, created = await self._db(self._insert_run, row)
         if not created:
             return _same_request(stored, request, idempotency_key or ""), False
+        stored.result = _at_start(routine).model_dump(mode="json")  # answered, not stored
         return stored, True
 
     def _routine_of_version(self, org_id: str, name: str, version: str) -> Routine:
@@ -678,6 +679,14 @@ class RunsService:
         if row is None or row.org_id != org_id:
             raise NotFound(f"Your organization has no run {run_id[:100]}.", field="run_id")
         return row
+
+    async def answer_start(self, row: RunRecord, created: bool) -> RunPublic:
+        """The answer to a start: a run this request started as it started (every step pending), without
+        asking its workflow's progress (a busy worker would hold the answer); the run an Idempotency-Key
+        started before as it is now."""
+        if created:
+            return _public(row)
+        return await self.read_run(org_id=row.org_id, run_id=row.id)
 
     async def read_run(self, *, org_id: str, run_id: str) -> RunPublic:
         """A run as it is now: from its row once finished, else from Temporal (status and progress)."""
@@ -892,6 +901,11 @@ def _search_attributes(row: RunRecord) -> list[SearchAttributePair[str]]:
     if row.schedule_id:
         pairs.append(SearchAttributePair(_SCHEDULE, row.schedule_id))
     return pairs
+
+
+def _at_start(routine: Routine) -> RunRoutineResult:
+    """A run's progress as its workflow begins it (engine.workflow: every step pending)."""
+    return RunRoutineResult(steps={step.id: StepResult() for step in routine.steps})
 
 
 def _public(row: RunRecord) -> RunPublic:
