@@ -10,6 +10,7 @@ does not answer is the one error of every route: 503 `unavailable`, reason `data
 from __future__ import annotations
 
 import sqlite3
+from urllib.parse import quote
 
 from anyio import to_thread
 from fastapi import APIRouter, Request
@@ -45,9 +46,8 @@ class DatabaseProbe:
             return
         try:
             if self._connection is None:
-                self._connection = sqlite3.connect(
-                    f"file:{self._sqlite_path}?mode=ro", uri=True, check_same_thread=False
-                )
+                uri = f"file:{quote(self._sqlite_path)}?mode=ro"  # a path may hold '?', '#' or '%'
+                self._connection = sqlite3.connect(uri, uri=True, check_same_thread=False)
                 self._connection.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             self._connection.execute(PROBE).fetchone()
         except sqlite3.Error as exc:
