@@ -14,13 +14,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.goals import REPO
+from bench.routinestack import routine_stack
 
 
 def cpu_s(pid: int) -> float:
@@ -67,30 +65,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--runs", type=int, default=10, help="runs measured (default 10)")
     parser.add_argument("--sleep-s", type=int, default=1, help="seconds the step sleeps (default 1)")
     args = parser.parse_args(argv)
-    sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "egress")]
-    import calls.stack
-    from realstack import start_routine_stack
-    from temporalio.common import SearchAttributeKey
-    from temporalio.contrib.pydantic import pydantic_data_converter
-    from temporalio.testing import WorkflowEnvironment
-
-    calls.stack.ROUTINE_ADMISSION_WAIT_S = None  # the api's default, as in bench/goals.py
 
     async def run() -> dict[str, float]:
-        temporal = shutil.which("temporal") or str(Path(sys.executable).parent / "temporal")
-        env = await WorkflowEnvironment.start_local(
-            dev_server_existing_path=temporal,
-            data_converter=pydantic_data_converter,
-            search_attributes=[SearchAttributeKey.for_keyword(n) for n in ("B3osRoutine", "B3osOrg")],
-        )
-        root = Path(tempfile.mkdtemp(prefix="b3os-bench-polled-"))
-        stack = start_routine_stack(root, env)
-        try:
+        async with routine_stack("polled") as stack:
             return await _measure(stack, args)
-        finally:
-            stack.stop()
-            await env.shutdown()
-            shutil.rmtree(root, ignore_errors=True)
 
     used = asyncio.run(run())
     print(f"CPU ms per polled run ({args.runs} runs, a step of {args.sleep_s} s):")

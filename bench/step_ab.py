@@ -15,15 +15,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import shutil
 import subprocess
 import sys
-import tempfile
 import uuid
 from pathlib import Path
 from typing import Any
 
 from bench.goals import REPO, p50, p95
+from bench.routinestack import routine_stack
 from bench.step_calls import _history_ms
 
 
@@ -94,30 +93,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--a-tree", type=Path, help="worker A's source tree (default: this one)")
     parser.add_argument("--b-tree", type=Path, help="worker B's source tree (default: this one)")
     args = parser.parse_args(argv)
-    sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "egress")]
-    import calls.stack
-    from realstack import start_routine_stack
-    from temporalio.common import SearchAttributeKey
-    from temporalio.contrib.pydantic import pydantic_data_converter
-    from temporalio.testing import WorkflowEnvironment
-
-    calls.stack.ROUTINE_ADMISSION_WAIT_S = None  # the api's default, as in bench/goals.py
 
     async def run() -> dict[str, list[float]]:
-        temporal = shutil.which("temporal") or str(Path(sys.executable).parent / "temporal")
-        env = await WorkflowEnvironment.start_local(
-            dev_server_existing_path=temporal,
-            data_converter=pydantic_data_converter,
-            search_attributes=[SearchAttributeKey.for_keyword(n) for n in ("B3osRoutine", "B3osOrg")],
-        )
-        root = Path(tempfile.mkdtemp(prefix="b3os-bench-ab-"))
-        stack = start_routine_stack(root, env)
-        try:
+        async with routine_stack("ab") as stack:
             return await _rounds(stack, args)
-        finally:
-            stack.stop()
-            await env.shutdown()
-            shutil.rmtree(root, ignore_errors=True)
 
     out = asyncio.run(run())
     names = sorted({name.rsplit(" ", 1)[0] for name in out})

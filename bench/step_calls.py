@@ -26,17 +26,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import shutil
 import sys
-import tempfile
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 import httpx
 
 from bench.goals import REPO, Profiler, p50, p95
+from bench.routinestack import routine_stack
 
 
 def _history_ms(events: list[Any]) -> dict[str, float]:
@@ -166,30 +164,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--top", type=int, default=25, help="frames printed per profile")
     args = parser.parse_args(argv)
     args.wait = args.wait or ["poll"]
-    sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "egress")]
-    import calls.stack
-    from realstack import start_routine_stack
-    from temporalio.common import SearchAttributeKey
-    from temporalio.contrib.pydantic import pydantic_data_converter
-    from temporalio.testing import WorkflowEnvironment
-
-    calls.stack.ROUTINE_ADMISSION_WAIT_S = None  # the api's default, as in bench/goals.py
 
     async def run() -> dict[str, list[float]]:
-        temporal = shutil.which("temporal") or str(Path(sys.executable).parent / "temporal")
-        env = await WorkflowEnvironment.start_local(
-            dev_server_existing_path=temporal,
-            data_converter=pydantic_data_converter,
-            search_attributes=[SearchAttributeKey.for_keyword(n) for n in ("B3osRoutine", "B3osOrg")],
-        )
-        root = Path(tempfile.mkdtemp(prefix="b3os-bench-steps-"))
-        stack = start_routine_stack(root, env)
-        try:
+        async with routine_stack("steps") as stack:
             return await _rounds(stack, args)
-        finally:
-            stack.stop()
-            await env.shutdown()
-            shutil.rmtree(root, ignore_errors=True)
 
     out = asyncio.run(run())
     print(f"{'ms (' + str(args.runs) + ' rounds)':<40}{'p50':>8}{'p95':>8}")

@@ -1,0 +1,42 @@
+"""The routine tests' stack for a bench: a Temporal dev server (the `temporal` CLI of the venv), then
+tests/realstack.py's api processes, node and worker, with the api's own routine admission wait (not the
+tests' 429-at-once); stopped and its temp dir removed on the way out."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@asynccontextmanager
+async def routine_stack(name: str) -> AsyncIterator[Any]:
+    """A started `RoutineStack` under a temp dir named after the bench `name`."""
+    sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "egress")]
+    import calls.stack
+    from realstack import start_routine_stack
+    from temporalio.common import SearchAttributeKey
+    from temporalio.contrib.pydantic import pydantic_data_converter
+    from temporalio.testing import WorkflowEnvironment
+
+    calls.stack.ROUTINE_ADMISSION_WAIT_S = None  # the api's default, not the tests' 429-at-once
+    temporal = shutil.which("temporal") or str(Path(sys.executable).parent / "temporal")
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal,
+        data_converter=pydantic_data_converter,
+        search_attributes=[SearchAttributeKey.for_keyword(n) for n in ("B3osRoutine", "B3osOrg")],
+    )
+    root = Path(tempfile.mkdtemp(prefix=f"b3os-bench-{name}-"))
+    stack = start_routine_stack(root, env)
+    try:
+        yield stack
+    finally:
+        stack.stop()
+        await env.shutdown()
+        shutil.rmtree(root, ignore_errors=True)
