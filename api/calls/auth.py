@@ -34,7 +34,7 @@ def is_worker_token(expected: str | None, token: str) -> bool:
 
 
 def caller_for(request: Request, *, surface: str, cancelling: bool = False) -> Caller:
-    """The caller of a request to a call surface (a sync dependency body: it runs in a thread).
+    """The caller of a request to a call surface (its reads: run it with `api.db.run_reading`).
 
     Args:
         request: The request.

@@ -31,7 +31,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, insert, text, update
+from sqlalchemy import func, insert, or_, text, update
+from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
 from api.calls.earnings import add_months
@@ -128,31 +129,64 @@ def _expected_end(session: Session, calls: Sequence[ToolCall], now: dt.datetime)
     return soonest
 
 
-def _check_org(session: Session, adm: Admission, settings: CallSettings, now: dt.datetime) -> None:
-    running = _running(session, now, col(ToolCall.org_id) == adm.org_id)
+def _load(
+    session: Session, adm: Admission, nodes: Sequence[Node], now: dt.datetime
+) -> tuple[int, dict[str, int]]:
+    """In one statement: how many running calls hold the call's lane of its organization, and each
+    candidate node's running calls (no rows loaded: a refusal reads them again for its Retry-After)."""
+    node_ids = [n.node_id for n in nodes]
+    rows = session.execute(
+        sa_select(col(ToolCall.node_id), col(ToolCall.org_id), func.count())
+        .where(
+            col(ToolCall.state) == RUNNING,
+            col(ToolCall.lease_expires_at) > now,
+            or_(col(ToolCall.org_id) == adm.org_id, col(ToolCall.node_id).in_(node_ids)),
+        )
+        .group_by(col(ToolCall.node_id), col(ToolCall.org_id))
+    ).all()
+    lane = 0
+    per_node = dict.fromkeys(node_ids, 0)
+    for node_id, org_id, count in rows:
+        if org_id == adm.org_id and (node_id == adm.lane if adm.lane is not None else node_id != HTTP_LANE):
+            lane += count
+        if node_id in per_node:
+            per_node[node_id] += count
+    return lane, per_node
+
+
+def _check_org(
+    session: Session, adm: Admission, settings: CallSettings, now: dt.datetime, lane_count: int
+) -> None:
     if adm.lane is None:
-        lane, limit, what = [c for c in running if c.node_id != HTTP_LANE], settings.calls_per_org, "calls"
+        limit, what = settings.calls_per_org, "calls"
     else:
-        lane = [c for c in running if c.node_id == adm.lane]
         limit, what = settings.http_calls_per_org, "HTTP action calls"
-    if len(lane) >= limit:
+    if lane_count >= limit:
+        running = _running(session, now, col(ToolCall.org_id) == adm.org_id)
+        lane = [c for c in running if (c.node_id == adm.lane if adm.lane else c.node_id != HTTP_LANE)]
         raise ConcurrencyLimited(
             f"this organization already runs {len(lane)} {what} at once, the most it may",
             retry_after=_expected_end(session, lane, now),
             details={"limit": limit},
         )
-    starts = session.exec(
-        select(ToolCall.started_at)
-        .where(col(ToolCall.org_id) == adm.org_id, col(ToolCall.started_at) > now - WINDOW)
-        .order_by(col(ToolCall.started_at))
-    ).all()
-    if len(starts) >= settings.starts_per_minute:
-        frees_at = starts[len(starts) - settings.starts_per_minute] + WINDOW
+    in_window = (col(ToolCall.org_id) == adm.org_id, col(ToolCall.started_at) > now - WINDOW)
+    starts = int(session.execute(sa_select(func.count()).where(*in_window)).scalar_one())
+    if starts >= settings.starts_per_minute:
+        oldest_counted = session.execute(
+            sa_select(col(ToolCall.started_at))
+            .where(*in_window)
+            .order_by(col(ToolCall.started_at))
+            .offset(starts - settings.starts_per_minute)
+            .limit(1)
+        ).scalar_one()
         raise RateLimited(
-            f"this organization started {len(starts)} calls in the last 60 seconds, the most it may",
-            retry_after=(frees_at - now).total_seconds(),
+            f"this organization started {starts} calls in the last 60 seconds, the most it may",
+            retry_after=(oldest_counted + WINDOW - now).total_seconds(),
             details={"limit": settings.starts_per_minute},
         )
+    if adm.price <= 0 and adm.spend_cap_microusd is None:
+        return
+    running = _running(session, now, col(ToolCall.org_id) == adm.org_id)
     month_end = add_months(month_start(now), 1)
     to_month_end = (month_end - now).total_seconds()
     if adm.price > 0:
@@ -194,17 +228,20 @@ def _sum(session: Session, column: Any, where: Any, now: dt.datetime) -> int:
     return int(session.exec(stmt).one())
 
 
-def _pick_node(session: Session, nodes: Sequence[Node], settings: CallSettings, now: dt.datetime) -> Node:
+def _pick_node(
+    session: Session,
+    nodes: Sequence[Node],
+    per_node: dict[str, int],
+    settings: CallSettings,
+    now: dt.datetime,
+) -> Node:
     loads: list[tuple[int, int, str, Node]] = []
-    busy: list[ToolCall] = []
     for node in nodes:
-        running = _running(session, now, col(ToolCall.node_id) == node.node_id)
         capacity = min(settings.calls_per_node, node.slots_total or settings.calls_per_node)
-        if len(running) < capacity:
-            loads.append((len(running), -node.slots_free, node.node_id, node))
-        else:
-            busy.extend(running)
+        if per_node[node.node_id] < capacity:
+            loads.append((per_node[node.node_id], -node.slots_free, node.node_id, node))
     if not loads:
+        busy = _running(session, now, col(ToolCall.node_id).in_([n.node_id for n in nodes]))
         raise ToolUnavailable(
             "every node that has this tool already runs as many calls as it may; nothing was billed",
             reason="node_busy",
@@ -219,13 +256,15 @@ def admit(
     adm: Admission,
     nodes: Sequence[Node],
     settings: CallSettings,
-    now: dt.datetime,
+    clock: Callable[[], dt.datetime],
     also: Callable[[Session], None] | None = None,
 ) -> ToolCall:
     """Check every limit and take the call's lease on the least loaded node, in one transaction.
 
     `also` adds its writes to that transaction (the service links the call to its Idempotency-Key's
-    claim): one write transaction, not two, on a call's path.
+    claim): one write transaction, not two, on a call's path. The call's `started_at` is read from
+    `clock` once the transaction holds its locks, so it is never earlier than the `finished_at` of a
+    call whose slot it took (a time read before waiting for the lock could be).
 
     Returns:
         The call's row (committed), holding its slots.
@@ -236,8 +275,14 @@ def admit(
     """
     try:
         _lock(session, [f"org:{adm.org_id}", *sorted(f"node:{n.node_id}" for n in nodes)])
-        _check_org(session, adm, settings, now)
-        node_id = adm.lane if adm.lane is not None else _pick_node(session, nodes, settings, now).node_id
+        session.connection()  # SQLite: BEGIN IMMEDIATE (the write lock) now, not at the first statement
+        now = clock()
+        lane_count, per_node = _load(session, adm, nodes if adm.lane is None else (), now)
+        _check_org(session, adm, settings, now, lane_count)
+        if adm.lane is not None:
+            node_id = adm.lane
+        else:
+            node_id = _pick_node(session, nodes, per_node, settings, now).node_id
         deadline = now + dt.timedelta(milliseconds=adm.timeout_ms, seconds=settings.call_overhead_s)
         call = ToolCall(
             id=adm.call_id,

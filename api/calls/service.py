@@ -57,7 +57,7 @@ from api.calls.executor import HTTP_LANE, Execution, Executor, Prepared
 from api.calls.inputs import check_input
 from api.calls.settings import CallSettings
 from api.calls.tables import ToolCall
-from api.db import read_session
+from api.db import read_session, run_reading
 from api.models import utcnow
 from packs.resolve import Resolved, ResolveError
 
@@ -200,12 +200,9 @@ class CallService:
             )
         return self._client
 
-    async def _db(self, fn: Callable[[Session], Any], *, reads_only: bool = False) -> Any:
+    async def _db(self, fn: Callable[[Session], Any]) -> Any:
         def run() -> Any:
-            session = (
-                read_session(self.engine) if reads_only else Session(self.engine, expire_on_commit=False)
-            )
-            with session:
+            with Session(self.engine, expire_on_commit=False) as session:
                 return fn(session)
 
         return await anyio.to_thread.run_sync(run)
@@ -396,7 +393,11 @@ class CallService:
             )
             return self.executor(resolved.kind).read(session, prepared, org_id=caller.org_id)
 
-        prepared: Prepared = await self._db(find, reads_only=True)
+        def read() -> Prepared:
+            with read_session(self.engine) as session:
+                return find(session)
+
+        prepared = await run_reading(self.engine, read)
         return await self.executor(prepared.resolved.kind).prepare(prepared, org_id=caller.org_id)
 
     def executor(self, kind: str) -> Executor:
@@ -433,7 +434,7 @@ class CallService:
 
         def admit(session: Session) -> ToolCall:
             return limits.admit(
-                session, adm=adm, nodes=prepared.nodes, settings=self.settings, now=self.clock(), also=link
+                session, adm=adm, nodes=prepared.nodes, settings=self.settings, clock=self.clock, also=link
             )
 
         call = await self._admit(caller, admit)

@@ -13,6 +13,7 @@ from api.calls.cancel import parse_cancel
 from api.calls.errors import BodyTooLarge, CallError
 from api.calls.idempotency import MAX_KEY_LENGTH
 from api.calls.service import Caller, CallService
+from api.db import run_reading
 from api.errors import error_responses
 from api.jsonbody import request_json
 from api.params import IdempotencyKey
@@ -21,14 +22,16 @@ from packs.refs import MAX_REF_LENGTH, REF_PATTERN
 router = APIRouter(prefix="/v1/actions", tags=["calls"])
 
 
-def http_caller(request: Request) -> Caller:
+async def http_caller(request: Request) -> Caller:
     """The key calling over HTTP (or a routine step, for the key that started its run)."""
-    return caller_for(request, surface="http")
+    return await run_reading(request.app.state.engine, lambda: caller_for(request, surface="http"))
 
 
-def http_canceller(request: Request) -> Caller:
+async def http_canceller(request: Request) -> Caller:
     """The key cancelling a call over HTTP (or a routine step cancelling its own call)."""
-    return caller_for(request, surface="http", cancelling=True)
+    return await run_reading(
+        request.app.state.engine, lambda: caller_for(request, surface="http", cancelling=True)
+    )
 
 
 REPLAYED = {

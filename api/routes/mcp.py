@@ -36,6 +36,7 @@ from starlette.types import Receive, Scope, Send
 from api.calls import mcp
 from api.calls.auth import caller_for
 from api.calls.service import Caller, CallService
+from api.db import run_reading
 from api.errors import ApiError, Forbidden, ServiceUnavailable, error_response
 
 PATH = "/v1/mcp"
@@ -121,7 +122,7 @@ class Endpoint:
             await error_response(refused)(scope, receive, send)
             return
         try:
-            caller = await anyio.to_thread.run_sync(partial(caller_for, request, surface="mcp"))
+            caller = await run_reading(request.app.state.engine, partial(caller_for, request, surface="mcp"))
             manager: StreamableHTTPSessionManager | None = getattr(request.app.state, "mcp_sessions", None)
             if manager is None:
                 raise ServiceUnavailable("The MCP server is not running yet.", retry_after_s=1)

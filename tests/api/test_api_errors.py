@@ -15,7 +15,7 @@ from sqlalchemy import inspect
 from api.config import Settings
 from api.db import make_engine
 from api.main import create_app
-from api.migrations import current_revision, head_revision, migrate
+from api.migrations import HEAD, current_revision, head_revision, migrate
 
 
 def test_an_oversize_json_body_is_refused_before_it_is_parsed(
@@ -98,6 +98,10 @@ def test_openapi_documents_the_one_error_body(client: TestClient) -> None:
         assert publish[status]["content"]["application/json"]["schema"] == {
             "$ref": "#/components/schemas/ErrorBody"
         }
+
+
+def test_the_head_the_api_checks_at_start_is_alembics_newest_revision() -> None:
+    assert HEAD == head_revision()  # a new revision must move api.migrations.HEAD too
 
 
 def test_migrations_are_recorded_and_run_once(settings: Settings, tmp_path: Path) -> None:

@@ -52,7 +52,7 @@ def _admit(engine: Engine, org: str, nodes: list[Node], price: int = 0, cap: int
     )
     try:
         with Session(engine) as session:
-            call = limits.admit(session, adm=adm, nodes=nodes, settings=SETTINGS, now=utcnow())
+            call = limits.admit(session, adm=adm, nodes=nodes, settings=SETTINGS, clock=utcnow)
             return f"ok:{call.node_id}"
     except CallError as exc:
         return f"{exc.code}:{exc.reason or ''}:{exc.retry_after}"
