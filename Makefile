@@ -16,7 +16,7 @@ run: setup bytecode
 test: setup bytecode
 	$(BIN)/ruff check .
 	$(BIN)/mypy .
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2 --dist loadfile
 
 setup: deb $(STAMP)
 
