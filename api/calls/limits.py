@@ -129,6 +129,11 @@ def _expected_end(session: Session, calls: Sequence[ToolCall], now: dt.datetime)
     return soonest
 
 
+def _in_lane(adm: Admission, node_id: str) -> bool:
+    """Whether a running call on `node_id` (a node, or a lane's name) holds the same lane as `adm`."""
+    return node_id == adm.lane if adm.lane is not None else node_id != HTTP_LANE
+
+
 def _load(
     session: Session, adm: Admission, nodes: Sequence[Node], now: dt.datetime
 ) -> tuple[int, dict[str, int]]:
@@ -147,7 +152,7 @@ def _load(
     lane = 0
     per_node = dict.fromkeys(node_ids, 0)
     for node_id, org_id, count in rows:
-        if org_id == adm.org_id and (node_id == adm.lane if adm.lane is not None else node_id != HTTP_LANE):
+        if org_id == adm.org_id and _in_lane(adm, node_id):
             lane += count
         if node_id in per_node:
             per_node[node_id] += count
@@ -163,7 +168,7 @@ def _check_org(
         limit, what = settings.http_calls_per_org, "HTTP action calls"
     if lane_count >= limit:
         running = _running(session, now, col(ToolCall.org_id) == adm.org_id)
-        lane = [c for c in running if (c.node_id == adm.lane if adm.lane else c.node_id != HTTP_LANE)]
+        lane = [c for c in running if _in_lane(adm, c.node_id)]
         raise ConcurrencyLimited(
             f"this organization already runs {len(lane)} {what} at once, the most it may",
             retry_after=_expected_end(session, lane, now),
