@@ -16,7 +16,7 @@ run: setup bytecode
 test: setup bytecode
 	$(BIN)/ruff check .
 	$(BIN)/mypy .
-	$(BIN)/pytest -n 2 --dist loadfile
+	$(BIN)/pytest
 
 setup: deb $(STAMP)
 

@@ -27,9 +27,7 @@ ECHO = "com.example.tools/echo"
 VERSION = "1.0.0"
 # The host uids of the test VMs: ones no other process uses, so a leftover process is easy to find. The
 # session's driver takes those from VM_UID_BASE, the nodes the tests start those from NODE_UID_BASE.
-# Under pytest-xdist (`make test`: two worker processes) each worker's VMs get a range of their own, so one
-# worker never counts the other's VMs as its leftovers.
-VM_UID_BASE = 264_000 + 100 * int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+VM_UID_BASE = 264_000
 NODE_UID_BASE = VM_UID_BASE + 16
 VM_UIDS = range(VM_UID_BASE, VM_UID_BASE + 64)
 NODE_ID = "node-under-test"
