@@ -75,6 +75,17 @@ class ExpressionError(EngineError):
         super().__init__(f"${{{{ {shown(expression)} }}}}: {problem}")
 
 
+class TooManyItems(EngineError):
+    """A `foreach:` gave more items than a step may run over (its list was not converted: `count` says)."""
+
+    def __init__(self, count: int, most: int) -> None:
+        self.count = count
+        super().__init__(
+            f"foreach gives {count:,} items; a step runs at most {most:,}: "
+            "split the list across steps or runs"
+        )
+
+
 class ExpressionSyntaxError(ExpressionError):
     """An expression does not parse, or a `${{` is not closed.
 
@@ -532,12 +543,20 @@ def evaluate_expression(expr: str, context: Context) -> Any:
     return _run(expr, _scope(context), Budget())
 
 
-def _run(expr: str, scope: Scope, budget: Budget, status: Mapping[str, bool] | None = None) -> Any:
+def _run(
+    expr: str,
+    scope: Scope,
+    budget: Budget,
+    status: Mapping[str, bool] | None = None,
+    most: int | None = None,
+) -> Any:
     compiled = _compiled(expr)
     try:
         names = scope.activation(compiled.reads, budget)
         functions = cel_runtime.status_functions(status) if status and compiled.status_calls else None
         result = cel_runtime.run(compiled.tree, names, budget, functions)
+        if most is not None and isinstance(result, list) and len(result) > most:
+            raise TooManyItems(len(result), most)  # before converting 10,000 items to refuse them
         return cel_runtime.to_json(result, budget)
     except CELEvalError as exc:
         raise ExpressionError(expr, _eval_problem(exc)) from None
@@ -620,17 +639,20 @@ def condition_expression(condition: str) -> str:
     return whole if whole is not None else condition.strip()
 
 
-def evaluate_foreach(foreach: str | list[Any], context: Context) -> list[Any]:
+def evaluate_foreach(foreach: str | list[Any], context: Context, most: int | None = None) -> list[Any]:
     """The list a step's `foreach:` runs over.
 
     Raises:
         ExpressionError: the expression fails or its result is not a list.
+        TooManyItems: the list has more than `most` items (counted before its items are converted).
     """
     if isinstance(foreach, list):
         items: list[Any] = evaluate(foreach, context)
+        if most is not None and len(items) > most:
+            raise TooManyItems(len(items), most)
         return items
     expr = condition_expression(foreach)
-    result = evaluate_expression(expr, context)
+    result = _run(expr, _scope(context), Budget(), most=most)
     if not isinstance(result, list):
         raise ExpressionError(expr, f"foreach: must give a list, got {shown(to_text(result))}")
     return result

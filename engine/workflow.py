@@ -377,16 +377,16 @@ class RoutineWorkflow:
                 state.status = "skipped"
                 return None
             field = "foreach"
-            items = None if step.foreach is None else expressions.evaluate_foreach(step.foreach, scope)
+            items = (
+                None
+                if step.foreach is None
+                else expressions.evaluate_foreach(step.foreach, scope, most=FOREACH_MAX_ITEMS)
+            )
+        except expressions.TooManyItems as exc:
+            self._fail(state, StepError(code="too_many_items", reason="foreach", message=str(exc)), 0)
+            return None
         except Exception as exc:  # an ExpressionError, or anything the evaluation did not foresee
             self._fail(state, StepError(code="expression_failed", reason=field, message=_sentence(exc)), 0)
-            return None
-        if items is not None and len(items) > FOREACH_MAX_ITEMS:
-            message = (
-                f"foreach gives {len(items):,} items; a step runs at most {FOREACH_MAX_ITEMS:,}: "
-                "split the list across steps or runs"
-            )
-            self._fail(state, StepError(code="too_many_items", reason="foreach", message=message), 0)
             return None
         state.status = "running"
         state.ref = input.pins.get(step.uses, step.uses)

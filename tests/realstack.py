@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import loopback
 import pytest
 from calls.stack import ECHO, FREE, PRICEY, Org, Proc, Stack, publish_echo_variants, publish_http_packs
 from sqlmodel import Session, col, select
@@ -97,14 +98,14 @@ class RoutineStack(Stack):
     # --- the runs API over HTTP -----------------------------------------------------------------
 
     async def store(self, org: Org, source: str, *, url: str | None = None) -> httpx.Response:
-        async with httpx.AsyncClient(base_url=url or self.url, timeout=30) as http:
+        async with loopback.async_client(base_url=url or self.url, timeout=30) as http:
             return await http.post("/v1/routines", json={"yaml": source}, headers=org.headers)
 
     async def start_run(
         self, org: Org, name: str, inputs: dict[str, Any] | None = None, *, url: str | None = None
     ) -> str:
         """Start a run of a stored routine; its run id."""
-        async with httpx.AsyncClient(base_url=url or self.url, timeout=30) as http:
+        async with loopback.async_client(base_url=url or self.url, timeout=30) as http:
             r = await http.post(
                 f"/v1/routines/{name}/runs", json={"inputs": inputs or {}}, headers=org.headers
             )
@@ -120,7 +121,7 @@ class RoutineStack(Stack):
         return await self.final(org, run_id)
 
     async def read(self, org: Org, run_id: str, *, url: str | None = None) -> dict[str, Any]:
-        async with httpx.AsyncClient(base_url=url or self.url, timeout=30) as http:
+        async with loopback.async_client(base_url=url or self.url, timeout=30) as http:
             r = await http.get(f"/v1/runs/{run_id}", headers=org.headers)
         assert r.status_code == 200, r.text
         body: dict[str, Any] = r.json()

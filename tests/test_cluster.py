@@ -9,6 +9,7 @@ import uuid
 from typing import Any
 
 import httpx
+import loopback
 import pytest
 from calls.stack import ECHO, FREE, Org
 from cluster import NODES, Cluster, cluster_fixture  # noqa: F401
@@ -37,7 +38,7 @@ async def _call(
     headers = dict(org.headers)
     if key is not None:
         headers["Idempotency-Key"] = key
-    async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+    async with loopback.async_client(base_url=url, timeout=60) as http:
         return await http.post("/v1/actions/call", headers=headers, json={"ref": ref, "input": input_})
 
 
@@ -106,7 +107,7 @@ async def test_runs_started_on_either_api_complete_and_both_apis_list_them(clust
 
 async def _listed_until_done(url: str, org: Org, timeout_s: float = 30) -> dict[str, str]:
     deadline = time.monotonic() + timeout_s
-    async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+    async with loopback.async_client(base_url=url, timeout=30) as http:
         while True:
             r = await http.get("/v1/runs", headers=org.headers)
             assert r.status_code == 200, r.text

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import loopback
 import pytest
 from calls.stack import ECHO, Org, Proc
 from cluster import NODES, Cluster, cluster_fixture  # noqa: F401
@@ -133,7 +134,7 @@ async def direct_call(
     headers = {**org.headers, "Idempotency-Key": key}
     turn = first
     deadline = time.monotonic() + 120
-    async with httpx.AsyncClient(timeout=90) as http:
+    async with loopback.async_client(timeout=90) as http:
         while True:
             assert time.monotonic() < deadline, f"{tally.fault}: call {key} never answered"
             url = cluster.api_urls[turn % 2]
@@ -165,7 +166,7 @@ async def direct_call(
 async def start_run(cluster: Cluster, org: Org, n: int, tally: Tally) -> str:
     """Start a run, through the other api when one does not answer or refuses for a while."""
     deadline = time.monotonic() + 60
-    async with httpx.AsyncClient(timeout=30) as http:
+    async with loopback.async_client(timeout=30) as http:
         while True:
             assert time.monotonic() < deadline, f"{tally.fault}: run {n} never started"
             url = cluster.api_urls[n % 2]
@@ -193,7 +194,7 @@ async def final(cluster: Cluster, org: Org, run_id: str, tally: Tally) -> dict[s
     """The ended run, read through either api (a 503 while the database is down is waited out)."""
     deadline = time.monotonic() + 120
     turn = 0
-    async with httpx.AsyncClient(timeout=30) as http:
+    async with loopback.async_client(timeout=30) as http:
         while True:
             assert time.monotonic() < deadline, f"{tally.fault}: run {run_id} still running"
             turn += 1
@@ -314,7 +315,7 @@ async def check_charges(cluster: Cluster, orgs: list[Org], tally: Tally) -> None
         assert not extra, f"charged without a stored answer (charged twice for one key?): {extra}"
         assert all(charged.get(call_id, 0) == total for call_id, total in stored.items()), (charged, stored)
         total, tool_calls = 0, 0
-        async with httpx.AsyncClient(base_url=cluster.api_urls[1], timeout=30) as http:
+        async with loopback.async_client(base_url=cluster.api_urls[1], timeout=30) as http:
             for month in sorted({c.finished_at.strftime("%Y-%m") for c in calls if c.finished_at}):
                 usage = (await http.get("/v1/usage", params={"month": month}, headers=org.headers)).json()
                 total += usage["cost"]["total"]
@@ -519,7 +520,7 @@ async def test_postgres_down_for_5_s_answers_503_and_everything_continues(
 
     async def probe() -> None:  # what a client sees of each api while the database is down
         await down.wait()
-        async with httpx.AsyncClient(timeout=10) as http:
+        async with loopback.async_client(timeout=10) as http:
             while down.is_set():
                 for url in cluster.api_urls:
                     r = await http.get(f"{url}/v1/usage", headers=load.orgs[0].headers)

@@ -287,20 +287,12 @@ class SchedulesService:
                 "refused; create the schedule again with a key that may run routines.",
                 reason="schedule_key_revoked",
             )
-        record: RoutineRecord = await self._runs._db(
-            self._runs.get_routine, org_id=row.org_id, name=row.routine_name
-        )
-        version = await self._runs._db(self._runs._current_version, record)
         return await self._runs._start(
             org_id=row.org_id,
             key_id=row.key_id,
-            name=row.routine_name,
-            routine_version=record.version,
-            version=version,
-            inputs=row.inputs,
+            version=self._runs._current(row.org_id, row.routine_name, row.inputs),
             idempotency_key=idempotency_key,
             request={"schedule": row.id, "inputs": row.inputs},
-            pins=None,
             schedule_id=row.id,
         )
 

@@ -26,6 +26,7 @@ import json
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any, TypeVar
@@ -34,6 +35,7 @@ from anyio import to_thread
 from sqlalchemy import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
+from temporalio.api.common.v1 import Payload
 from temporalio.client import (
     Client,
     WorkflowExecution,
@@ -53,6 +55,7 @@ from temporalio.common import (
     WorkflowIDConflictPolicy,
     WorkflowIDReusePolicy,
 )
+from temporalio.converter import PayloadConverter
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
@@ -96,15 +99,54 @@ PROGRESS_KEPT = 256
 """Running runs whose last `progress` answer an api process keeps (the least recently read go first; an
 answer carries step outputs up to 512 KiB, so at most 128 MiB)."""
 
-STARTS_AT_ONCE_PER_ORG = 2
+STARTS_AT_ONCE_PER_ORG = 1
 """Run starts of one organization an api process works on at once; its other starts wait their turn, so a
-burst of one organization's starts does not queue ahead of another's start (at the database's one writer)."""
+burst of one organization's starts does not take the process's CPU (checking, hashing and encoding large
+inputs) and the database's one writer ahead of another organization's start. One start takes ~30 ms, so
+an organization still starts ~30 runs a second per api process, above its starts per minute."""
 
 
 VERSIONS_KEPT = 4096
 """The routine versions a process knows are kept (then it forgets them all and asks again)."""
 ROUTINES_KEPT_BYTES = 32 * 1024 * 1024
 """How much routine YAML (by size) a process keeps validated in memory for run starts."""
+
+
+@dataclass(frozen=True)
+class _Version:
+    """The routine version a start runs, with its inputs (a re-run: its routine and pins known too)."""
+
+    name: str
+    routine_version: int
+    version: str
+    inputs: dict[str, Any]
+    routine: Routine | None = None
+    pins: dict[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class _Request:
+    """Who starts a run, under which id and key, with which request (hashed for the key)."""
+
+    org_id: str
+    key_id: str
+    run_id: str
+    idempotency_key: str | None
+    body: dict[str, Any]
+    reused: dict[str, StepResult]
+    rerun_of: str | None
+    schedule_id: str | None
+
+
+@dataclass(frozen=True)
+class _Launch:
+    """A start ready for Temporal: its row, routine, encoded workflow input, grant and deadline."""
+
+    row: RunRecord
+    routine: Routine
+    payload: Payload
+    grant: str
+    lasts: timedelta
 
 
 def run_priority(running: int) -> int:
@@ -311,19 +353,22 @@ class RunsService:
             ServiceUnavailable: Temporal is not reachable.
         """
         async with self._turn(org_id):
-            record: RoutineRecord = await self._db(self.get_routine, org_id=org_id, name=name)
-            version = await self._db(self._current_version, record)
             return await self._start(
                 org_id=org_id,
                 key_id=key_id,
-                name=name,
-                routine_version=record.version,
-                version=version,
-                inputs=inputs,
+                version=self._current(org_id, name, inputs),
                 idempotency_key=idempotency_key,
                 request={"routine": name, "inputs": inputs},
-                pins=None,
             )
+
+    def _current(self, org_id: str, name: str, inputs: dict[str, Any]) -> Callable[[], _Version]:
+        """The routine's current version with these inputs, read when the start is made ready (NotFound)."""
+
+        def read() -> _Version:
+            record = self.get_routine(org_id=org_id, name=name)
+            return _Version(name, record.version, self._current_version(record), inputs)
+
+        return read
 
     def _current_version(self, record: RoutineRecord) -> str:
         """The routine's current version (kept in `routine_versions` if it was not yet: a routine stored
@@ -372,19 +417,15 @@ class RunsService:
         routine = Routine.model_validate(data)
         result = RunRoutineResult.model_validate(old.result or {})
         point = rerun_point(routine, result, old.id, from_step)
+        same = _Version(old.routine_name, old.routine_version, version, old.inputs, routine, old.pins)
         return await self._start(
             org_id=org_id,
             key_id=key_id,
-            name=old.routine_name,
-            routine_version=old.routine_version,
-            version=version,
-            inputs=old.inputs,
+            version=lambda: same,
             idempotency_key=idempotency_key,
             request={"rerun": old.id, "from": point},
-            pins=old.pins,
             reused=kept_steps(routine, result, point),
             rerun_of=old.id,
-            routine=routine,
         )
 
     def _version_of_run(self, run: RunRecord) -> tuple[str, dict[str, Any]]:
@@ -413,56 +454,100 @@ class RunsService:
         *,
         org_id: str,
         key_id: str,
-        name: str,
-        routine_version: int,
-        version: str,
-        inputs: dict[str, Any],
+        version: Callable[[], _Version],
         idempotency_key: str | None,
         request: dict[str, Any],
-        pins: dict[str, str] | None,
         reused: dict[str, StepResult] | None = None,
         rerun_of: str | None = None,
         schedule_id: str | None = None,
-        routine: Routine | None = None,
     ) -> tuple[RunRecord, bool]:
-        """Start a run of one routine version (the one path of run starts, re-runs and scheduled runs)."""
+        """Start a run of one routine version (the one path of run starts, re-runs and scheduled runs).
+
+        Everything before Temporal is asked is done in one worker thread (`_launch`): each hop between the
+        event loop and a thread waits for the interpreter's lock, which a busy process hands over slowly.
+        """
         if idempotency_key is not None:
             idempotency.check_key(idempotency_key)
-            earlier = await self._db(self._run_by_key, org_id, idempotency_key)
-            if earlier is not None:
-                return _same_request(earlier, request, idempotency_key), False
             run_id = "run_" + hashlib.sha256(f"{org_id}\n{idempotency_key}".encode()).hexdigest()[:20]
         else:
             run_id = new_id("run")
-        await self._db(self._check_starts, org_id)
-        if routine is None:
-            routine = await self._db(self._routine_of_version, org_id, name, version)
-        if pins is None:
-            pins = await self._db(self._pinned, name, routine)
-        # in a worker thread: checking and hashing a large input (a list of 10,000 items: ~25 ms) would
-        # hold every other request of this process on the event loop
-        resolved, request_hash = await self._db(_checked_inputs, name, routine, inputs, request)
+        client = await self.client()
+        launch = await self._db(
+            self._launch,
+            _Request(org_id, key_id, run_id, idempotency_key, request, reused or {}, rerun_of, schedule_id),
+            version,
+            client.data_converter.payload_converter,
+        )
+        if isinstance(launch, RunRecord):  # the Idempotency-Key's earlier run
+            return _same_request(launch, request, idempotency_key or ""), False
+        await self._start_workflow(client, launch)
+        stored, created = await self._db(self._insert_run, launch.row)
+        if not created:
+            return _same_request(stored, request, idempotency_key or ""), False
+        stored.result = _at_start(launch.routine).model_dump(mode="json")  # answered, not stored
+        return stored, True
+
+    def _launch(
+        self, request: _Request, version: Callable[[], _Version], converter: PayloadConverter
+    ) -> RunRecord | _Launch:
+        """A start made ready (in a worker thread): the key's earlier run if it has one; else, the starts
+        of the last minute counted, the version's routine, pins and inputs checked, the run's grant minted
+        and its workflow's start encoded.
+
+        Raises:
+            NotFound, InvalidRequest, RateLimited: as `start_run` says.
+        """
+        if request.idempotency_key is not None:
+            earlier = self._run_by_key(request.org_id, request.idempotency_key)
+            if earlier is not None:
+                return earlier
+        v = version()
+        self._check_starts(request.org_id)
+        routine = v.routine or self._routine_of_version(request.org_id, v.name, v.version)
+        pins = v.pins if v.pins is not None else self._pinned(v.name, routine)
+        resolved, request_hash = _checked_inputs(v.name, routine, v.inputs, request.body)
         row = RunRecord(
-            id=run_id,
-            org_id=org_id,
-            key_id=key_id,
-            routine_name=name,
-            routine_version=routine_version,
-            routine_hash=version,
+            id=request.run_id,
+            org_id=request.org_id,
+            key_id=request.key_id,
+            routine_name=v.name,
+            routine_version=v.routine_version,
+            routine_hash=v.version,
             pins=pins,
-            rerun_of=rerun_of,
-            schedule_id=schedule_id,
-            workflow_id=routine_workflow_id(name, run_id),
-            idempotency_key=idempotency_key,
+            rerun_of=request.rerun_of,
+            schedule_id=request.schedule_id,
+            workflow_id=routine_workflow_id(v.name, request.run_id),
+            idempotency_key=request.idempotency_key,
             request_hash=request_hash,
             inputs=resolved,
         )
-        await self._start_workflow(row, routine, pins, reused or {})
-        stored, created = await self._db(self._insert_run, row)
-        if not created:
-            return _same_request(stored, request, idempotency_key or ""), False
-        stored.result = _at_start(routine).model_dump(mode="json")  # answered, not stored
-        return stored, True
+        lasts = timedelta(seconds=self._settings.run_timeout_s)
+        grant = self._mint_grant(row, lasts)
+        try:
+            payload = converter.to_payload(
+                RunRoutineInput(
+                    routine=routine,
+                    inputs=row.inputs,
+                    org_id=row.org_id,
+                    key_id=row.key_id,
+                    run_id=row.id,
+                    pins=pins,
+                    grant=grant,
+                    reused=request.reused,
+                )
+            )
+            size = payload.ByteSize()
+            if size > payloads.PAYLOAD_LIMIT_BYTES - 64 * payloads.KIB:
+                raise InvalidRequest(
+                    f"The run's start (the routine and its inputs) is {payloads.size_text(size)} encoded, "
+                    f"more than Temporal takes in one payload "
+                    f"({payloads.size_text(payloads.PAYLOAD_LIMIT_BYTES)}): send smaller inputs.",
+                    field="inputs",
+                )
+        except BaseException:
+            self._forget_grant(grant)
+            raise
+        return _Launch(row, routine, payload, grant, lasts)
 
     def _routine_of_version(self, org_id: str, name: str, version: str) -> Routine:
         """A version's validated routine (read and validated once per process: versions never change)."""
@@ -550,78 +635,45 @@ class RunsService:
             )
         return running
 
-    async def _start_workflow(
-        self, row: RunRecord, routine: Routine, pins: dict[str, str], reused: dict[str, StepResult]
-    ) -> None:
-        client = await self.client()
+    async def _start_workflow(self, client: Client, launch: _Launch) -> None:
+        """Start the run's workflow, at the priority its organization's runs in flight give it.
+
+        Raises:
+            ConcurrencyLimited: the organization runs its most runs at once. ServiceUnavailable: Temporal.
+        """
+        row = launch.row
         org = row.org_id
         # the starts of this process not yet visible count too: a burst of starts sees itself
         starting = self._starting.get(org, 0)
         self._starting[org] = starting + 1
-        try:
-            running = await self._check_running(client, org)
-            await self._start_execution(client, row, routine, pins, reused, run_priority(running + starting))
-        finally:
-            self._starting[org] -= 1
-            if not self._starting[org]:
-                del self._starting[org]
-
-    async def _start_execution(
-        self,
-        client: Client,
-        row: RunRecord,
-        routine: Routine,
-        pins: dict[str, str],
-        reused: dict[str, StepResult],
-        priority_key: int,
-    ) -> None:
-        lasts = timedelta(seconds=self._settings.run_timeout_s)
-        grant: str = await self._db(self._mint_grant, row, lasts)
-        run_input = RunRoutineInput(
-            routine=routine,
-            inputs=row.inputs,
-            org_id=row.org_id,
-            key_id=row.key_id,
-            run_id=row.id,
-            pins=pins,
-            grant=grant,
-            reused=reused,
-        )
         started = False
         try:
-            # encoded once, in a worker thread: a routine and inputs of up to a MiB held the event loop
-            # twice (the size check, then the client's own encoding)
-            payload = await to_thread.run_sync(client.data_converter.payload_converter.to_payload, run_input)
-            size = payload.ByteSize()
-            if size > payloads.PAYLOAD_LIMIT_BYTES - 64 * payloads.KIB:
-                raise InvalidRequest(
-                    f"The run's start (the routine and its inputs) is {payloads.size_text(size)} encoded, "
-                    f"more than Temporal takes in one payload "
-                    f"({payloads.size_text(payloads.PAYLOAD_LIMIT_BYTES)}): send smaller inputs.",
-                    field="inputs",
-                )
+            running = await self._check_running(client, org)
             await client.start_workflow(
                 WORKFLOW_TYPE,
-                RawValue(payload),
+                RawValue(launch.payload),
                 id=row.workflow_id,
                 task_queue=self._settings.temporal_task_queue,
                 search_attributes=TypedSearchAttributes(_search_attributes(row)),
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                execution_timeout=lasts,
+                execution_timeout=launch.lasts,
                 static_summary=f"{row.routine_name} · {row.id}",
-                priority=Priority(priority_key=priority_key),
+                priority=Priority(priority_key=run_priority(running + starting)),
             )
             started = True
         except WorkflowAlreadyStartedError:
-            pass  # the same idempotent run, already finished: its row is written below
+            pass  # the same idempotent run, already finished: its row is written next
         except RPCError as exc:
             raise ServiceUnavailable(
                 f"Temporal did not start the run: {exc.message}", retry_after_s=5
             ) from exc
         finally:
+            self._starting[org] -= 1
+            if not self._starting[org]:
+                del self._starting[org]
             if not started:  # a run that an earlier request started holds that request's grant
-                await self._db(self._forget_grant, grant)
+                await self._db(self._forget_grant, launch.grant)
 
     def _mint_grant(self, row: RunRecord, lasts: timedelta) -> str:
         with Session(self._engine) as session:

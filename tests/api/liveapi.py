@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import loopback
 from apitest import NAMESPACE, Org, build_echo, register_key, upload
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlmodel import Session
@@ -128,7 +129,7 @@ def start_live_api(root: Path, *, temporal_address: str | None = None) -> LiveAp
         engine.dispose()
         signing = Ed25519PrivateKey.generate()
         built = build_echo(root, signing)
-        with httpx.Client(base_url=url, timeout=30) as client:
+        with loopback.client(base_url=url, timeout=30) as client:
             register_key(client, owner, signing)
             upload(client, owner, built.files)
             r = client.post(

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import loopback
 import pytest
 from apitest import ECHO, NAMESPACE, REPO
 from fastapi import FastAPI, Response
@@ -200,7 +201,7 @@ def test_concurrent_publishes_over_http_have_exactly_one_winner(
     statuses: list[int] = []
 
     def attempt() -> None:
-        with httpx.Client(timeout=30) as client:
+        with loopback.client(timeout=30) as client:
             barrier.wait()
             statuses.append(client.post(f"{server}/v1/actions/packs", headers=headers, json=body).status_code)
 

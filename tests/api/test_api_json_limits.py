@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import loopback
 import pytest
 from liveapi import ECHO_REF, LiveApi, start_live_api
 from temporalio.testing import WorkflowEnvironment
@@ -36,7 +37,7 @@ def live(tmp_path_factory: pytest.TempPathFactory, temporal_env: WorkflowEnviron
     root = tmp_path_factory.mktemp("json-limits")
     api = start_live_api(root, temporal_address=temporal_env.client.service_client.config.target_host)
     try:
-        with httpx.Client(base_url=api.url, timeout=30) as http:
+        with loopback.client(base_url=api.url, timeout=30) as http:
             r = http.post("/v1/routines", headers=api.owner.headers, json={"yaml": NUMBERS})
             assert r.status_code == 201, r.text
         yield api
@@ -46,7 +47,7 @@ def live(tmp_path_factory: pytest.TempPathFactory, temporal_env: WorkflowEnviron
 
 @pytest.fixture
 def http(live: LiveApi) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=live.url, timeout=60, headers=live.owner.headers) as client:
+    with loopback.client(base_url=live.url, timeout=60, headers=live.owner.headers) as client:
         yield client
 
 

@@ -305,3 +305,36 @@ async def test_a_run_goes_first_when_its_organization_has_few_runs_in_flight(
     info = (await handle.describe()).raw_description.workflow_execution_info
     assert info.priority.priority_key == 1  # none of its organization's runs was running
     assert [run_priority(n) for n in (0, 1, 2, 3, 4, 7, 8, 20)] == [1, 2, 3, 3, 4, 4, 5, 5]
+
+
+async def test_an_api_process_starts_one_run_of_an_organization_at_a_time_and_others_do_not_wait(
+    tmp_path: Path,
+) -> None:
+    import asyncio
+
+    from sqlmodel import create_engine
+
+    from api.config import Settings
+    from api.runs.service import RunsService
+
+    runs = RunsService(create_engine(f"sqlite:///{tmp_path / 'unused.db'}"), Settings())
+    order: list[str] = []
+    release = asyncio.Event()
+
+    async def start(org: str, name: str) -> None:
+        async with runs._turn(org):
+            order.append(f"{name} in")
+            if name == "a1":
+                await release.wait()
+            order.append(f"{name} out")
+
+    first = asyncio.create_task(start("org_a", "a1"))
+    await asyncio.sleep(0)
+    second = asyncio.create_task(start("org_a", "a2"))
+    other = asyncio.create_task(start("org_b", "b1"))
+    await other  # another organization's start does not wait for org_a's
+    assert order == ["a1 in", "b1 in", "b1 out"]
+    release.set()
+    await asyncio.gather(first, second)
+    assert order[3:] == ["a1 out", "a2 in", "a2 out"]  # org_a's second start waited for its first
+    assert runs._turns == {}  # nothing is kept for organizations with no start in flight

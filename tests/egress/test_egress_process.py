@@ -8,7 +8,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
+import loopback
 import pytest
 import trustme
 from servers import ProxyProcess, Reply, Upstream, proxy_env, sealed_credential, start_proxy
@@ -52,7 +52,7 @@ def test_the_proxy_process_fetches_with_credentials_and_never_logs_a_secret(
         },
     }
     answers = []
-    with httpx.Client(base_url=proxy.url, headers=proxy.headers, timeout=30) as http:
+    with loopback.client(base_url=proxy.url, headers=proxy.headers, timeout=30) as http:
         for path, payload, conn in (("/v1/data", bearer, "conn_b"), ("/v1/oauth", oauth, "conn_o")):
             request = {
                 "method": "POST",

@@ -87,6 +87,17 @@ def test_foreach_takes_a_literal_list_with_expressions_inside() -> None:
     assert ex.evaluate_foreach(["a", "${{ inputs.name }}"], CONTEXT) == ["a", "Ann"]
 
 
+def test_a_foreach_over_more_items_than_a_step_takes_says_how_many() -> None:
+    context = {**CONTEXT, "inputs": {"l": list(range(10_000))}}
+    too_many = r"foreach gives 10,000 items; a step runs at most 1,000"
+    with pytest.raises(ex.TooManyItems, match=too_many) as err:
+        ex.evaluate_foreach("${{ inputs.l }}", context, most=1_000)
+    assert err.value.count == 10_000
+    with pytest.raises(ex.TooManyItems, match=r"foreach gives 3 items; a step runs at most 2"):
+        ex.evaluate_foreach(["a", "b", "${{ inputs.name }}"], CONTEXT, most=2)
+    assert ex.evaluate_foreach("${{ inputs.l }}", context, most=10_000)[-1] == 9_999
+
+
 def test_foreach_of_something_else_than_a_list_is_an_error() -> None:
     with pytest.raises(ex.ExpressionError, match=r"foreach: must give a list, got 3"):
         ex.evaluate_foreach("inputs.count", CONTEXT)

@@ -18,7 +18,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import httpx
+import loopback
 import pytest
 from realstack import FREE_ECHO, RoutineStack
 from temporalio import activity
@@ -217,7 +217,7 @@ async def test_a_run_input_over_1_mib_is_refused_at_start_naming_the_input(
     org = routine_stack.runner()
     source = one_step("big-input", "{text: '${{ string(size(inputs.l)) }}'}", inputs="  l: {type: array}\n")
     assert (await routine_stack.store(org, source)).status_code == 201
-    async with httpx.AsyncClient(base_url=routine_stack.url, timeout=60) as http:
+    async with loopback.async_client(base_url=routine_stack.url, timeout=60) as http:
         answer = await http.post(
             "/v1/routines/big-input/runs", json={"inputs": {"l": [1] * 900_000}}, headers=org.headers
         )
@@ -295,7 +295,7 @@ async def test_a_step_waiting_on_a_429_says_so_in_the_run_and_in_the_cli(
     env = {k: v for k, v in os.environ.items() if not k.startswith("B3OS_")}
     env.update(B3OS_API_URL=routine_stack.url, B3OS_API_KEY=org.key)
     try:
-        async with httpx.AsyncClient(timeout=30) as client:
+        async with loopback.async_client(timeout=30) as client:
             sleepers = await _sleepers(routine_stack, client, routine_stack.add_key(org), url, 4)
             cli = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "cli", "routine", "run", "busy.yaml",

@@ -10,6 +10,7 @@ import uuid
 from typing import Any
 
 import httpx
+import loopback
 import pytest
 from calls.calltest import usage
 from calls.stack import WORKER_TOKEN, Org
@@ -136,7 +137,7 @@ async def test_the_grant_of_a_cancelled_run_starts_no_call(routine_stack: Routin
         await asyncio.sleep(0.05)
     workflow_id = (await routine_stack.read(org, run_id))["workflow_id"]
     grant = await _grant_of(routine_stack, workflow_id)
-    async with httpx.AsyncClient(base_url=routine_stack.url) as http:
+    async with loopback.async_client(base_url=routine_stack.url) as http:
         answer = await http.post(f"/v1/runs/{run_id}/cancel", headers=org.headers)
     assert answer.status_code == 202, answer.text
     refused = await asyncio.to_thread(_call_with, routine_stack, grant, workflow_id, "later")

@@ -15,6 +15,7 @@ from datetime import UTC
 from typing import Any
 
 import httpx
+import loopback
 from calls.calltest import wait_vm_command
 from calls.stack import Org
 from realstack import ECHO_REF, FAIL_REF, FREE_ECHO, FREE_FAIL, RoutineStack
@@ -156,7 +157,7 @@ async def test_a_real_429_is_waited_exactly_its_retry_after_with_the_same_key(
     org = routine_stack.runner()
     sleeper_key = routine_stack.add_key(org)
     try:
-        async with httpx.AsyncClient(timeout=30) as client:
+        async with loopback.async_client(timeout=30) as client:
             sleepers = await _sleepers(routine_stack, client, sleeper_key, url, 4)
             soonest = min(c.deadline_at for c in routine_stack.calls_of(org)).timestamp()
             source = f"name: busy\nsteps:\n  - id: echo\n    uses: {FREE_ECHO}\n    with: {{text: hi}}\n"
@@ -293,7 +294,7 @@ steps:
     assert mid["status"] == "running" and mid["steps"]["slow"]["status"] == "running"
 
     cancelled_at = time.time()
-    async with httpx.AsyncClient(base_url=routine_stack.url) as http:
+    async with loopback.async_client(base_url=routine_stack.url) as http:
         answer = await http.post(f"/v1/runs/{run_id}/cancel", headers=org.headers)
         assert answer.status_code == 202 and answer.json() == {"run_id": run_id, "status": "cancelling"}
         run = await routine_stack.final(org, run_id)

@@ -14,6 +14,7 @@ import time
 from datetime import UTC
 
 import httpx
+import loopback
 from calls.stack import Org
 from realstack import FREE_ECHO, FREE_FAIL, RoutineStack
 from sqlmodel import Session, col, select
@@ -65,7 +66,7 @@ async def test_a_real_503_node_busy_is_waited_exactly_its_retry_after_with_the_s
     body = {"ref": FREE_FAIL, "input": {"mode": "sleep", "seconds": 60}, "timeout_ms": SLEEP_TIMEOUT_MS}
     sleepers: list[asyncio.Task[httpx.Response]] = []
     try:
-        async with httpx.AsyncClient(timeout=30) as client:
+        async with loopback.async_client(timeout=30) as client:
             try:
                 for other in others:  # 4 each: the most an organization may run at once
                     sleepers += [

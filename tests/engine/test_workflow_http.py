@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import loopback
 from realstack import RoutineStack
 from test_workflow import SCHEDULED, STARTED, at, events, failure_details
 
@@ -93,7 +94,7 @@ async def test_a_connection_secret_appears_in_no_answer_log_history_or_database(
         scopes=("routines:run", "routines:read", "actions:call", "connections:write", "connections:read")
     )
     answers: list[str] = []
-    async with httpx.AsyncClient(base_url=routine_stack.url, headers=org.headers, timeout=60) as http:
+    async with loopback.async_client(base_url=routine_stack.url, headers=org.headers, timeout=60) as http:
         added = await http.post(
             "/v1/connections",
             json={"pack": "com.example.tools/probe", "connection": "token", "secret": secret},
@@ -150,7 +151,7 @@ async def test_a_retryable_failure_still_counts_against_max_attempts(routine_sta
     api = routine_stack.upstreams["api.example.com"]
     api.on("/items/500", json_reply({"message": "oops"}, 500))
     org = routine_stack.org(scopes=("routines:run", "routines:read", "actions:call", "connections:write"))
-    async with httpx.AsyncClient(base_url=routine_stack.url, headers=org.headers, timeout=30) as http:
+    async with loopback.async_client(base_url=routine_stack.url, headers=org.headers, timeout=30) as http:
         added = await http.post(
             "/v1/connections",
             json={"pack": "com.example.tools/probe", "connection": "token", "secret": "sk-flaky-0123456789"},
