@@ -139,6 +139,36 @@ def check_value(value: Any) -> None:
                     raise problem
 
 
+def _plainly_within(value: Any) -> bool:
+    """Whether a value parsed with Python's own rules is within the limits (no field is named: a value
+    that is not is parsed again the careful way, which says where)."""
+    stack: list[tuple[Any, int]] = [([value], -1)]  # the value in a list: a scalar is checked alike
+    while stack:
+        container, depth = stack.pop()
+        if depth >= MAX_DEPTH:
+            return False
+        if type(container) is dict:
+            if not all(is_unicode(key) for key in container):
+                return False
+            items: Any = container.values()
+        else:
+            items = container
+        for item in items:
+            kind = type(item)
+            if kind is str:
+                if not is_unicode(item):
+                    return False
+            elif kind is int:
+                if not -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER:
+                    return False
+            elif kind is float:
+                if not math.isfinite(item):
+                    return False
+            elif kind is dict or kind is list:
+                stack.append((item, depth + 1))
+    return True
+
+
 def parse_json(raw: bytes) -> Any:
     """Parse a request body and check it against the limits of this module.
 
@@ -146,6 +176,16 @@ def parse_json(raw: bytes) -> Any:
         BodyNotJson: the bytes are not JSON.
         InvalidRequest: the JSON breaks a limit (too deep, text that is not Unicode, a number out of range).
     """
+    # The common case first: Python's parser as it is, and one walk. A body that breaks a limit, or that
+    # Python's parser refuses, is parsed again with each integer and constant seen (_int, _Refused),
+    # which is ~2x slower but names the field at fault.
+    try:
+        value = json.loads(raw)
+    except (ValueError, RecursionError):
+        pass
+    else:
+        if _plainly_within(value):
+            return value
     try:
         value = json.loads(raw, parse_int=_int, parse_constant=_Refused)
     except RecursionError:

@@ -705,7 +705,8 @@ class RunsService:
             ).first()
 
     def _insert_run(self, row: RunRecord) -> tuple[RunRecord, bool]:
-        with Session(self._engine) as session:
+        # every column's value is made here, not by the database: the row is not read back
+        with Session(self._engine, expire_on_commit=False) as session:
             session.add(row)
             try:
                 session.commit()
@@ -715,7 +716,6 @@ class RunsService:
                 if existing is None:
                     raise
                 return existing, False
-            session.refresh(row)
             return row, True
 
     def _get_run(self, org_id: str, run_id: str) -> RunRecord:
