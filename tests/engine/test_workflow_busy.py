@@ -108,10 +108,13 @@ async def test_a_real_503_node_busy_is_waited_exactly_its_retry_after_with_the_s
         1,
     )
     assert "nothing was billed" in first["message"]
-    assert first["retry_after"] == 2, (lag, soonest - t_start)
+    # Meant to come 1.5 s before the soonest deadline: Retry-After 2. On a busy machine the call may come
+    # later than meant (then 1): whatever the node said, the step waited exactly that.
+    retry_after = first["retry_after"]
+    assert retry_after in (1, 2), (retry_after, lag, soonest - t_start)
     last_failure = started.activity_task_started_event_attributes.last_failure
-    assert last_failure.application_failure_info.next_retry_delay.seconds == 2
-    assert 2 <= waited < 3, waited
+    assert last_failure.application_failure_info.next_retry_delay.seconds == retry_after
+    assert retry_after <= waited < retry_after + 1, (waited, retry_after)
     # both attempts sent the step's one key; the organization was charged once, for the second
     key = step_idempotency_key(run["workflow_id"], "echo", None)
     assert first["idempotency_key"] == key
