@@ -120,11 +120,15 @@ def measure(value: Any, what: str, limit: int) -> Measured:
     except (ValueError, TypeError) as exc:
         raise PayloadError("payload_invalid", f"{what} is not JSON: {exc}") from None
     if size > limit:
-        raise PayloadError(
-            "payload_too_large",
-            f"{what} is {size_text(size)} encoded, more than the {size_text(limit)} it may take",
-        )
+        raise PayloadError("payload_too_large", _too_large_text(what, size, limit))
     return Measured(size)
+
+
+def _too_large_text(what: str, size: int, limit: int) -> str:
+    return f"{what} is {size_text(size)} encoded, more than the {size_text(limit)} it may take"
+
+
+WHOLE_INPUTS = "the run's inputs"
 
 
 def check_inputs(inputs: dict[str, Any]) -> int:
@@ -142,12 +146,17 @@ def check_inputs(inputs: dict[str, Any]) -> int:
             sizes[name] = measure(value, f"input '{name}'", RUN_INPUTS_LIMIT_BYTES).size
         except PayloadError as exc:
             raise PayloadError(exc.code, exc.message, f"inputs.{name}") from None
-    try:
-        return measure(inputs, "the run's inputs", RUN_INPUTS_LIMIT_BYTES).size
-    except PayloadError as exc:
+    # the whole as `encode` writes it, from its parts (not encoded again): {"name":value,...}
+    size = 1 + sum(len(encode(name)) + 1 + part + 1 for name, part in sizes.items()) if sizes else 2
+    if size > RUN_INPUTS_LIMIT_BYTES:
         name = max(sizes, key=lambda n: sizes[n])
-        message = f"{exc.message}; the largest is input '{name}' ({size_text(sizes[name])})"
-        raise PayloadError(exc.code, message, f"inputs.{name}") from None
+        raise PayloadError(
+            "payload_too_large",
+            f"{_too_large_text(WHOLE_INPUTS, size, RUN_INPUTS_LIMIT_BYTES)}; the largest is input "
+            f"'{name}' ({size_text(sizes[name])})",
+            f"inputs.{name}",
+        )
+    return size
 
 
 def _too_deep(value: Any) -> str | None:

@@ -228,6 +228,22 @@ async def test_a_run_input_over_1_mib_is_refused_at_start_naming_the_input(
         error["message"]
         == "The inputs cannot run: input 'l' is 1.72 MiB encoded, more than the 1 MiB it may take."
     )
+    # each under the bound, together over it: the largest is named
+    source = one_step("two-inputs", "{text: x}", inputs="  a: {type: string}\n  b: {type: string}\n")
+    assert (await routine_stack.store(org, source)).status_code == 201
+    async with loopback.async_client(base_url=routine_stack.url, timeout=60) as http:
+        answer = await http.post(
+            "/v1/routines/two-inputs/runs",
+            json={"inputs": {"a": "a" * 500_000, "b": "b" * 600_000}},
+            headers=org.headers,
+        )
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    assert (error["field"], error["message"]) == (
+        "inputs.b",
+        "The inputs cannot run: the run's inputs is 1.05 MiB encoded, more than the 1 MiB it may take; "
+        "the largest is input 'b' (585.94 KiB).",
+    )
 
 
 async def test_outputs_too_large_for_the_runs_result_are_still_in_the_finished_run(
