@@ -31,6 +31,7 @@ from b3os._wire import (
     http_arguments,
     judge,
     make_options,
+    tls_for,
 )
 from b3os.actions import Actions
 from b3os.connections import Connections
@@ -86,7 +87,9 @@ class B3OS:
             max_retry_wait_s=max_retry_wait_s,
             on_retry=on_retry,
         )
-        http = http_client or httpx.Client(timeout=DEFAULT_TIMEOUT if timeout is UNSET else timeout)
+        http = http_client or httpx.Client(
+            timeout=DEFAULT_TIMEOUT if timeout is UNSET else timeout, verify=tls_for(options.api_url)
+        )
         self._setup(options, http, owns_http=http_client is None, sleep=sleep)
 
     def _setup(

@@ -144,3 +144,16 @@ def test_no_settings_and_no_api_are_errors_that_say_so(monkeypatch: pytest.Monke
             b3os.usage()
     assert str(unreachable.value) == f"Cannot reach the api at {closed} (ConnectError)"
     assert "b3_k" not in repr(b3os)
+
+
+def test_tls_is_verified_with_the_systems_certificates_for_https_and_nothing_is_trusted_over_http() -> None:
+    import ssl
+
+    from b3os._wire import tls_for
+
+    assert tls_for("https://api.example.com") is True  # httpx's default: the system's trusted certificates
+    plain = tls_for("http://127.0.0.1:8700")
+    assert isinstance(plain, ssl.SSLContext)
+    # not loaded (a fifth of a CLI command's time), and nothing it could verify would pass
+    assert plain.cert_store_stats()["x509_ca"] == 0
+    assert plain.verify_mode == ssl.CERT_REQUIRED and plain.check_hostname
