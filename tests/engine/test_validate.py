@@ -493,6 +493,19 @@ def test_values_nested_deeper_than_64_levels_are_refused_at_their_line() -> None
     assert found == "6:73: values nested deeper than 64 levels are not accepted"  # the 65th level
 
 
+def test_values_nested_deeper_than_64_levels_in_a_large_file_are_refused_at_their_line() -> None:
+    deep = "[" * 40_000 + "]" * 40_000  # past the text that is read again by PyYAML for its sentences
+    found = only(f"name: x\nsteps:\n  - id: a\n    uses: {ECHO}\n    with:\n      text: {deep}\n")
+    assert found.startswith("6:") and "nest" in found, found
+
+
+def test_a_syntax_error_after_100000_values_is_said_at_its_line() -> None:
+    items = ", ".join(["1"] * 100_000)
+    step = f"  - id: a\n    uses: {ECHO}\n    foreach: [{items}]\n    with: {{text: x}}\n"
+    found = only(f"name: x\nsteps:\n{step}  a: b\n")  # a key where the list wants its next `-`
+    assert found.startswith("7:3: YAML syntax error:") and "'-'" in found, found
+
+
 @pytest.mark.parametrize(
     ("literal", "sentence"),
     [
