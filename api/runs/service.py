@@ -55,7 +55,7 @@ from temporalio.common import (
     WorkflowIDConflictPolicy,
     WorkflowIDReusePolicy,
 )
-from temporalio.converter import PayloadConverter
+from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
@@ -471,25 +471,21 @@ class RunsService:
             run_id = "run_" + hashlib.sha256(f"{org_id}\n{idempotency_key}".encode()).hexdigest()[:20]
         else:
             run_id = new_id("run")
-        client = await self.client()
         launch = await self._db(
             self._launch,
             _Request(org_id, key_id, run_id, idempotency_key, request, reused or {}, rerun_of, schedule_id),
             version,
-            client.data_converter.payload_converter,
         )
-        if isinstance(launch, RunRecord):  # the Idempotency-Key's earlier run
+        if isinstance(launch, RunRecord):  # the Idempotency-Key's earlier run (Temporal not asked)
             return _same_request(launch, request, idempotency_key or ""), False
-        await self._start_workflow(client, launch)
+        await self._start_workflow(launch)
         stored, created = await self._db(self._insert_run, launch.row)
         if not created:
             return _same_request(stored, request, idempotency_key or ""), False
         stored.result = _at_start(launch.routine).model_dump(mode="json")  # answered, not stored
         return stored, True
 
-    def _launch(
-        self, request: _Request, version: Callable[[], _Version], converter: PayloadConverter
-    ) -> RunRecord | _Launch:
+    def _launch(self, request: _Request, version: Callable[[], _Version]) -> RunRecord | _Launch:
         """A start made ready (in a worker thread): the key's earlier run if it has one; else, the starts
         of the last minute counted, the version's routine, pins and inputs checked, the run's grant minted
         and its workflow's start encoded.
@@ -525,7 +521,8 @@ class RunsService:
         lasts = timedelta(seconds=self._settings.run_timeout_s)
         grant = self._mint_grant(row, lasts)
         try:
-            payload = converter.to_payload(
+            # the converter of every b3os Temporal client (engine.worker.connect)
+            payload = pydantic_data_converter.payload_converter.to_payload(
                 RunRoutineInput(
                     routine=routine,
                     inputs=row.inputs,
@@ -636,7 +633,7 @@ class RunsService:
             )
         return running
 
-    async def _start_workflow(self, client: Client, launch: _Launch) -> None:
+    async def _start_workflow(self, launch: _Launch) -> None:
         """Start the run's workflow, at the priority its organization's runs in flight give it.
 
         Raises:
@@ -649,6 +646,7 @@ class RunsService:
         self._starting[org] = starting + 1
         started = False
         try:
+            client = await self.client()
             running = await self._check_running(client, org)
             await client.start_workflow(
                 WORKFLOW_TYPE,

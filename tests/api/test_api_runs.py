@@ -10,6 +10,7 @@ from typing import Any
 
 import apitest
 import httpx
+import loopback
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fastapi.testclient import TestClient
@@ -338,3 +339,39 @@ async def test_an_api_process_starts_one_run_of_an_organization_at_a_time_and_ot
     await asyncio.gather(first, second)
     assert order[3:] == ["a1 out", "a2 in", "a2 out"]  # org_a's second start waited for its first
     assert runs._turns == {}  # nothing is kept for organizations with no start in flight
+
+
+async def test_a_start_while_temporal_is_unreachable_is_503_and_leaves_no_grant_a_keyed_repeat_is_answered(
+    routine_stack: RoutineStack,
+) -> None:
+    from calls.stack import free_port
+    from sqlmodel import Session, col, select
+
+    from api.runs.tables import RunGrant, RunRecord
+
+    org = routine_stack.runner()
+    source = f"name: away\nsteps:\n  - id: e\n    uses: {FREE_ECHO}\n    with: {{text: hi}}\n"
+    assert (await routine_stack.store(org, source)).status_code == 201
+    keyed = {**org.headers, "Idempotency-Key": "away-1"}
+    async with loopback.async_client(base_url=routine_stack.url, timeout=30) as http:
+        first = await http.post("/v1/routines/away/runs", json={"inputs": {}}, headers=keyed)
+    assert first.status_code == 201, first.text
+    ended = await routine_stack.final(org, first.json()["run_id"])  # its outcome kept in its row
+    # an api whose Temporal does not answer (a port nobody listens on)
+    url, proc = routine_stack.start_api(
+        extra_env={"B3OS_TEMPORAL_ADDRESS": f"127.0.0.1:{free_port()}"}, listed=False
+    )
+    try:
+        async with loopback.async_client(base_url=url, timeout=60) as http:
+            refused = await http.post("/v1/routines/away/runs", json={"inputs": {}}, headers=org.headers)
+            repeat = await http.post("/v1/routines/away/runs", json={"inputs": {}}, headers=keyed)
+    finally:
+        proc.stop()
+    assert refused.status_code == 503, refused.text
+    assert refused.json()["error"]["code"] == "unavailable" and refused.headers["Retry-After"]
+    assert repeat.status_code == 200, repeat.text  # its ended run, from its row: Temporal not asked
+    assert (repeat.json()["run_id"], repeat.json()["status"]) == (ended["run_id"], "succeeded")
+    with Session(routine_stack.engine) as session:
+        runs = session.exec(select(RunRecord.id).where(col(RunRecord.org_id) == org.org_id)).all()
+        grants = session.exec(select(RunGrant.run_id).where(col(RunGrant.org_id) == org.org_id)).all()
+    assert runs == [first.json()["run_id"]] and grants == runs  # the refused start left nothing behind
