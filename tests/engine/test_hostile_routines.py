@@ -331,18 +331,25 @@ async def test_a_step_waiting_on_a_429_says_so_in_the_run_and_in_the_cli(
             await asyncio.gather(*sleepers)
     finally:
         proc.stop()
-    assert (retrying["attempt"], retrying["code"], retrying["status"]) == (2, "concurrency_limited", 429)
+    # attempt 2 is meant to be seen; on a busy machine its wait can pass between two reads (a Retry-After
+    # of 1 s when the sleepers were admitted late), and a later attempt is seen waiting instead
+    assert retrying["attempt"] >= 2, retrying
+    assert (retrying["code"], retrying["status"]) == ("concurrency_limited", 429)
     assert retrying["retry_after"] > 0 and 0 <= retrying["retry_in_s"] <= retrying["retry_after"]
     assert retrying["item"] is None and retrying["message"]
     assert cli.returncode == 0, err.decode()
     lines = rest.decode().splitlines()
     # Retry-After says when a slot is expected to free: a step may be told to wait more than once
     *waits, done = lines[: next(i for i, line in enumerate(lines) if line.startswith("✓")) + 1]
-    assert waits and all(
-        re.fullmatch(rf"… echo: attempt {n} after 429 concurrency_limited \(retry in \d s\)", line)
-        for n, line in enumerate(waits, start=2)
-    ), lines
-    assert done == f'✓ echo ({len(waits) + 1} attempts): {{"text": "hi"}}'
+    told = [
+        re.fullmatch(r"… echo: attempt (\d+) after 429 concurrency_limited \(retry in \d s\)", w)
+        for w in waits
+    ]
+    assert waits and all(told), lines
+    attempts = [int(m.group(1)) for m in told if m]  # each wait it saw, in order (it polls too)
+    assert attempts[0] >= 2 and attempts == sorted(set(attempts)), lines
+    finished = re.fullmatch(r'✓ echo \((\d+) attempts\): \{"text": "hi"\}', done)
+    assert finished is not None and int(finished.group(1)) >= attempts[-1], lines
     final = await routine_stack.read(org, run_id.group(1))
     assert "retrying" not in final["steps"]["echo"]  # the finished run carries no retry
 
