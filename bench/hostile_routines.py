@@ -45,8 +45,6 @@ from typing import Any
 import httpx
 
 REPO = Path(__file__).resolve().parent.parent
-SMALL_ACTION = "echo"
-"""The action of the small run's one step (`--small`)."""
 
 
 def _in_process(source: str, inputs: dict[str, Any]) -> float:
@@ -273,7 +271,7 @@ class _Healthz:
         )
 
 
-async def _bench(stack: Any, rounds: int, fairness_only: bool = False) -> None:
+async def _bench(stack: Any, rounds: int, fairness_only: bool = False, small: str = "echo") -> None:
     from test_hostile_routines import FAILED, REFUSED
 
     hostile, other = stack.runner(), stack.runner()
@@ -281,7 +279,7 @@ async def _bench(stack: Any, rounds: int, fairness_only: bool = False) -> None:
         names = {}
         for name, source, _, _ in FAILED:
             names[name] = (await stack.store(hostile, source)).json()["name"]
-        await _fairness(stack, hostile, other, names, rounds, only_before_call=True)
+        await _fairness(stack, hostile, other, names, rounds, small, only_before_call=True)
         return
     _at_the_bounds()
     print("refused at validation (POST /v1/routines), ms")
@@ -309,17 +307,23 @@ async def _bench(stack: Any, rounds: int, fairness_only: bool = False) -> None:
         code = (run.get("error") or {}).get("code")
         print(f"  {name:28} {ms:8.1f} | {first:6.1f} {task:6.1f} | {field:6.1f}  ({run['status']}: {code})")
     print(f"worst: workflow task of a second run {worst_task:.1f} ms, field in process {worst_eval:.1f} ms")
-    await _fairness(stack, hostile, other, names, rounds)
+    await _fairness(stack, hostile, other, names, rounds, small)
 
 
 async def _fairness(
-    stack: Any, hostile: Any, other: Any, names: dict[str, str], rounds: int, only_before_call: bool = False
+    stack: Any,
+    hostile: Any,
+    other: Any,
+    names: dict[str, str],
+    rounds: int,
+    small_action: str,
+    only_before_call: bool = False,
 ) -> None:
     """The small run of another organization alone, then alongside the hostile runs; /healthz meanwhile."""
     from test_hostile_routines import FAILED, one_step
 
     small = one_step("small", "{text: hi}")
-    if SMALL_ACTION == "noop":  # the platform's part alone: the echo tool's own work is two jq processes
+    if small_action == "noop":  # the platform's part alone: the echo tool's own work is two jq processes
         small = small.replace("/echo@", "/noop@").replace("with: {text: hi}", "with: {}")
     assert (await stack.store(other, small)).status_code == 201
     await _timed_run(stack, other, "small", {})  # the first run of a routine compiles its expressions
@@ -376,8 +380,6 @@ def main(argv: list[str]) -> int:
         help="the small run's one step: the free echo (default; its tool runs jq twice) or the free noop",
     )
     args = parser.parse_args(argv)
-    global SMALL_ACTION
-    SMALL_ACTION = args.small
     sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "engine")]
     from realstack import RoutineStack, start_routine_stack
     from temporalio.common import SearchAttributeKey
@@ -403,7 +405,7 @@ def main(argv: list[str]) -> int:
         root = Path(tempfile.mkdtemp(prefix="b3os-bench-hostile-"))
         stack = start_routine_stack(root, env)
         try:
-            await _bench(stack, args.rounds, args.fairness_only)
+            await _bench(stack, args.rounds, args.fairness_only, args.small)
         finally:
             stack.stop()
             await env.shutdown()
