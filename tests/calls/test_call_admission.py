@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -37,7 +37,14 @@ def engine(database_url: str) -> Iterator[Engine]:  # noqa: F811
     engine.dispose()
 
 
-def _admit(engine: Engine, org: str, nodes: list[Node], price: int = 0, cap: int | None = None) -> str:
+def _admit(
+    engine: Engine,
+    org: str,
+    nodes: list[Node],
+    price: int = 0,
+    cap: int | None = None,
+    clock: Callable[[], dt.datetime] = utcnow,
+) -> str:
     adm = limits.Admission(
         call_id=new_id("tcall"),
         org_id=org,
@@ -52,7 +59,7 @@ def _admit(engine: Engine, org: str, nodes: list[Node], price: int = 0, cap: int
     )
     try:
         with Session(engine) as session:
-            call = limits.admit(session, adm=adm, nodes=nodes, settings=SETTINGS, clock=utcnow)
+            call = limits.admit(session, adm=adm, nodes=nodes, settings=SETTINGS, clock=clock)
             return f"ok:{call.node_id}"
     except CallError as exc:
         return f"{exc.code}:{exc.reason or ''}:{exc.retry_after}"
@@ -114,8 +121,11 @@ def test_starts_stop_at_120_a_minute_and_retry_after_is_when_the_oldest_leaves(e
             session.add(_row("org-r", at, state="done"))
         session.commit()
     nodes = _nodes(engine, "n1", "n2")
+    # admitted half a second after `now` whatever the machine's pace (the oldest start leaves at now + 1 s;
+    # on a busy machine the writes above took longer than that once)
+    soon = now + dt.timedelta(seconds=0.5)
     with ThreadPoolExecutor(4) as pool:
-        results = list(pool.map(lambda _: _admit(engine, "org-r", nodes), range(4)))
+        results = list(pool.map(lambda _: _admit(engine, "org-r", nodes, clock=lambda: soon), range(4)))
     assert sum(r.startswith("ok:") for r in results) == 1
     assert sorted(r for r in results if not r.startswith("ok:")) == ["rate_limited::1"] * 3
     with Session(engine) as session:
