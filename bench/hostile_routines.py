@@ -190,18 +190,18 @@ with httpx.Client(timeout=1.0) as http:
 _HOSTILE = """
 import asyncio, json, sys, httpx
 url, headers, bodies = json.loads(sys.stdin.readline())
-bodies = [(path, body.encode()) for path, body in bodies]
+bodies = [(path, body.encode(), status) for path, body, status in bodies]
 
-async def start(http, path, body):
+async def start(http, path, body, status):
     r = await http.post(path, content=body, headers=headers)
-    assert r.status_code == 201, r.text[:300]
-    return r.json()["run_id"]
+    assert r.status_code == status, r.text[:300]
+    return r.json()["run_id"] if status == 201 else None
 
 async def main():
     async with httpx.AsyncClient(base_url=url, timeout=60) as http:
         for _ in sys.stdin:
-            ids = await asyncio.gather(*(start(http, p, b) for p, b in bodies))
-            print(json.dumps(ids), flush=True)
+            ids = await asyncio.gather(*(start(http, p, b, s) for p, b, s in bodies))
+            print(json.dumps([i for i in ids if i is not None]), flush=True)
 
 asyncio.run(main())
 """
@@ -209,14 +209,22 @@ asyncio.run(main())
 
 class _HostileClient:
     """The hostile organization's client in a process of its own, as it would be on a machine of its own:
-    on `go`, it starts every run of its list at once (their request bodies, up to 600 KB each, encoded
-    before) and answers their run ids. In this process its encoding, sending and reading of the answers
-    put ~20 s of CPU per bench run beside the small run's timing, in the same event loop."""
+    on `go`, it sends every request of its list at once (their bodies, up to 600 KB each, encoded before:
+    the runs it starts, and the routines it stores that are refused) and answers the started runs' ids.
+    In this process its encoding, sending and reading of the answers put ~20 s of CPU per bench run
+    beside the small run's timing, in the same event loop."""
 
-    def __init__(self, url: str, headers: dict[str, str], runs: list[tuple[str, dict[str, Any]]]) -> None:
+    def __init__(
+        self,
+        url: str,
+        headers: dict[str, str],
+        runs: list[tuple[str, dict[str, Any]]],
+        refused: list[str] = [],  # noqa: B006 (read only)
+    ) -> None:
         command = [sys.executable, "-c", _HOSTILE]
         self._proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        bodies = [(f"/v1/routines/{name}/runs", json.dumps({"inputs": inputs})) for name, inputs in runs]
+        bodies = [(f"/v1/routines/{name}/runs", json.dumps({"inputs": inputs}), 201) for name, inputs in runs]
+        bodies += [("/v1/routines", json.dumps({"yaml": source}), 400) for source in refused]
         self._send(json.dumps([url, {**headers, "Content-Type": "application/json"}, bodies]))
 
     def _send(self, line: str) -> None:
@@ -320,7 +328,7 @@ async def _fairness(
     only_before_call: bool = False,
 ) -> None:
     """The small run of another organization alone, then alongside the hostile runs; /healthz meanwhile."""
-    from test_hostile_routines import FAILED, one_step
+    from test_hostile_routines import FAILED, REFUSED, one_step
 
     small = one_step("small", "{text: hi}")
     if small_action == "noop":  # the platform's part alone: the echo tool's own work is two jq processes
@@ -345,10 +353,15 @@ async def _fairness(
     # the probes that fail before any call hold only the worker; the others call the echo tool too
     before_call = [(n, inputs) for n, _, inputs, expected in FAILED if expected[0] is not None]
     every = [(n, inputs) for n, _, inputs, _ in FAILED]
-    mixes = [("failing before any call", before_call), ("every failing probe", every)]
-    for label, mix in mixes[:1] if only_before_call else mixes:
+    refused = [source for _, source, _, _ in REFUSED]
+    mixes = [
+        ("the whole corpus once: every refused routine stored, every failing run started", every, refused),
+        ("twice the runs failing before any call", before_call * 2, []),
+        ("twice every failing run", every * 2, []),
+    ]
+    for label, mix, stores in mixes[:2] if only_before_call else mixes:
         alongside, phases = [], []
-        client = _HostileClient(stack.url, hostile.headers, [(names[n], inputs) for n, inputs in mix * 2])
+        client = _HostileClient(stack.url, hostile.headers, [(names[n], inputs) for n, inputs in mix], stores)
         health.start()
         for _ in range(rounds):
             # started together; only the small run is polled (polling a run queries its workflow too)
@@ -362,7 +375,8 @@ async def _fairness(
         client.close()
         ratio = statistics.median(alongside) / statistics.median(alone)
         print(
-            f"  alongside {len(mix) * 2} runs {label}: {statistics.median(alongside):.0f} = {ratio:.1f}x"
+            f"  alongside {label} ({len(mix)} runs, {len(stores)} stores): {statistics.median(alongside):.0f}"
+            f" = {ratio:.1f}x"
             f"  ({health.stop()})\n    {_phase_text(phases)}"
         )
 

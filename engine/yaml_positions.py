@@ -4,7 +4,7 @@ The loader reads YAML the way editors (YAML 1.2) do where it matters for routine
 `true`/`false` are booleans (`yes`, `no`, `on`, `off` stay strings) and dates stay strings. What
 could make a small text cost much to read is refused at its line and column (`YamlRefused`): aliases
 (`*name`: a few hundred bytes of aliases can expand to gigabytes), nesting deeper than `MAX_DEPTH`
-levels, and integers beyond what JSON carries exactly (2^53 - 1).
+levels, more than `MAX_VALUES` values, and integers beyond what JSON carries exactly (2^53 - 1).
 """
 
 from __future__ import annotations
@@ -17,6 +17,9 @@ import yaml
 
 Path = tuple[Any, ...]
 MAX_DEPTH = 64
+MAX_VALUES = 50_000
+"""Values (keys, texts, numbers, lists and maps) a document may hold: a 1,000-item `foreach:` of maps of
+eight fields holds ~17,000. Reading one costs ~7 us in Python; a 2 MiB request could list a million."""
 MAX_INTEGER = 2**53 - 1
 
 
@@ -47,6 +50,14 @@ def _alias_refused(event: Any) -> YamlRefused:
     )
 
 
+def _too_many(mark: Any) -> YamlRefused:
+    return YamlRefused(
+        problem=f"a routine holds at most {MAX_VALUES:,} values (keys, texts, numbers, lists and maps); "
+        "this one holds more",
+        problem_mark=mark,
+    )
+
+
 def _too_deep(mark: Any) -> YamlRefused:
     return YamlRefused(
         problem=f"values nested deeper than {MAX_DEPTH} levels are not accepted", problem_mark=mark
@@ -57,10 +68,14 @@ class _Loader(yaml.SafeLoader):
     """SafeLoader with YAML 1.2 booleans and no timestamps; no aliases, bounded depth and integers."""
 
     _depth = 0
+    _values = 0
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
             raise _alias_refused(self.peek_event())
+        self._values += 1
+        if self._values > MAX_VALUES:
+            raise _too_many(self.peek_event().start_mark)
         self._depth += 1
         try:
             if self._depth > MAX_DEPTH:
@@ -196,17 +211,22 @@ def _composed(text: str, loader_class: Any) -> Located:
 
 
 def _check_events(text: str) -> None:
-    """Refuse aliases and nesting past MAX_DEPTH from libyaml's events, before any node is made.
+    """Refuse aliases, nesting past MAX_DEPTH and more than MAX_VALUES values from libyaml's events,
+    before any node is made.
 
     Raises:
-        YamlRefused: at the alias, or at the first value nested too deeply.
+        YamlRefused: at the alias, at the first value nested too deeply, or at the value past the most.
         yaml.YAMLError: the text is not YAML.
     """
-    depth = 0
+    depth = values = 0
     for event in yaml.parse(text, Loader=_FastLoader):
         kind = type(event)
         if kind is yaml.AliasEvent:
             raise _alias_refused(event)
+        if kind is yaml.ScalarEvent or kind is yaml.MappingStartEvent or kind is yaml.SequenceStartEvent:
+            values += 1
+            if values > MAX_VALUES:
+                raise _too_many(event.start_mark)
         if kind is yaml.ScalarEvent:
             if depth + 1 > MAX_DEPTH:
                 raise _too_deep(event.start_mark)

@@ -78,9 +78,7 @@ async def store_routine(
         if routine.on is not None and routine.on.schedule:
             require_call_scope(principal, "a routine with on: schedule")
 
-    row = await to_thread.run_sync(
-        partial(runs.store_routine, org_id=principal.org_id, source=body.yaml, check=check)
-    )
+    row = await runs.store_routine(org_id=principal.org_id, source=body.yaml, check=check)
     # the schedules its file declares replace those it declared before (api.runs.schedules)
     await schedules.apply_declared(
         org_id=principal.org_id, key_id=principal.key_id, routine=Routine.model_validate(row.routine)

@@ -68,10 +68,10 @@ from api.db import read_session
 from api.errors import Conflict, InvalidRequest, NotFound, RateLimited, ServiceUnavailable
 from api.models import utcnow
 from api.runs import grants
+from api.runs.checker import Checkers
 from api.runs.models import RoutineVersionPublic, RunError, RunPublic, RunSummary
 from api.runs.progress import fill_outputs, note_retries
 from api.runs.rerun import kept_steps, rerun_point
-from api.runs.resolver import DbResolver
 from api.runs.tables import RoutineRecord, RoutineVersion, RunRecord
 from engine import payloads
 from engine.routine import Routine
@@ -86,7 +86,7 @@ from engine.runs import (
     StepResult,
     routine_workflow_id,
 )
-from engine.validate import RoutineError, RoutineInputError, load_routine, resolve_inputs
+from engine.validate import RoutineInputError, resolve_inputs
 from packs.resolve import ResolveError, parse_ref
 
 T = TypeVar("T")
@@ -182,6 +182,7 @@ class RunsService:
         self._engine = engine
         self._settings = settings
         self._client: Client | None = None
+        self._checkers: Checkers | None = None  # started with the first routine stored
         self._lock = asyncio.Lock()
         self._starting: dict[str, int] = {}  # runs each organization is starting in this process now
         self._turns: dict[str, tuple[asyncio.Semaphore, list[int]]] = {}  # per org: gate, starts in it
@@ -191,6 +192,12 @@ class RunsService:
         self._routines_bytes = 0  # the YAML sizes of the routines kept
         # per workflow id: (run id, history length) and the progress answered at that length
         self._progress: OrderedDict[str, tuple[tuple[str, int], RunRoutineResult]] = OrderedDict()
+
+    async def close(self) -> None:
+        """Stop this service's routine checkers (the api is stopping)."""
+        if self._checkers is not None:
+            await self._checkers.close()
+            self._checkers = None
 
     @asynccontextmanager
     async def _turn(self, org_id: str) -> AsyncIterator[None]:
@@ -241,29 +248,34 @@ class RunsService:
 
     # --- routines ----------------------------------------------------------------------------
 
-    def store_routine(
+    async def store_routine(
         self, *, org_id: str, source: str, check: Callable[[Routine], None] | None = None
     ) -> RoutineRecord:
         """Validate a routine's YAML and store it, replacing the organization's routine of that name.
 
-        Every `uses:` must resolve in this api's registry, and literal `with:` values must fit the
-        action's inputSchema (`api.runs.resolver.DbResolver`). `check` may refuse the valid routine
-        before anything is written.
+        The YAML is read and checked in a checker process (`api.runs.checker`): every `uses:` must
+        resolve in this api's registry, and literal `with:` values must fit the action's inputSchema
+        (`api.runs.resolver.DbResolver`). `check` may refuse the valid routine before anything is written.
 
         Raises:
-            InvalidRequest: the YAML has problems (each `line:column: message` in `problems`).
+            InvalidRequest: the YAML has problems (each `line:column: message` in `problems`), or could not
+                be read within the time or memory a routine may take.
+            ServiceUnavailable: no checker could start.
         """
-        with read_session(self._engine) as session:  # closed before the write below
-            try:
-                routine = load_routine(source, "routine.yaml", DbResolver(session))
-            except RoutineError as exc:
-                lines = exc.lines()
-                raise InvalidRequest(
-                    f"The routine has {len(lines)} problem(s): {lines[0]}", field="yaml", problems=lines
-                ) from None
+        if self._checkers is None:
+            url = self._engine.url.render_as_string(hide_password=False)
+            self._checkers = Checkers(url, timeout_s=self._settings.routine_check_s)
+        data = await self._checkers.check(org_id, source)
+        row: RoutineRecord = await self._db(self._store_checked, org_id, source, data, check)
+        return row
+
+    def _store_checked(
+        self, org_id: str, source: str, data: dict[str, Any], check: Callable[[Routine], None] | None
+    ) -> RoutineRecord:
+        """Store a routine its checker has read (`data`: the routine as stored)."""
+        routine = Routine.model_validate(data)
         if check is not None:
             check(routine)
-        data = routine.model_dump(mode="json", by_alias=True, exclude_unset=True)
         with Session(self._engine) as session:
             row = session.exec(
                 select(RoutineRecord).where(

@@ -38,6 +38,7 @@ from engine.workflow import RoutineWorkflow, retry_policy
 PLUS_300 = "+".join(["1"] * 300)
 PARENS_100 = "(" * 100 + "1" + ")" * 100
 LIST_100_000 = "[" + ",".join(["1"] * 100_000) + "]"
+LIST_984 = ",".join(["1"] * 984)
 
 
 def one_step(name: str, with_: str, *, inputs: str = "", extra: str = "") -> str:
@@ -77,7 +78,19 @@ REFUSED = [
             "foreach-literal-100000", "{text: '${{ string(item) }}'}", extra=f"    foreach: {LIST_100_000}\n"
         ),
         5,
-        "foreach: lists 100,000 items; a step runs at most 1,000",
+        "a routine holds at most 50,000 values (keys, texts, numbers, lists and maps); this one holds more",
+    ),
+    (
+        "expressions-160kb",  # 80 different expressions of 2,000 characters: ~18 s to check
+        "name: expressions-160kb\nsteps:\n"
+        + "".join(
+            f"  - id: s{i}\n    uses: {FREE_ECHO}\n    with: {{"
+            + ", ".join(f"t{k}: '${{{{ size([{i * 4 + k},{LIST_984}]) }}}}'" for k in range(4))
+            + "}\n"
+            for i in range(20)
+        ),
+        1,
+        "it could not be checked within 5 s (the most a routine may take to read)",
     ),
     (
         "macros-4-deep",

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from engine import yaml_positions
 from engine.resolvers import ResolveError
 from engine.validate import RoutineError, RoutineInputError, load_routine, resolve_inputs
 
@@ -499,8 +500,8 @@ def test_values_nested_deeper_than_64_levels_in_a_large_file_are_refused_at_thei
     assert found.startswith("6:") and "nest" in found, found
 
 
-def test_a_syntax_error_after_100000_values_is_said_at_its_line() -> None:
-    items = ", ".join(["1"] * 100_000)
+def test_a_syntax_error_after_40000_values_is_said_at_its_line() -> None:
+    items = ", ".join(["1"] * 40_000)  # 120 KB: past the text read again by PyYAML
     step = f"  - id: a\n    uses: {ECHO}\n    foreach: [{items}]\n    with: {{text: x}}\n"
     found = only(f"name: x\nsteps:\n{step}  a: b\n")  # a key where the list wants its next `-`
     assert found.startswith("7:3: YAML syntax error:") and "'-'" in found, found
@@ -632,3 +633,24 @@ def test_schedules_with_a_bad_cron_timezone_or_inputs_are_named_with_their_line(
     assert overlap == [
         "5:16: on.schedule.0.overlap: input should be 'skip', 'buffer_one' or 'allow_all', got 'never'"
     ]
+
+
+def test_a_routine_of_more_than_50000_values_is_refused_at_the_first_past_the_bound() -> None:
+    # counted on libyaml's events before any value is made: a million items cost no more than 60,000
+    for items in (60_000, 1_000_000):
+        listed = ",".join(["1"] * items)
+        found = only(
+            f"name: x\nsteps:\n  - id: a\n    uses: {ECHO}\n    foreach: [{listed}]\n    with: {{}}\n"
+        )
+        # the 50,001st value is the 49,989th item: 12 come before it (keys, values, the list itself)
+        assert found == (
+            f"5:{15 + 49_988 * 2}: a routine holds at most 50,000 values (keys, texts, numbers, lists and "
+            "maps); this one holds more"
+        ), found
+    assert yaml_positions.MAX_VALUES == 50_000
+
+
+def test_a_literal_foreach_of_more_than_1000_items_is_refused_at_its_line() -> None:
+    listed = ",".join(["1"] * 2_000)
+    found = only(f"name: x\nsteps:\n  - id: a\n    uses: {ECHO}\n    foreach: [{listed}]\n    with: {{}}\n")
+    assert found.startswith("5:14: step 'a': foreach: lists 2,000 items; a step runs at most 1,000"), found

@@ -1,0 +1,117 @@
+"""Routines are read in checker processes (api.runs.checker): bounded in time and memory, apart from the
+api's own interpreter, each organization's routines one at a time."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from api.db import make_engine
+from api.errors import InvalidRequest
+from api.migrations import migrate
+from api.runs.checker import Checkers
+
+NOOP = "com.example.tools/noop/noop@1"
+
+
+def small(name: str) -> str:
+    return f"name: {name}\nsteps:\n  - id: a\n    uses: {NOOP}\n    with: {{n: '${{{{ 1 + 1 }}}}'}}\n"
+
+
+def slow(steps: int) -> str:
+    """`steps` steps of 4 different expressions of ~2,000 characters each (a list literal of 985 items):
+    the CEL parser takes ~0.2 s for each."""
+    body = ",".join(["1"] * 984)
+    lines = []
+    for i in range(steps):
+        fields = ", ".join(f"t{k}: '${{{{ size([{i * 4 + k},{body}]) }}}}'" for k in range(4))
+        lines.append(f"  - id: s{i}\n    uses: {NOOP}\n    with: {{{fields}}}\n")
+    return "name: slow\nsteps:\n" + "".join(lines)
+
+
+@pytest.fixture
+def database(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'b3os.db'}"
+    engine = make_engine(url)
+    migrate(engine)
+    engine.dispose()
+    return url
+
+
+@pytest.fixture
+async def checkers(database: str) -> AsyncIterator[Checkers]:
+    checkers = Checkers(database, timeout_s=2.0)
+    yield checkers
+    await checkers.close()
+
+
+async def test_a_routine_is_answered_as_it_is_stored_and_its_problems_at_their_lines(
+    checkers: Checkers,
+) -> None:
+    # the registry is empty: the step's uses: does not resolve, and says so at its line
+    with pytest.raises(InvalidRequest) as refused:
+        await checkers.check("org_a", small("one"))
+    problems = refused.value.extra["problems"]
+    assert problems[0].startswith("routine.yaml:4:11: step 'a': uses: cannot resolve " + NOOP), problems
+    with pytest.raises(InvalidRequest) as refused:
+        await checkers.check("org_a", "name: bad\nsteps:\n  - id: a\n    uses: 5\n")
+    assert refused.value.extra["problems"][0].startswith("routine.yaml:4:11: "), refused.value.extra
+
+
+async def test_a_routine_that_takes_too_long_to_read_is_refused_and_the_next_is_read(
+    checkers: Checkers,
+) -> None:
+    # while one organization's routine holds a checker past its time, another organization's is read
+    heavy = asyncio.ensure_future(checkers.check("org_a", slow(40)))
+    await asyncio.sleep(0.2)
+    with pytest.raises(InvalidRequest) as other:
+        await checkers.check("org_b", small("quick"))
+    assert "cannot resolve" in other.value.extra["problems"][0]
+    assert not heavy.done()
+    with pytest.raises(InvalidRequest) as refused:
+        await heavy
+    assert refused.value.extra["problems"] == [
+        "routine.yaml:1:1: it could not be checked within 2 s (the most a routine may take to read): "
+        "make it smaller, or its expressions fewer or shorter"
+    ]
+    # its checker was stopped; a new one reads the next routine
+    with pytest.raises(InvalidRequest) as again:
+        await checkers.check("org_a", small("after"))
+    assert "cannot resolve" in again.value.extra["problems"][0]
+
+
+async def test_an_organizations_routines_are_read_one_at_a_time(checkers: Checkers) -> None:
+    order: list[str] = []
+
+    async def check(org: str, source: str, label: str) -> None:
+        with pytest.raises(InvalidRequest):
+            await checkers.check(org, source)
+        order.append(label)
+
+    # org_a's quick routine waits for its heavy one (two checkers: it would have had the other)
+    await asyncio.gather(
+        check("org_a", slow(40), "a heavy"),
+        check("org_a", small("quick"), "a quick"),
+    )
+    assert order == ["a heavy", "a quick"]
+
+
+async def test_a_routine_that_needs_more_memory_than_a_checker_has_is_refused(database: str) -> None:
+    checkers = Checkers(database, timeout_s=60.0, memory_bytes=100 * 1024**2)
+    try:
+        items = ", ".join(f"{{k{i}: v{i}, n: {i}}}" for i in range(9_000))
+        source = f"name: big\nsteps:\n  - id: a\n    uses: {NOOP}\n    foreach: [{items}]\n"
+        with pytest.raises(InvalidRequest) as refused:
+            await checkers.check("org_a", source)
+        assert refused.value.extra["problems"] == [
+            "routine.yaml:1:1: it could not be checked within the 100 MiB a routine may take to read: "
+            "make it smaller"
+        ]
+        with pytest.raises(InvalidRequest) as again:
+            await checkers.check("org_a", small("after"))
+        assert "cannot resolve" in again.value.extra["problems"][0]
+    finally:
+        await checkers.close()
