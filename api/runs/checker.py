@@ -11,7 +11,8 @@ checkers, started when first needed (the first store of a process waits ~1 s for
 organization checks one routine at a time in a process (its other stores wait their turn), so one
 organization's routines cannot take every checker. A checker reads the registry (each `uses:` resolved,
 literal `with:` values checked against the action's inputSchema) from the api's database; it writes
-nothing. Its address space is capped (`MEMORY_BYTES`): a routine that needs more is refused too.
+nothing. Its address space is capped (`MEMORY_BYTES`): a routine that needs more is refused too. It runs
+at a lower priority than the api (`NICE`).
 
 The protocol, one JSON document per line: the api sends the database URL first, then `{"yaml": ...}`
 per routine; the checker answers `{"routine": {...}}`, `{"problems": ["routine.yaml:line:col: ..."]}`,
@@ -23,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import resource
 import sys
 from collections.abc import AsyncIterator
@@ -37,6 +39,10 @@ log = logging.getLogger(__name__)
 
 CHECKERS = 2
 """Checker processes an api process keeps at most (each ~100 MB resident once it has read a routine)."""
+
+NICE = 10
+"""A checker's scheduling priority, below the api's: on a busy machine, reading a routine waits for the
+CPU that runs' starts and calls need, rather than they for it."""
 
 MEMORY_BYTES = 2 * 1024**3
 """A checker's address space: a routine that needs more to be read is refused."""
@@ -196,6 +202,7 @@ def main() -> None:
     from api.runs.resolver import DbResolver
     from engine.validate import RoutineError, load_routine
 
+    os.nice(NICE)
     database_url, memory_bytes = json.loads(sys.stdin.readline())
     engine = make_engine(database_url)
     try:  # CEL's parser is built on first use (~0.3 s): before the first routine's clock starts
