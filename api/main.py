@@ -71,9 +71,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         logs.install()  # here: uvicorn has set up its logging by now
         _settle_heap()
         yield
-        runs = getattr(started.state, "runs", None)
-        if runs is not None:
-            await runs.close()
         started.state.health.close()
         engine.dispose()
 

@@ -6,17 +6,19 @@ parser builds ~11 tree nodes per list item), and in a thread of the api it held 
 all that time, so every other request of the process, whatever its organization, waited for it. A
 checker is a process of its own: the api sends it the YAML, it answers the routine as it is stored, or
 its problems. The api waits `routine_check_s` (`B3OS_ROUTINE_CHECK_S`, default 5 s) for the answer,
-then kills the checker and refuses the routine with a sentence. Each api process keeps up to `CHECKERS`
-checkers, started when first needed (the first store of a process waits ~1 s for one), and an
-organization checks one routine at a time in a process (its other stores wait their turn), so one
-organization's routines cannot take every checker. A checker reads the registry (each `uses:` resolved,
-literal `with:` values checked against the action's inputSchema) from the api's database; it writes
-nothing. Its address space is capped (`MEMORY_BYTES`): a routine that needs more is refused too. It runs
-at a lower priority than the api (`NICE`).
+then kills the checker and refuses the routine with a sentence. An api's `Checkers` use up to
+`CHECKERS` checkers at once, and an organization checks one routine at a time in a process (its other
+stores wait their turn), so one organization's routines cannot take every checker. The processes are
+kept by the api process (`_IDLE`) from their first use (the first store of a process waits ~1 s for
+one) until it ends (a checker ends when its stdin closes). A checker reads the registry (each `uses:`
+resolved, literal `with:` values checked against the action's inputSchema) from the api's database; it
+writes nothing. Its address space is capped (`MEMORY_BYTES`): a routine that needs more is refused
+too. It runs at a lower priority than the api (`NICE`).
 
-The protocol, one JSON document per line: the api sends the database URL first, then `{"yaml": ...}`
-per routine; the checker answers `{"routine": {...}}`, `{"problems": ["routine.yaml:line:col: ..."]}`,
-or `{"failed": "..."}` (a fault of the checker's own: the api answers 503).
+The protocol, one JSON document per line: the checker says `ready` once it has started; the api sends
+`{"database": url, "memory": bytes, "yaml": text}` per routine (the URL is not in argv, which `ps`
+shows every user); the checker answers `{"routine": {...}}`, `{"problems": ["routine.yaml:line:col:
+..."]}`, or `{"failed": "..."}` (a fault of the checker's own: the api answers 503).
 """
 
 from __future__ import annotations
@@ -26,7 +28,10 @@ import json
 import logging
 import os
 import resource
+import select
+import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -38,7 +43,7 @@ from api.errors import InvalidRequest, ServiceUnavailable
 log = logging.getLogger(__name__)
 
 CHECKERS = 2
-"""Checker processes an api process keeps at most (each ~100 MB resident once it has read a routine)."""
+"""Checkers an api uses at once (each ~100 MB resident once it has read a routine)."""
 
 NICE = 10
 """A checker's scheduling priority, below the api's: on a busy machine, reading a routine waits for the
@@ -48,72 +53,83 @@ MEMORY_BYTES = 2 * 1024**3
 """A checker's address space: a routine that needs more to be read is refused."""
 
 STARTUP_S = 60
-"""The longest a checker may take to start (import its modules, open the database)."""
+"""The longest a checker may take to start (import its modules)."""
 
 FILENAME = "routine.yaml"
-_LINE_LIMIT = 256 * 1024**2  # an answer is one line: a routine as stored is at most a few MiB
-_OFF_LOOP_BYTES = 64 * 1024  # larger lines are encoded and decoded in a worker thread
+
+
+class _Died(Exception):
+    """The checker ended or answered what is not an answer (its memory cap, a crash)."""
 
 
 class _Checker:
-    """One checker process and its pipes."""
+    """One checker process and its pipes, used by one thread at a time."""
 
-    def __init__(self, process: asyncio.subprocess.Process) -> None:
-        self.process = process
-
-    @classmethod
-    async def start(cls, database_url: str, memory_bytes: int) -> _Checker:
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "api.runs.checker",
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            limit=_LINE_LIMIT,
+    def __init__(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "api.runs.checker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
         )
-        checker = cls(process)
-        # not in argv, which `ps` shows to every user
-        await checker._send(json.dumps([database_url, memory_bytes]).encode() + b"\n")
-        assert process.stdout is not None
-        try:  # its imports and CEL's parser take ~1 s: not counted in a routine's time
-            ready = await asyncio.wait_for(process.stdout.readline(), STARTUP_S)
-        except TimeoutError:
-            ready = b""
-        if ready != b"ready\n":
-            await checker.end()
+        if self._line(STARTUP_S) != b"ready\n":
+            self.end()
             raise OSError(f"it did not start within {STARTUP_S} s")
-        return checker
 
-    async def _send(self, line: bytes) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.write(line)
-        await self.process.stdin.drain()
-
-    async def ask(self, source: str) -> dict[str, Any]:
-        line = await _off_loop(lambda: json.dumps({"yaml": source}).encode() + b"\n", len(source))
-        await self._send(line)
+    def _line(self, timeout_s: float) -> bytes | None:
+        """The checker's next line, or None when it has not begun one within `timeout_s`."""
         assert self.process.stdout is not None
-        answer = await self.process.stdout.readline()
-        if not answer:
-            raise EOFError("the checker ended")
-        data: dict[str, Any] = await _off_loop(lambda: json.loads(answer), len(answer))
-        return data
+        ready, _, _ = select.select([self.process.stdout], [], [], timeout_s)
+        return self.process.stdout.readline() if ready else None
 
-    def kill(self) -> None:
-        if self.process.returncode is None:
-            self.process.kill()
+    def ask(self, request: bytes, timeout_s: float) -> dict[str, Any] | None:
+        """The answer to one request line, or None when it did not come within `timeout_s`."""
+        assert self.process.stdin is not None
+        try:
+            self.process.stdin.write(request)
+            self.process.stdin.flush()
+        except OSError as exc:
+            raise _Died(str(exc)) from None
+        line = self._line(timeout_s)
+        if line is None:
+            return None
+        try:
+            answer: dict[str, Any] = json.loads(line)
+        except ValueError:
+            raise _Died(f"it answered {line[:80]!r}") from None
+        return answer
 
-    async def end(self) -> None:
-        self.kill()
-        await self.process.wait()
+    def end(self) -> None:
+        self.process.kill()
+        self.process.wait()
+        for pipe in (self.process.stdin, self.process.stdout):
+            if pipe is not None:
+                pipe.close()
 
 
-async def _off_loop(fn: Any, size: int) -> Any:
-    return await to_thread.run_sync(fn) if size > _OFF_LOOP_BYTES else fn()
+_IDLE: list[_Checker] = []  # the api process's checkers that wait for a routine
+_IDLE_LOCK = threading.Lock()
+
+
+def _exchange(request: bytes, timeout_s: float) -> dict[str, Any] | None:
+    """Ask an idle checker (or a new one), in a worker thread; None: no answer within `timeout_s` (the
+    checker is stopped)."""
+    with _IDLE_LOCK:
+        checker = _IDLE.pop() if _IDLE else None
+    if checker is None:
+        checker = _Checker()
+    try:
+        answer = checker.ask(request, timeout_s)
+    except BaseException:
+        checker.end()
+        raise
+    if answer is None:
+        checker.end()
+        return None
+    with _IDLE_LOCK:
+        _IDLE.append(checker)
+    return answer
 
 
 class Checkers:
-    """The checker processes of one api process (see the module's docstring)."""
+    """The routine checks of one api (see the module's docstring)."""
 
     def __init__(
         self, database_url: str, *, timeout_s: float, most: int = CHECKERS, memory_bytes: int = MEMORY_BYTES
@@ -121,8 +137,9 @@ class Checkers:
         self._database_url = database_url
         self._timeout_s = timeout_s
         self._memory_bytes = memory_bytes
+        self._most = most
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._slots = asyncio.Semaphore(most)
-        self._idle: list[_Checker] = []
         self._turns: dict[str, tuple[asyncio.Lock, list[int]]] = {}  # per org: its lock, stores in it
 
     async def check(self, org_id: str, source: str) -> dict[str, Any]:
@@ -134,27 +151,29 @@ class Checkers:
                 could not be checked within the time or memory a routine may take.
             ServiceUnavailable: a checker could not start or failed on its own.
         """
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:  # an app served by another loop than before (tests): new gates
+            self._loop, self._slots, self._turns = loop, asyncio.Semaphore(self._most), {}
+        request = {"database": self._database_url, "memory": self._memory_bytes, "yaml": source}
         async with self._turn(org_id), self._slots:
-            checker = self._idle.pop() if self._idle else await self._start()
             try:
-                answer = await asyncio.wait_for(checker.ask(source), self._timeout_s)
-            except TimeoutError:
-                await checker.end()
-                raise _refused(
-                    f"it could not be checked within {self._timeout_s:g} s (the most a routine may take to "
-                    "read): make it smaller, or its expressions fewer or shorter"
-                ) from None
-            except (EOFError, OSError, ValueError) as exc:  # it died (its memory cap) or said nonsense
-                await checker.end()
-                log.warning("a routine checker ended: %s (exit %s)", exc, checker.process.returncode)
+                answer = await to_thread.run_sync(
+                    _exchange, json.dumps(request).encode() + b"\n", self._timeout_s
+                )
+            except OSError as exc:
+                log.warning("a routine checker did not start: %s", exc)
+                raise ServiceUnavailable(f"No routine checker could start: {exc}", retry_after_s=5) from None
+            except _Died as exc:
+                log.warning("a routine checker ended: %s", exc)
                 raise _refused(
                     f"it could not be checked within the {self._memory_bytes // 1024**2} MiB a routine may "
                     "take to read: make it smaller"
                 ) from None
-            except BaseException:  # cancelled mid-answer: the checker's pipe holds a half exchange
-                checker.kill()
-                raise
-            self._idle.append(checker)
+        if answer is None:
+            raise _refused(
+                f"it could not be checked within {self._timeout_s:g} s (the most a routine may take to "
+                "read): make it smaller, or its expressions fewer or shorter"
+            )
         if "routine" in answer:
             routine: dict[str, Any] = answer["routine"]
             return routine
@@ -164,13 +183,6 @@ class Checkers:
                 f"The routine has {len(lines)} problem(s): {lines[0]}", field="yaml", problems=lines
             )
         raise ServiceUnavailable(f"The routine checker failed: {answer.get('failed')}", retry_after_s=5)
-
-    async def _start(self) -> _Checker:
-        try:
-            return await _Checker.start(self._database_url, self._memory_bytes)
-        except OSError as exc:
-            log.warning("a routine checker did not start: %s", exc)
-            raise ServiceUnavailable(f"No routine checker could start: {exc}", retry_after_s=5) from None
 
     @asynccontextmanager
     async def _turn(self, org_id: str) -> AsyncIterator[None]:
@@ -184,12 +196,6 @@ class Checkers:
             if not users[0]:
                 del self._turns[org_id]
 
-    async def close(self) -> None:
-        """Stop the idle checkers (a busy one ends when its pipe closes with the api)."""
-        idle, self._idle = self._idle, []
-        for checker in idle:
-            await checker.end()
-
 
 def _refused(why: str) -> InvalidRequest:
     line = f"{FILENAME}:1:1: {why}"
@@ -198,25 +204,33 @@ def _refused(why: str) -> InvalidRequest:
 
 def main() -> None:
     """The checker: answer each routine sent on stdin, until stdin closes."""
+    os.nice(NICE)
+    from sqlalchemy import Engine
+
     from api.db import make_engine, read_session
     from api.runs.resolver import DbResolver
     from engine.validate import RoutineError, load_routine
 
-    os.nice(NICE)
-    database_url, memory_bytes = json.loads(sys.stdin.readline())
-    engine = make_engine(database_url)
     try:  # CEL's parser is built on first use (~0.3 s): before the first routine's clock starts
         load_routine("name: warm\nsteps:\n  - id: a\n    uses: x.y/z/a@1\n    with: {a: '${{ 1 }}'}\n")
     except RoutineError:
         pass
-    resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+    engines: dict[str, Engine] = {}
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
     sys.stdout.write("ready\n")
     sys.stdout.flush()
     for line in sys.stdin:
         try:
-            source = json.loads(line)["yaml"]
-            with read_session(engine) as session:
-                routine = load_routine(source, FILENAME, DbResolver(session))
+            request = json.loads(line)
+            url = request["database"]
+            if url not in engines:
+                for old in engines.values():  # one api, one database: another is a new test's
+                    old.dispose()
+                engines = {url: make_engine(url)}
+            memory = request["memory"] if hard == resource.RLIM_INFINITY else min(request["memory"], hard)
+            resource.setrlimit(resource.RLIMIT_AS, (memory, hard))
+            with read_session(engines[url]) as session:
+                routine = load_routine(request["yaml"], FILENAME, DbResolver(session))
             answer: dict[str, Any] = {
                 "routine": routine.model_dump(mode="json", by_alias=True, exclude_unset=True)
             }

@@ -193,12 +193,6 @@ class RunsService:
         # per workflow id: (run id, history length) and the progress answered at that length
         self._progress: OrderedDict[str, tuple[tuple[str, int], RunRoutineResult]] = OrderedDict()
 
-    async def close(self) -> None:
-        """Stop this service's routine checkers (the api is stopping)."""
-        if self._checkers is not None:
-            await self._checkers.close()
-            self._checkers = None
-
     @asynccontextmanager
     async def _turn(self, org_id: str) -> AsyncIterator[None]:
         """One of the organization's `STARTS_AT_ONCE_PER_ORG` turns to start a run in this process."""
