@@ -37,6 +37,7 @@ from api.routes import (
     runs,
     schedules,
 )
+from api.runs import checker
 from telemetry import logs, tracing
 from telemetry.config import TelemetrySettings
 from telemetry.scrape import install_metrics
@@ -71,6 +72,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         logs.install()  # here: uvicorn has set up its logging by now
         _settle_heap()
         yield
+        checker.stop_idle()  # the routine checkers this process started (api.runs.checker)
         started.state.health.close()
         engine.dispose()
 

@@ -12,19 +12,20 @@ a routine worker process) and prints, in milliseconds:
 - each probe's longest field evaluated in this process (`engine.expressions`, the same inputs, the
   expressions compiled, as on a worker that ran them before);
 - a small one-step run of another organization: its latency (from sending its start to its workflow's
-  last event, so the 100 ms steps of polling it are left out) alone, and alongside twice the failing
-  runs started at the same time: those failing before any call (they hold the worker only), then
-  every one (the file chains also hold the node and the api) (median of `--rounds`), the ratio of
-  each to alone, and where the small run's time went (its history's workflow task and activity waits
-  and work, and the api's answer to its start);
+  last event, so the 100 ms steps of polling it are left out) alone, and alongside the hostile
+  organization's requests sent at the same time: the whole corpus once (every refused routine stored,
+  every failing run started: the issue's measure), twice the runs failing before any call (they hold
+  the worker only), and twice every failing run (the file chains also hold the node and the api)
+  (median of `--rounds`), the ratio of each to alone, and where the small run's time went (its
+  history's workflow task and activity waits and work, and the api's answer to its start);
 - the first api's `GET /healthz` (asked every 25 ms from a process of its own, 1 s timeout) while the
   small runs run alone and alongside: its median, 99th percentile and longest answer, and how many took
   more than 100 ms.
 
 Run: `.venv/bin/python -m bench hostile_routines [--rounds N] [--fairness-only]` (root; needs the node's
-base template); `--fairness-only` stores the probes and measures only the small run (alone and alongside
-the runs failing before any call) and `/healthz`. `B3OS_TEMPORAL_WORKFLOW_TASKS` in the environment sets
-the worker's workflow task slots.
+base template); `--fairness-only` stores the probes and measures only the small run (alone, alongside
+the whole corpus, and alongside twice the runs failing before any call) and `/healthz`.
+`B3OS_TEMPORAL_WORKFLOW_TASKS` in the environment sets the worker's workflow task slots.
 """
 
 from __future__ import annotations
@@ -287,7 +288,7 @@ async def _bench(stack: Any, rounds: int, fairness_only: bool = False, small: st
         names = {}
         for name, source, _, _ in FAILED:
             names[name] = (await stack.store(hostile, source)).json()["name"]
-        await _fairness(stack, hostile, other, names, rounds, small, only_before_call=True)
+        await _fairness(stack, hostile, other, names, rounds, small, only_two=True)
         return
     _at_the_bounds()
     print("refused at validation (POST /v1/routines), ms")
@@ -325,7 +326,7 @@ async def _fairness(
     names: dict[str, str],
     rounds: int,
     small_action: str,
-    only_before_call: bool = False,
+    only_two: bool = False,
 ) -> None:
     """The small run of another organization alone, then alongside the hostile runs; /healthz meanwhile."""
     from test_hostile_routines import FAILED, REFUSED, one_step
@@ -335,7 +336,7 @@ async def _fairness(
         small = small.replace("/echo@", "/noop@").replace("with: {text: hi}", "with: {}")
     assert (await stack.store(other, small)).status_code == 201
     await _timed_run(stack, other, "small", {})  # the first run of a routine compiles its expressions
-    if only_before_call:  # the probes have not run yet: once each first, as the full bench has
+    if only_two:  # the probes have not run yet: once each first, as the full bench has
         for name, _, inputs, _ in FAILED:
             await stack.final(hostile, await stack.start_run(hostile, names[name], inputs), timeout_s=120)
     health = _Healthz(stack.url)
@@ -359,7 +360,7 @@ async def _fairness(
         ("twice the runs failing before any call", before_call * 2, []),
         ("twice every failing run", every * 2, []),
     ]
-    for label, mix, stores in mixes[:2] if only_before_call else mixes:
+    for label, mix, stores in mixes[:2] if only_two else mixes:
         alongside, phases = [], []
         client = _HostileClient(stack.url, hostile.headers, [(names[n], inputs) for n, inputs in mix], stores)
         health.start()

@@ -10,25 +10,28 @@ then kills the checker and refuses the routine with a sentence. An api's `Checke
 `CHECKERS` checkers at once, and an organization checks one routine at a time in a process (its other
 stores wait their turn), so one organization's routines cannot take every checker. The processes are
 kept by the api process (`_IDLE`) from their first use (the first store of a process waits ~1 s for
-one) until it ends (a checker ends when its stdin closes). A checker reads the registry (each `uses:`
-resolved, literal `with:` values checked against the action's inputSchema) from the api's database; it
-writes nothing. Its address space is capped (`MEMORY_BYTES`): a routine that needs more is refused
-too. It runs at a lower priority than the api (`NICE`).
+one) until its app stops (`stop_idle`; a checker also ends when its stdin closes). A checker reads the
+registry (each `uses:` resolved, literal `with:` values checked against the action's inputSchema) from
+the api's database; it writes nothing. Its address space is capped (`MEMORY_BYTES`): a routine that
+needs more is refused too, and its CPU time: a checker whose api died while it read a routine stops at
+the routine's time, as it would have been stopped. It runs at a lower priority than the api (`NICE`).
 
 The protocol, one JSON document per line: the checker says `ready` once it has started; the api sends
-`{"database": url, "memory": bytes, "yaml": text}` per routine (the URL is not in argv, which `ps`
-shows every user); the checker answers `{"routine": {...}}`, `{"problems": ["routine.yaml:line:col:
+`{"database": url, "memory": bytes, "seconds": s, "yaml": text}` per routine (the URL is not in argv,
+which `ps` shows every user); the checker answers `{"routine": {...}}`, `{"problems": ["routine.yaml:line:col:
 ..."]}`, or `{"failed": "..."}` (a fault of the checker's own: the api answers 503).
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import json
 import logging
 import os
 import resource
 import select
+import signal
 import subprocess
 import sys
 import threading
@@ -128,6 +131,19 @@ def _exchange(request: bytes, timeout_s: float) -> dict[str, Any] | None:
     return answer
 
 
+def stop_idle() -> None:
+    """Stop the checkers that wait for a routine (the api is stopping; a busy one is stopped when its
+    routine's time is up, or ends when the api's end closes its pipe)."""
+    with _IDLE_LOCK:
+        idle = list(_IDLE)
+        _IDLE.clear()
+    for checker in idle:
+        checker.end()
+
+
+atexit.register(stop_idle)
+
+
 class Checkers:
     """The routine checks of one api (see the module's docstring)."""
 
@@ -154,7 +170,12 @@ class Checkers:
         loop = asyncio.get_running_loop()
         if loop is not self._loop:  # an app served by another loop than before (tests): new gates
             self._loop, self._slots, self._turns = loop, asyncio.Semaphore(self._most), {}
-        request = {"database": self._database_url, "memory": self._memory_bytes, "yaml": source}
+        request = {
+            "database": self._database_url,
+            "memory": self._memory_bytes,
+            "seconds": self._timeout_s,
+            "yaml": source,
+        }
         async with self._turn(org_id), self._slots:
             try:
                 answer = await to_thread.run_sync(
@@ -217,6 +238,7 @@ def main() -> None:
         pass
     engines: dict[str, Engine] = {}
     _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C of a terminal is the api's to act on
     sys.stdout.write("ready\n")
     sys.stdout.flush()
     for line in sys.stdin:
@@ -229,6 +251,9 @@ def main() -> None:
                 engines = {url: make_engine(url)}
             memory = request["memory"] if hard == resource.RLIM_INFINITY else min(request["memory"], hard)
             resource.setrlimit(resource.RLIMIT_AS, (memory, hard))
+            used = resource.getrusage(resource.RUSAGE_SELF)
+            cpu_s = int(used.ru_utime + used.ru_stime + request["seconds"]) + 2  # SIGXCPU past it
+            resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, resource.RLIM_INFINITY))
             with read_session(engines[url]) as session:
                 routine = load_routine(request["yaml"], FILENAME, DbResolver(session))
             answer: dict[str, Any] = {

@@ -4,6 +4,8 @@ api's own interpreter, each organization's routines one at a time."""
 from __future__ import annotations
 
 import asyncio
+import json
+import signal
 from pathlib import Path
 
 import pytest
@@ -11,7 +13,7 @@ import pytest
 from api.db import make_engine
 from api.errors import InvalidRequest
 from api.migrations import migrate
-from api.runs.checker import Checkers
+from api.runs.checker import MEMORY_BYTES, Checkers, _Checker
 
 NOOP = "com.example.tools/noop/noop@1"
 
@@ -114,3 +116,14 @@ async def test_a_routine_that_needs_more_memory_than_a_checker_has_is_refused(da
     with pytest.raises(InvalidRequest) as again:
         await checkers.check("org_a", small("after"))
     assert "cannot resolve" in again.value.extra["problems"][0]
+
+
+def test_a_checker_whose_api_is_gone_stops_at_the_routines_time(database: str) -> None:
+    # nobody waits for its answer (its api was killed): its own CPU limit ends it
+    checker = _Checker()
+    request = {"database": database, "memory": MEMORY_BYTES, "seconds": 1, "yaml": slow(40)}
+    assert checker.process.stdin is not None
+    checker.process.stdin.write(json.dumps(request).encode() + b"\n")
+    checker.process.stdin.flush()
+    assert checker.process.wait(timeout=120) == -signal.SIGXCPU
+    checker.end()
