@@ -68,7 +68,7 @@ def _public(row: RoutineRecord) -> RoutinePublic:
     )
 
 
-@router.post("", status_code=201, response_model=RoutinePublic, responses=error_responses(400, 403, 413))
+@router.post("", status_code=201, response_model=RoutinePublic, responses=error_responses(400, 403, 413, 503))
 async def store_routine(
     body: RoutineCreate, principal: Runner, runs: Runs, schedules: Schedules
 ) -> RoutinePublic:
