@@ -1,4 +1,4 @@
-"""Routines are read and checked in processes apart from the api's (`python -m api.runs.checker`).
+"""Routines are read and checked in processes apart from the api's (checkers: `_MAIN`).
 
 Reading a routine is what a caller can make the api work longest at with one small request: a YAML file
 of 160 KB holding 80 different expressions of 2,000 characters took 18 s of CPU to check (the CEL
@@ -28,7 +28,6 @@ import asyncio
 import atexit
 import json
 import logging
-import os
 import resource
 import select
 import signal
@@ -61,6 +60,10 @@ STARTUP_S = 60
 FILENAME = "routine.yaml"
 
 
+_MAIN = f"import os; os.nice({NICE}); from api.runs.checker import main; main()"
+"""A checker's program: its priority lowered before it imports anything (~1 s of CPU)."""
+
+
 class _Died(Exception):
     """The checker ended or answered what is not an answer (its memory cap, a crash)."""
 
@@ -70,7 +73,7 @@ class _Checker:
 
     def __init__(self) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "api.runs.checker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+            [sys.executable, "-c", _MAIN], stdin=subprocess.PIPE, stdout=subprocess.PIPE
         )
         if self._line(STARTUP_S) != b"ready\n":
             self.end()
@@ -224,8 +227,7 @@ def _refused(why: str) -> InvalidRequest:
 
 
 def main() -> None:
-    """The checker: answer each routine sent on stdin, until stdin closes."""
-    os.nice(NICE)
+    """The checker: answer each routine sent on stdin, until stdin closes (started by `_MAIN`)."""
     from sqlalchemy import Engine
 
     from api.db import make_engine, read_session
@@ -267,7 +269,3 @@ def main() -> None:
             answer = {"failed": f"{type(exc).__name__}: {exc}"[:500]}
         sys.stdout.write(json.dumps(answer) + "\n")
         sys.stdout.flush()
-
-
-if __name__ == "__main__":
-    main()
