@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import json
 import logging
 import resource
@@ -68,6 +69,10 @@ class _Died(Exception):
     """The checker ended or answered what is not an answer (its memory cap, a crash)."""
 
 
+class _Gone(_Died):
+    """The checker had ended before it was asked (killed while it waited)."""
+
+
 class _Checker:
     """One checker process and its pipes, used by one thread at a time."""
 
@@ -92,7 +97,7 @@ class _Checker:
             self.process.stdin.write(request)
             self.process.stdin.flush()
         except OSError as exc:
-            raise _Died(str(exc)) from None
+            raise _Gone(str(exc)) from None
         line = self._line(timeout_s)
         if line is None:
             return None
@@ -107,7 +112,8 @@ class _Checker:
         self.process.wait()
         for pipe in (self.process.stdin, self.process.stdout):
             if pipe is not None:
-                pipe.close()
+                with contextlib.suppress(OSError):  # a request left in the pipe of a dead checker
+                    pipe.close()
 
 
 _IDLE: list[_Checker] = []  # the api process's checkers that wait for a routine
@@ -119,8 +125,15 @@ def _exchange(request: bytes, timeout_s: float) -> dict[str, Any] | None:
     checker is stopped)."""
     with _IDLE_LOCK:
         checker = _IDLE.pop() if _IDLE else None
-    if checker is None:
-        checker = _Checker()
+    if checker is not None:
+        try:
+            return _asked(checker, request, timeout_s)
+        except _Gone:  # killed while it waited: a new one is asked
+            pass
+    return _asked(_Checker(), request, timeout_s)
+
+
+def _asked(checker: _Checker, request: bytes, timeout_s: float) -> dict[str, Any] | None:
     try:
         answer = checker.ask(request, timeout_s)
     except BaseException:

@@ -13,7 +13,7 @@ import pytest
 from api.db import make_engine
 from api.errors import InvalidRequest
 from api.migrations import migrate
-from api.runs.checker import MEMORY_BYTES, Checkers, _Checker, stop_idle
+from api.runs.checker import _IDLE, MEMORY_BYTES, Checkers, _Checker, stop_idle
 
 NOOP = "com.example.tools/noop/noop@1"
 
@@ -128,3 +128,14 @@ def test_a_checker_whose_api_is_gone_stops_at_the_routines_time(database: str) -
     checker.process.stdin.flush()
     assert checker.process.wait(timeout=120) == -signal.SIGXCPU
     checker.end()
+
+
+async def test_a_checker_killed_while_it_waited_is_replaced_for_the_next_routine(checkers: Checkers) -> None:
+    with pytest.raises(InvalidRequest):
+        await checkers.check("org_a", small("first"))
+    for idle in list(_IDLE):  # an operator's kill, or the kernel's
+        idle.process.kill()
+        idle.process.wait()
+    with pytest.raises(InvalidRequest) as refused:
+        await checkers.check("org_a", small("next"))
+    assert "cannot resolve" in refused.value.extra["problems"][0], refused.value.extra
