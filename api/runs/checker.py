@@ -35,13 +35,12 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 from anyio import to_thread
 
 from api.errors import InvalidRequest, ServiceUnavailable
+from api.turns import Gates, org_turn
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +171,7 @@ class Checkers:
         self._most = most
         self._loop: asyncio.AbstractEventLoop | None = None
         self._slots = asyncio.Semaphore(most)
-        self._turns: dict[str, tuple[asyncio.Lock, list[int]]] = {}  # per org: its lock, stores in it
+        self._turns: Gates = {}  # per org: its lock, stores in it
 
     async def check(self, org_id: str, source: str) -> dict[str, Any]:
         """The routine as it is stored (`Routine.model_dump(mode="json", by_alias=True,
@@ -192,7 +191,7 @@ class Checkers:
             "seconds": self._timeout_s,
             "yaml": source,
         }
-        async with self._turn(org_id), self._slots:
+        async with org_turn(self._turns, org_id, asyncio.Lock), self._slots:
             try:
                 answer = await to_thread.run_sync(
                     _exchange, json.dumps(request).encode() + b"\n", self._timeout_s
@@ -220,18 +219,6 @@ class Checkers:
                 f"The routine has {len(lines)} problem(s): {lines[0]}", field="yaml", problems=lines
             )
         raise ServiceUnavailable(f"The routine checker failed: {answer.get('failed')}", retry_after_s=5)
-
-    @asynccontextmanager
-    async def _turn(self, org_id: str) -> AsyncIterator[None]:
-        lock, users = self._turns.setdefault(org_id, (asyncio.Lock(), [0]))
-        users[0] += 1
-        try:
-            async with lock:
-                yield
-        finally:
-            users[0] -= 1
-            if not users[0]:
-                del self._turns[org_id]
 
 
 def _refused(why: str) -> InvalidRequest:

@@ -73,6 +73,7 @@ from api.runs.models import RoutineVersionPublic, RunError, RunPublic, RunSummar
 from api.runs.progress import fill_outputs, note_retries
 from api.runs.rerun import kept_steps, rerun_point
 from api.runs.tables import RoutineRecord, RoutineVersion, RunRecord
+from api.turns import Gates, org_turn
 from engine import payloads
 from engine.routine import Routine
 from engine.runs import (
@@ -185,7 +186,7 @@ class RunsService:
         self._checkers: Checkers | None = None  # started with the first routine stored
         self._lock = asyncio.Lock()
         self._starting: dict[str, int] = {}  # runs each organization is starting in this process now
-        self._turns: dict[str, tuple[asyncio.Semaphore, list[int]]] = {}  # per org: gate, starts in it
+        self._turns: Gates = {}  # per org: its gate, starts in it
         # routine versions are never changed nor deleted: each (org, name, hash) read once is known here
         self._kept: set[tuple[str, str, str]] = set()
         self._routines: dict[tuple[str, str, str], Routine] = {}
@@ -196,15 +197,8 @@ class RunsService:
     @asynccontextmanager
     async def _turn(self, org_id: str) -> AsyncIterator[None]:
         """One of the organization's `STARTS_AT_ONCE_PER_ORG` turns to start a run in this process."""
-        gate, users = self._turns.setdefault(org_id, (asyncio.Semaphore(STARTS_AT_ONCE_PER_ORG), [0]))
-        users[0] += 1
-        try:
-            async with gate:
-                yield
-        finally:
-            users[0] -= 1
-            if not users[0]:
-                del self._turns[org_id]
+        async with org_turn(self._turns, org_id, lambda: asyncio.Semaphore(STARTS_AT_ONCE_PER_ORG)):
+            yield
 
     async def _db(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
         return await to_thread.run_sync(partial(fn, *args, **kwargs))
