@@ -67,6 +67,9 @@ class Settings(BaseSettings):
     routine_check_s: float = Field(
         default=5.0, gt=0, le=600, description="the longest a routine's YAML may take to read and check"
     )
+    manifest_check_s: float = Field(
+        default=5.0, gt=0, le=600, description="the longest a pack manifest's publish checks may take"
+    )
     registry_page_size: int = Field(default=100, ge=1, le=1000, description="versions per node feed page")
     temporal_address: str = Field(default="127.0.0.1:7233", description="the Temporal frontend, host:port")
     temporal_namespace: str = Field(default="default", description="the Temporal namespace of routine runs")

@@ -1,4 +1,4 @@
-"""Request dependencies: settings, session, and who is calling.
+"""Request dependencies: settings, session, checkers, and who is calling.
 
 An API key arrives as `Authorization: Bearer b3_...` and becomes a `Principal` (key id, org,
 scopes). `require(scope, ...)` checks scopes with `api.scopes.grants`. A node presents its own
@@ -16,6 +16,7 @@ from sqlmodel import Session
 
 from api.accounts import find_key_of_org
 from api.authlimit import AuthLimiter
+from api.checker import Checkers
 from api.config import Settings, get_settings
 from api.db import get_session, read_session
 from api.errors import Forbidden, Unauthorized
@@ -25,6 +26,15 @@ from node.credential import is_node_secret
 
 SessionDep = Annotated[Session, Depends(get_session)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
+
+
+def get_checkers(request: Request) -> Checkers:
+    """The app's checker processes (api.checker)."""
+    checkers: Checkers = request.app.state.checkers
+    return checkers
+
+
+CheckersDep = Annotated[Checkers, Depends(get_checkers)]
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from api.authlimit import AuthLimiter
 from api.blobstore import open_blob_store
 from api.bodylimit import BodyLimit
 from api.calls.wiring import install_calls
+from api.checker import Checkers, stop_idle
 from api.config import Settings
 from api.db import engine_from_settings
 from api.docs import install_docs
@@ -37,7 +38,6 @@ from api.routes import (
     runs,
     schedules,
 )
-from api.runs import checker
 from telemetry import logs, tracing
 from telemetry.config import TelemetrySettings
 from telemetry.scrape import install_metrics
@@ -72,7 +72,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         logs.install()  # here: uvicorn has set up its logging by now
         _settle_heap()
         yield
-        checker.stop_idle()  # the routine checkers this process started (api.runs.checker)
+        stop_idle()  # the checkers this process started (api.checker)
         started.state.health.close()
         engine.dispose()
 
@@ -87,6 +87,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.auth_limiter = AuthLimiter(failures_per_minute=settings.auth_failures_per_minute)
     app.state.engine = engine
+    app.state.checkers = Checkers(
+        engine.url.render_as_string(hide_password=False),
+        routine_s=settings.routine_check_s,
+        manifest_s=settings.manifest_check_s,
+    )
     app.state.health = health.DatabaseProbe(engine)
     blob_dir = settings.resolved_blob_dir()
     app.state.blobs = open_blob_store(settings.blob_store, blob_dir=blob_dir, engine=engine)

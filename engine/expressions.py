@@ -5,7 +5,7 @@ any other string with expressions in it is text with each result spliced in (str
 everything else as compact JSON). `evaluate` walks dicts, lists and strings and returns plain JSON
 types only.
 
-Expressions are bounded (engine.cel_syntax: length, nesting and macros, checked when they compile;
+Expressions are bounded (packs.cel_syntax: length, nesting and macros, checked when they compile;
 engine.cel_runtime: work, values read and what is built, checked while all the expressions of one
 value are evaluated), and follow CEL's definition where cel-python would answer as Python does.
 The names in scope are held by an `engine.scope.Scope`, which converts each to CEL once.
@@ -35,10 +35,11 @@ import celpy
 import lark
 from celpy.evaluation import CELEvalError
 
-from engine import cel_runtime, cel_syntax
+from engine import cel_runtime
 from engine.cel_runtime import Budget
 from engine.errors import EngineError
 from engine.scope import Scope
+from packs import cel_syntax
 from packs.templates import find_close
 
 OPEN = "${{"

@@ -14,10 +14,10 @@ import jsonschema
 
 from engine import expressions as ex
 from engine import payloads
-from engine.cel_syntax import MAX_FIELD_EXPRESSION_CHARS
 from engine.routine_needs import explicit_needs, readable_steps
 from engine.runs import FOREACH_MAX_ITEMS
 from engine.yaml_positions import Located, Path
+from packs.cel_syntax import MAX_FIELD_EXPRESSION_CHARS
 from packs.schemas import Validator
 
 if TYPE_CHECKING:

@@ -288,7 +288,9 @@ def check_templates(m: Mapping[str, Any], r: Report) -> None:
             for is_expr, source in pieces:
                 problem = cel_problem(source) if is_expr else None
                 if problem is not None:
-                    r.add(32, field, text, f"${{{{ {source} }}}} does not parse as CEL: {problem}")
+                    shown = source if len(source) <= 80 else source[:79] + "…"
+                    how = "does not parse as CEL" if problem.startswith("syntax error") else "is refused"
+                    r.add(32, field, text, f"${{{{ {shown} }}}} {how}: {problem}")
 
 
 HTTP_CHECKS: tuple[Callable[[Mapping[str, Any], Report], None], ...] = (

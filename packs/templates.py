@@ -3,7 +3,7 @@
 A template is text with CEL expressions inside `${{ }}`. This module splits one the way
 `engine.expressions.split_template` does (a `}}` inside a CEL string literal or map does not close
 it) and parses each expression with cel-python directly: the `packs` package does not import
-`engine`. It never evaluates anything.
+`engine`. It never evaluates anything. Expressions have the caps of `packs.cel_syntax`, as routines' do.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import threading
 
 import celpy
 
+from packs import cel_syntax
 from packs.errors import ManifestError
 
 OPEN = "${{"
@@ -106,13 +107,17 @@ def skeleton(text: str) -> str:
 
 
 def cel_problem(source: str) -> str | None:
-    """Why a CEL expression does not parse ("syntax error at line 1, column 7"), or None when it does."""
+    """Why a CEL expression is refused ("syntax error at line 1, column 7", or a cap of
+    `packs.cel_syntax` that routines' expressions have too: length, nesting, macros), or None."""
     global _env
-    with _lock:  # the lark parser behind an Environment is not shared across threads safely
-        if _env is None:
-            _env = celpy.Environment()
-        try:
-            _env.compile(source)
-        except celpy.CELParseError as exc:
-            return f"syntax error at line {exc.line or 1}, column {exc.column or 1}"
-    return None
+    shape = cel_syntax.length_problem(source)
+    if shape is None:
+        with _lock:  # the lark parser behind an Environment is not shared across threads safely
+            if _env is None:
+                _env = celpy.Environment()
+            try:
+                tree = _env.compile(source)
+            except celpy.CELParseError as exc:
+                return f"syntax error at line {exc.line or 1}, column {exc.column or 1}"
+        shape = cel_syntax.tree_problem(tree)
+    return None if shape is None else shape.problem

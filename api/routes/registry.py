@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import datetime as dt
+from functools import partial
 from typing import Annotated, Any
 
+from anyio import to_thread
 from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, ConfigDict, Field
 from sqlmodel import col, select
 
 from api import registry
-from api.deps import Principal, PrincipalDep, SessionDep, require
+from api.deps import CheckersDep, Principal, PrincipalDep, SessionDep, require
 from api.errors import InvalidRequest, NotFound, error_responses
 from api.models import PackVersion
 from api.params import Namespace, PackName, Version
@@ -98,23 +100,31 @@ def _summary(v: PackVersion) -> PackSummary:
     )
 
 
-@router.post("", status_code=201, response_model=PackSummary, responses=error_responses(400, 403, 409, 413))
-def publish_pack(
-    body: PublishRequest, principal: Publisher, session: SessionDep, blobs: BlobsDep
+@router.post(
+    "", status_code=201, response_model=PackSummary, responses=error_responses(400, 403, 409, 413, 503)
+)
+async def publish_pack(
+    body: PublishRequest, principal: Publisher, session: SessionDep, blobs: BlobsDep, checkers: CheckersDep
 ) -> PackSummary:
-    """Publish a signed pack version whose files were uploaded as blobs; versions are immutable."""
+    """Publish a signed pack version whose files were uploaded as blobs; versions are immutable.
+
+    The publish checks run in a checker process of the api (`B3OS_MANIFEST_CHECK_S`, default 5 s).
+    """
     if is_tool_pack(body.manifest):
         principal.check(TOOLS_PUBLISH)  # a tool runs its publisher's code on the nodes
+    violations = await checkers.manifest(principal.org_id, body.manifest)
     files = [BundleFile(path=f.path, sha256=f.sha256, bytes=f.bytes) for f in body.files]
-    row = publish(
+    publishing = partial(
+        publish,
         session,
         blobs=blobs,
         org_id=principal.org_id,
         key_id=principal.key_id,
         manifest=body.manifest,
+        violations=violations,
         files=files,
     )
-    return _summary(row)
+    return _summary(await to_thread.run_sync(publishing))
 
 
 @router.get("", response_model=PackList)

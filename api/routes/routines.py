@@ -36,7 +36,8 @@ def runs_service(request: Request) -> RunsService:
     """The app's runs service, made on first use."""
     service: RunsService | None = getattr(request.app.state, "runs", None)
     if service is None:
-        service = RunsService(request.app.state.engine, request.app.state.settings)
+        state = request.app.state
+        service = RunsService(state.engine, state.settings, state.checkers)
         request.app.state.runs = service
     return service
 

@@ -63,12 +63,12 @@ from api import registry
 from api.accounts import new_id
 from api.calls import idempotency
 from api.calls.errors import ConcurrencyLimited, IdempotencyKeyReused
+from api.checker import Checkers
 from api.config import Settings
 from api.db import read_session
 from api.errors import Conflict, InvalidRequest, NotFound, RateLimited, ServiceUnavailable
 from api.models import utcnow
 from api.runs import grants
-from api.runs.checker import Checkers
 from api.runs.models import RoutineVersionPublic, RunError, RunPublic, RunSummary
 from api.runs.progress import fill_outputs, note_retries
 from api.runs.rerun import kept_steps, rerun_point
@@ -179,11 +179,11 @@ def routine_hash(source: str) -> str:
 class RunsService:
     """Routines and runs of every organization, over one database engine and one Temporal client."""
 
-    def __init__(self, engine: Engine, settings: Settings) -> None:
+    def __init__(self, engine: Engine, settings: Settings, checkers: Checkers) -> None:
         self._engine = engine
         self._settings = settings
         self._client: Client | None = None
-        self._checkers: Checkers | None = None  # started with the first routine stored
+        self._checkers = checkers
         self._lock = asyncio.Lock()
         self._starting: dict[str, int] = {}  # runs each organization is starting in this process now
         self._turns: Gates = {}  # per org: its gate, starts in it
@@ -241,7 +241,7 @@ class RunsService:
     ) -> RoutineRecord:
         """Validate a routine's YAML and store it, replacing the organization's routine of that name.
 
-        The YAML is read and checked in a checker process (`api.runs.checker`): every `uses:` must
+        The YAML is read and checked in a checker process (`api.checker`): every `uses:` must
         resolve in this api's registry, and literal `with:` values must fit the action's inputSchema
         (`api.runs.resolver.DbResolver`). `check` may refuse the valid routine before anything is written.
 
@@ -250,10 +250,7 @@ class RunsService:
                 be read within the time or memory a routine may take.
             ServiceUnavailable: no checker could start.
         """
-        if self._checkers is None:
-            url = self._engine.url.render_as_string(hide_password=False)
-            self._checkers = Checkers(url, timeout_s=self._settings.routine_check_s)
-        data = await self._checkers.check(org_id, source)
+        data = await self._checkers.routine(org_id, source)
         row: RoutineRecord = await self._db(self._store_checked, org_id, source, data, check)
         return row
 

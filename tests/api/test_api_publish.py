@@ -264,6 +264,7 @@ def test_concurrent_publishes_of_one_version_have_exactly_one_winner(
                     org_id=publisher.org_id,
                     key_id=publisher.key_id,
                     manifest=echo.manifest,
+                    violations=[],
                     files=files,
                 )
                 outcomes.append("won")

@@ -315,10 +315,12 @@ async def test_an_api_process_starts_one_run_of_an_organization_at_a_time_and_ot
 
     from sqlmodel import create_engine
 
+    from api.checker import Checkers
     from api.config import Settings
     from api.runs.service import RunsService
 
-    runs = RunsService(create_engine(f"sqlite:///{tmp_path / 'unused.db'}"), Settings())
+    url = f"sqlite:///{tmp_path / 'unused.db'}"
+    runs = RunsService(create_engine(url), Settings(), Checkers(url, routine_s=5, manifest_s=5))
     order: list[str] = []
     release = asyncio.Event()
 

@@ -487,6 +487,20 @@ CASES: list[tuple[dict[str, Any], dict[str, Any], list[str]]] = [
     ),
     (
         OM,
+        {"actions[0].impl.request.query.name": "${{ size([" + "1," * 1000 + "1]) }}"},
+        [
+            'check 32: actions[0].impl.request.query.name "${{ size([1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,… is not accepted: ${{ size([1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1… }} is refused: the expression has 2,009 characters, more than the 2,000 one expression may have: split it across steps or fields',
+        ],
+    ),
+    (
+        OM,
+        {"actions[0].impl.request.query.name": "${{ " + "(" * 34 + "1" + ")" * 34 + " }}"},
+        [
+            'check 32: actions[0].impl.request.query.name "${{ ((((((((((((((((((((((((((((((((((1)))))))))))))))))))))))))))))))))) }}" is not accepted: ${{ ((((((((((((((((((((((((((((((((((1)))))))))))))))))))))))))))))))))) }} is refused: the expression nests more than 32 levels of operators, calls, member reads and brackets: split it across steps or fields',
+        ],
+    ),
+    (
+        OM,
         {"actions[0].impl.request.query.name": "${{ input.name"},
         [
             'check 32: actions[0].impl.request.query.name "${{ input.name" is not accepted: its "${{" is not closed by "}}"',

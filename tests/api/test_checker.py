@@ -1,5 +1,5 @@
-"""Routines are read in checker processes (api.runs.checker): bounded in time and memory, apart from the
-api's own interpreter, each organization's routines one at a time."""
+"""Routines and manifests are read in checker processes (api.checker): bounded in time and memory, apart
+from the api's own interpreter, each organization's one at a time."""
 
 from __future__ import annotations
 
@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from api.checker import _IDLE, MEMORY_BYTES, Checkers, _Checker, stop_idle
 from api.db import make_engine
 from api.errors import InvalidRequest
 from api.migrations import migrate
-from api.runs.checker import _IDLE, MEMORY_BYTES, Checkers, _Checker, stop_idle
 
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "packs"
 NOOP = "com.example.tools/noop/noop@1"
 
 
@@ -44,7 +45,7 @@ def database(tmp_path: Path) -> str:
 
 @pytest.fixture
 def checkers(database: str) -> Checkers:
-    return Checkers(database, timeout_s=2.0)
+    return Checkers(database, routine_s=2.0, manifest_s=2.0)
 
 
 async def test_a_routine_is_answered_as_it_is_stored_and_its_problems_at_their_lines(
@@ -52,11 +53,11 @@ async def test_a_routine_is_answered_as_it_is_stored_and_its_problems_at_their_l
 ) -> None:
     # the registry is empty: the step's uses: does not resolve, and says so at its line
     with pytest.raises(InvalidRequest) as refused:
-        await checkers.check("org_a", small("one"))
+        await checkers.routine("org_a", small("one"))
     problems = refused.value.extra["problems"]
     assert problems[0].startswith("routine.yaml:4:11: step 'a': uses: cannot resolve " + NOOP), problems
     with pytest.raises(InvalidRequest) as refused:
-        await checkers.check("org_a", "name: bad\nsteps:\n  - id: a\n    uses: 5\n")
+        await checkers.routine("org_a", "name: bad\nsteps:\n  - id: a\n    uses: 5\n")
     assert refused.value.extra["problems"][0].startswith("routine.yaml:4:11: "), refused.value.extra
 
 
@@ -65,14 +66,14 @@ async def test_a_routine_that_takes_too_long_to_read_is_refused_and_the_next_is_
 ) -> None:
     # two checkers started (a start takes ~1 s, which a routine's time does not count)
     for answer in await asyncio.gather(
-        *(checkers.check(org, small("warm")) for org in ("org_x", "org_y")), return_exceptions=True
+        *(checkers.routine(org, small("warm")) for org in ("org_x", "org_y")), return_exceptions=True
     ):
         assert isinstance(answer, InvalidRequest), answer
     # while one organization's routine holds a checker past its time, another organization's is read
-    heavy = asyncio.ensure_future(checkers.check("org_a", slow(40)))
+    heavy = asyncio.ensure_future(checkers.routine("org_a", slow(40)))
     await asyncio.sleep(0.2)
     with pytest.raises(InvalidRequest) as other:
-        await checkers.check("org_b", small("quick"))
+        await checkers.routine("org_b", small("quick"))
     assert "cannot resolve" in other.value.extra["problems"][0]
     assert not heavy.done()
     with pytest.raises(InvalidRequest) as refused:
@@ -83,7 +84,7 @@ async def test_a_routine_that_takes_too_long_to_read_is_refused_and_the_next_is_
     ]
     # its checker was stopped; a new one reads the next routine
     with pytest.raises(InvalidRequest) as again:
-        await checkers.check("org_a", small("after"))
+        await checkers.routine("org_a", small("after"))
     assert "cannot resolve" in again.value.extra["problems"][0]
 
 
@@ -92,7 +93,7 @@ async def test_an_organizations_routines_are_read_one_at_a_time(checkers: Checke
 
     async def check(org: str, source: str, label: str) -> None:
         with pytest.raises(InvalidRequest):
-            await checkers.check(org, source)
+            await checkers.routine(org, source)
         order.append(label)
 
     # org_a's quick routine waits for its heavy one (two checkers: it would have had the other)
@@ -105,24 +106,24 @@ async def test_an_organizations_routines_are_read_one_at_a_time(checkers: Checke
 
 async def test_a_routine_that_needs_more_memory_than_a_checker_has_is_refused(database: str) -> None:
     stop_idle()  # checkers that read routines before are larger: this one starts at ~90 MB
-    checkers = Checkers(database, timeout_s=60.0, memory_bytes=100 * 1024**2)
+    checkers = Checkers(database, routine_s=60.0, manifest_s=60.0, memory_bytes=100 * 1024**2)
     items = ", ".join(f"{{k{i}: v{i}, n: {i}}}" for i in range(9_000))
     source = f"name: big\nsteps:\n  - id: a\n    uses: {NOOP}\n    foreach: [{items}]\n"
     with pytest.raises(InvalidRequest) as refused:
-        await checkers.check("org_a", source)
+        await checkers.routine("org_a", source)
     assert refused.value.extra["problems"] == [
         "routine.yaml:1:1: it could not be checked within the 100 MiB a routine may take to read: "
-        "make it smaller"
+        "make it smaller, or its expressions fewer or shorter"
     ]
     with pytest.raises(InvalidRequest) as again:  # a new checker reads the next routine
-        await Checkers(database, timeout_s=60.0).check("org_a", small("after"))
+        await Checkers(database, routine_s=60.0, manifest_s=60.0).routine("org_a", small("after"))
     assert "cannot resolve" in again.value.extra["problems"][0]
 
 
 def test_a_checker_whose_api_is_gone_stops_at_the_routines_time(database: str) -> None:
     # nobody waits for its answer (its api was killed): its own CPU limit ends it
     checker = _Checker()
-    request = {"database": database, "memory": MEMORY_BYTES, "seconds": 1, "yaml": slow(40)}
+    request = {"memory": MEMORY_BYTES, "seconds": 1, "routine": {"database": database, "yaml": slow(40)}}
     assert checker.process.stdin is not None
     checker.process.stdin.write(json.dumps(request).encode() + b"\n")
     checker.process.stdin.flush()
@@ -132,10 +133,52 @@ def test_a_checker_whose_api_is_gone_stops_at_the_routines_time(database: str) -
 
 async def test_a_checker_killed_while_it_waited_is_replaced_for_the_next_routine(checkers: Checkers) -> None:
     with pytest.raises(InvalidRequest):
-        await checkers.check("org_a", small("first"))
+        await checkers.routine("org_a", small("first"))
     for idle in list(_IDLE):  # an operator's kill, or the kernel's
         idle.process.kill()
         idle.process.wait()
     with pytest.raises(InvalidRequest) as refused:
-        await checkers.check("org_a", small("next"))
+        await checkers.routine("org_a", small("next"))
     assert "cannot resolve" in refused.value.extra["problems"][0], refused.value.extra
+
+
+def manifest_with_templates(expressions: int) -> dict[str, object]:
+    """The open-meteo example with `expressions` different list literals of ~2,000 characters as query
+    parameters of its first action (each ~0.2 s to parse)."""
+    manifest = json.loads((EXAMPLES / "open-meteo" / "b3pack.json").read_text())
+    body = ",".join(["1"] * 984)
+    query = manifest["actions"][0]["impl"]["request"]["query"]
+    for i in range(expressions):
+        query[f"q{i}"] = f"${{{{ size([{i},{body}]) }}}}"
+    return manifest
+
+
+async def test_a_manifest_is_answered_with_its_publish_checks_violations(checkers: Checkers) -> None:
+    manifest = manifest_with_templates(0)
+    assert await checkers.manifest("org_a", manifest) == []
+    manifest["actions"][0]["impl"]["request"]["query"]["bad"] = "${{ input.( }}"  # type: ignore[index]
+    violations = await checkers.manifest("org_a", manifest)
+    assert [(v.check, v.field) for v in violations] == [(32, "actions[0].impl.request.query.bad")]
+    assert violations[0].message.endswith("does not parse as CEL: syntax error at line 1, column 7")
+
+
+async def test_a_manifest_that_takes_too_long_to_check_is_refused_while_a_routine_is_read(
+    checkers: Checkers,
+) -> None:
+    for answer in await asyncio.gather(
+        *(checkers.routine(org, small("warm")) for org in ("org_x", "org_y")), return_exceptions=True
+    ):
+        assert isinstance(answer, InvalidRequest), answer
+    heavy = asyncio.ensure_future(checkers.manifest("org_a", manifest_with_templates(60)))
+    await asyncio.sleep(0.2)
+    with pytest.raises(InvalidRequest) as other:
+        await checkers.routine("org_b", small("quick"))
+    assert "cannot resolve" in other.value.extra["problems"][0]
+    assert not heavy.done()
+    with pytest.raises(InvalidRequest) as refused:
+        await heavy
+    assert refused.value.message == (
+        "The manifest could not be checked within 2 s (the most a manifest may take to check): make its "
+        "request templates fewer or their expressions shorter."
+    )
+    assert refused.value.extra == {"field": "manifest", "reason": "checks"}

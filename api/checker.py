@@ -1,25 +1,30 @@
-"""Routines are read and checked in processes apart from the api's (checkers: `_MAIN`).
+"""Routines and pack manifests are read and checked in processes apart from the api's (checkers: `_MAIN`).
 
 Reading a routine is what a caller can make the api work longest at with one small request: a YAML file
 of 160 KB holding 80 different expressions of 2,000 characters took 18 s of CPU to check (the CEL
 parser builds ~11 tree nodes per list item), and in a thread of the api it held the interpreter's lock
 all that time, so every other request of the process, whatever its organization, waited for it. A
-checker is a process of its own: the api sends it the YAML, it answers the routine as it is stored, or
-its problems. The api waits `routine_check_s` (`B3OS_ROUTINE_CHECK_S`, default 5 s) for the answer,
-then kills the checker and refuses the routine with a sentence. An api's `Checkers` use up to
-`CHECKERS` checkers at once, and an organization checks one routine at a time in a process (its other
-stores wait their turn), so one organization's routines cannot take every checker. The processes are
-kept by the api process (`_IDLE`) from their first use (the first store of a process waits ~1 s for
-one) until its app stops (`stop_idle`; a checker also ends when its stdin closes). A checker reads the
-registry (each `uses:` resolved, literal `with:` values checked against the action's inputSchema) from
-the api's database; it writes nothing. Its address space is capped (`MEMORY_BYTES`): a routine that
-needs more is refused too, and its CPU time: a checker whose api died while it read a routine stops at
-the routine's time, as it would have been stopped. It runs at a lower priority than the api (`NICE`).
+pack manifest's request templates are CEL too (a manifest of 1 MiB of them: minutes). A checker is a
+process of its own: the api sends it the YAML or the manifest, it answers the routine as it is stored
+or its problems, or the manifest's publish-check violations. The api waits `routine_check_s`
+(`B3OS_ROUTINE_CHECK_S`, default 5 s) for a routine, `manifest_check_s` (`B3OS_MANIFEST_CHECK_S`,
+default 5 s) for a manifest, then kills the checker and refuses what it sent with a sentence. An api's
+`Checkers` use up to `CHECKERS` checkers at once, and an organization checks one thing at a time in a
+process (its other stores wait their turn), so one organization cannot take every checker. The
+processes are kept by the api process (`_IDLE`) from their first use (the first check of a process
+waits ~1 s for one) until its app stops (`stop_idle`; a checker also ends when its stdin closes). A
+checker reads the registry (each `uses:` resolved, literal `with:` values checked against the action's
+inputSchema) from the api's database; it writes nothing. Its address space is capped (`MEMORY_BYTES`):
+a routine or manifest that needs more is refused too, and its CPU time: a checker whose api died while
+it read one stops at its time, as it would have been stopped. It runs at a lower priority than the api
+(`NICE`).
 
 The protocol, one JSON document per line: the checker says `ready` once it has started; the api sends
-`{"database": url, "memory": bytes, "seconds": s, "yaml": text}` per routine (the URL is not in argv,
-which `ps` shows every user); the checker answers `{"routine": {...}}`, `{"problems": ["routine.yaml:line:col:
-..."]}`, or `{"failed": "..."}` (a fault of the checker's own: the api answers 503).
+`{"memory": bytes, "seconds": s, "routine": {"database": url, "yaml": text}}` per routine (the URL is
+not in argv, which `ps` shows every user) or `{"memory": bytes, "seconds": s, "manifest": {...}}` per
+manifest; the checker answers `{"routine": {...}}`, `{"problems": ["routine.yaml:line:col: ..."]}`,
+`{"violations": [{"check", "field", "message"}, ...]}`, or `{"failed": "..."}` (a fault of the
+checker's own: the api answers 503).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import dataclasses
 import json
 import logging
 import resource
@@ -35,12 +41,16 @@ import signal
 import subprocess
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from anyio import to_thread
 
 from api.errors import InvalidRequest, ServiceUnavailable
 from api.turns import Gates, org_turn
+from packs.checks import Violation, run_checks
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +70,7 @@ STARTUP_S = 60
 FILENAME = "routine.yaml"
 
 
-_MAIN = f"import os; os.nice({NICE}); from api.runs.checker import main; main()"
+_MAIN = f"import os; os.nice({NICE}); from api.checker import main; main()"
 """A checker's program: its priority lowered before it imports anything (~1 s of CPU)."""
 
 
@@ -115,7 +125,7 @@ class _Checker:
                     pipe.close()
 
 
-_IDLE: list[_Checker] = []  # the api process's checkers that wait for a routine
+_IDLE: list[_Checker] = []  # the api process's checkers that wait for work
 _IDLE_LOCK = threading.Lock()
 
 
@@ -147,8 +157,8 @@ def _asked(checker: _Checker, request: bytes, timeout_s: float) -> dict[str, Any
 
 
 def stop_idle() -> None:
-    """Stop the checkers that wait for a routine (the api is stopping; a busy one is stopped when its
-    routine's time is up, or ends when the api's end closes its pipe)."""
+    """Stop the checkers that wait for work (the api is stopping; a busy one is stopped when its check's
+    time is up, or ends when the api's end closes its pipe)."""
     with _IDLE_LOCK:
         idle = list(_IDLE)
         _IDLE.clear()
@@ -160,20 +170,27 @@ atexit.register(stop_idle)
 
 
 class Checkers:
-    """The routine checks of one api (see the module's docstring)."""
+    """The routine and manifest checks of one api (see the module's docstring)."""
 
     def __init__(
-        self, database_url: str, *, timeout_s: float, most: int = CHECKERS, memory_bytes: int = MEMORY_BYTES
+        self,
+        database_url: str,
+        *,
+        routine_s: float,
+        manifest_s: float,
+        most: int = CHECKERS,
+        memory_bytes: int = MEMORY_BYTES,
     ) -> None:
         self._database_url = database_url
-        self._timeout_s = timeout_s
+        self._routine_s = routine_s
+        self._manifest_s = manifest_s
         self._memory_bytes = memory_bytes
         self._most = most
         self._loop: asyncio.AbstractEventLoop | None = None
         self._slots = asyncio.Semaphore(most)
-        self._turns: Gates = {}  # per org: its lock, stores in it
+        self._turns: Gates = {}  # per org: its lock, checks in it
 
-    async def check(self, org_id: str, source: str) -> dict[str, Any]:
+    async def routine(self, org_id: str, source: str) -> dict[str, Any]:
         """The routine as it is stored (`Routine.model_dump(mode="json", by_alias=True,
         exclude_unset=True)`), checked against the registry.
 
@@ -182,33 +199,12 @@ class Checkers:
                 could not be checked within the time or memory a routine may take.
             ServiceUnavailable: a checker could not start or failed on its own.
         """
-        loop = asyncio.get_running_loop()
-        if loop is not self._loop:  # an app served by another loop than before (tests): new gates
-            self._loop, self._slots, self._turns = loop, asyncio.Semaphore(self._most), {}
-        request = {
-            "database": self._database_url,
-            "memory": self._memory_bytes,
-            "seconds": self._timeout_s,
-            "yaml": source,
-        }
-        async with org_turn(self._turns, org_id, asyncio.Lock), self._slots:
-            try:
-                answer = await to_thread.run_sync(
-                    _exchange, json.dumps(request).encode() + b"\n", self._timeout_s
-                )
-            except OSError as exc:
-                log.warning("a routine checker did not start: %s", exc)
-                raise ServiceUnavailable(f"No routine checker could start: {exc}", retry_after_s=5) from None
-            except _Died as exc:
-                log.warning("a routine checker ended: %s", exc)
-                raise _refused(
-                    f"it could not be checked within the {self._memory_bytes // 1024**2} MiB a routine may "
-                    "take to read: make it smaller"
-                ) from None
-        if answer is None:
+        request = {"routine": {"database": self._database_url, "yaml": source}}
+        answer = await self._ask(org_id, request, self._routine_s)
+        if isinstance(answer, str):
             raise _refused(
-                f"it could not be checked within {self._timeout_s:g} s (the most a routine may take to "
-                "read): make it smaller, or its expressions fewer or shorter"
+                f"it could not be checked within {answer}: make it smaller, or its expressions "
+                "fewer or shorter"
             )
         if "routine" in answer:
             routine: dict[str, Any] = answer["routine"]
@@ -218,7 +214,47 @@ class Checkers:
             raise InvalidRequest(
                 f"The routine has {len(lines)} problem(s): {lines[0]}", field="yaml", problems=lines
             )
-        raise ServiceUnavailable(f"The routine checker failed: {answer.get('failed')}", retry_after_s=5)
+        raise _failed(answer)
+
+    async def manifest(self, org_id: str, manifest: Any) -> list[Violation]:
+        """Every publish check's violation of a raw manifest (`packs.checks.run_checks`).
+
+        Raises:
+            InvalidRequest: the manifest could not be checked within the time or memory one may take.
+            ServiceUnavailable: a checker could not start or failed on its own.
+        """
+        answer = await self._ask(org_id, {"manifest": manifest}, self._manifest_s)
+        if isinstance(answer, str):
+            raise InvalidRequest(
+                f"The manifest could not be checked within {answer}: make its request templates fewer or "
+                "their expressions shorter.",
+                field="manifest",
+                reason="checks",
+            )
+        if "violations" in answer:
+            return [Violation(**v) for v in answer["violations"]]
+        raise _failed(answer)
+
+    async def _ask(self, org_id: str, request: dict[str, Any], seconds: float) -> dict[str, Any] | str:
+        """The checker's answer, or why it gave none ("5 s (the most ...)"): in the organization's turn,
+        with one of the slots."""
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:  # an app served by another loop than before (tests): new gates
+            self._loop, self._slots, self._turns = loop, asyncio.Semaphore(self._most), {}
+        what = "a routine may take to read" if "routine" in request else "a manifest may take to check"
+        line = json.dumps({"memory": self._memory_bytes, "seconds": seconds, **request}).encode() + b"\n"
+        async with org_turn(self._turns, org_id, asyncio.Lock), self._slots:
+            try:
+                answer = await to_thread.run_sync(_exchange, line, seconds)
+            except OSError as exc:
+                log.warning("a checker did not start: %s", exc)
+                raise ServiceUnavailable(f"No checker could start: {exc}", retry_after_s=5) from None
+            except _Died as exc:
+                log.warning("a checker ended: %s", exc)
+                return f"the {self._memory_bytes // 1024**2} MiB {what}"
+        if answer is None:
+            return f"{seconds:g} s (the most {what})"
+        return answer
 
 
 def _refused(why: str) -> InvalidRequest:
@@ -226,12 +262,35 @@ def _refused(why: str) -> InvalidRequest:
     return InvalidRequest(f"The routine has 1 problem(s): {line}", field="yaml", problems=[line])
 
 
-def main() -> None:
-    """The checker: answer each routine sent on stdin, until stdin closes (started by `_MAIN`)."""
-    from sqlalchemy import Engine
+def _failed(answer: dict[str, Any]) -> ServiceUnavailable:
+    return ServiceUnavailable(f"The checker failed: {answer.get('failed')}", retry_after_s=5)
 
+
+def _answer(request: dict[str, Any], engines: dict[str, Engine]) -> dict[str, Any]:
+    """The answer to one request (in the checker)."""
     from api.db import make_engine, read_session
     from api.runs.resolver import DbResolver
+    from engine.validate import RoutineError, load_routine
+
+    if "manifest" in request:
+        violations = run_checks(request["manifest"])
+        return {"violations": [dataclasses.asdict(v) for v in violations]}
+    url, source = request["routine"]["database"], request["routine"]["yaml"]
+    if url not in engines:
+        for old in engines.values():  # one api, one database: another is a new test's
+            old.dispose()
+        engines.clear()
+        engines[url] = make_engine(url)
+    try:
+        with read_session(engines[url]) as session:
+            routine = load_routine(source, FILENAME, DbResolver(session))
+    except RoutineError as exc:
+        return {"problems": exc.lines()}
+    return {"routine": routine.model_dump(mode="json", by_alias=True, exclude_unset=True)}
+
+
+def main() -> None:
+    """The checker: answer each request sent on stdin, until stdin closes (started by `_MAIN`)."""
     from engine.validate import RoutineError, load_routine
 
     try:  # CEL's parser is built on first use (~0.3 s): before the first routine's clock starts
@@ -246,25 +305,14 @@ def main() -> None:
     for line in sys.stdin:
         try:
             request = json.loads(line)
-            url = request["database"]
-            if url not in engines:
-                for old in engines.values():  # one api, one database: another is a new test's
-                    old.dispose()
-                engines = {url: make_engine(url)}
             memory = request["memory"] if hard == resource.RLIM_INFINITY else min(request["memory"], hard)
             resource.setrlimit(resource.RLIMIT_AS, (memory, hard))
             used = resource.getrusage(resource.RUSAGE_SELF)
             cpu_s = int(used.ru_utime + used.ru_stime + request["seconds"]) + 2  # SIGXCPU past it
             resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, resource.RLIM_INFINITY))
-            with read_session(engines[url]) as session:
-                routine = load_routine(request["yaml"], FILENAME, DbResolver(session))
-            answer: dict[str, Any] = {
-                "routine": routine.model_dump(mode="json", by_alias=True, exclude_unset=True)
-            }
-        except RoutineError as exc:
-            answer = {"problems": exc.lines()}
+            answer = _answer(request, engines)
         except MemoryError:
-            sys.exit(3)  # the api says the routine was too large to read
+            sys.exit(3)  # the api says it was too large to check
         except Exception as exc:  # a fault of the checker's own, said to the api (503), not a crash
             answer = {"failed": f"{type(exc).__name__}: {exc}"[:500]}
         sys.stdout.write(json.dumps(answer) + "\n")
