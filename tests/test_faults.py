@@ -385,7 +385,10 @@ def check_logs(cluster: Cluster, since: dict[Path, int], tally: Tally) -> None:
         with proc.log.open("rb") as f:
             f.seek(since.get(proc.log, 0))
             text = f.read()
-        assert b"Traceback" not in text, f"{proc.name}:\n{text.decode(errors='replace')[-4000:]}"
+        at = text.find(b"Traceback")
+        if at >= 0:  # the lines before it and the traceback itself (the log's tail may be other lines)
+            shown = text[max(0, at - 1500) : at + 6000].decode(errors="replace")
+            pytest.fail(f"a traceback in {proc.name}'s log ({proc.log}):\n{shown}")
         if proc.name.startswith("worker"):
             tally.worker_unreachable += text.count(b"did not answer")
 

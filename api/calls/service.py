@@ -28,6 +28,7 @@ import asyncio
 import collections
 import contextlib
 import datetime as dt
+import logging
 import random
 import time
 from collections.abc import Callable
@@ -60,6 +61,8 @@ from api.calls.tables import ToolCall
 from api.db import read_session, run_reading
 from api.models import utcnow
 from packs.resolve import Resolved, ResolveError
+
+log = logging.getLogger(__name__)
 
 MAINTENANCE_S = 600.0
 RECORD_RETRY_S = 1.0
@@ -343,7 +346,11 @@ class CallService:
             limits.mark_lost(session, now=now)
             idempotency.purge(session, now=now)
 
-        await self._db(sweep)
+        try:
+            await self._db(sweep)
+        except (OperationalError, InterfaceError) as exc:  # the call's answer stands; the next call sweeps
+            log.warning("the calls' sweep could not reach the database: %s", type(exc).__name__)
+            self._next_maintenance = 0.0
 
     def _finish(
         self,

@@ -101,3 +101,19 @@ def test_a_node_that_died_since_its_heartbeat_is_tool_unavailable_exec_and_free(
     assert f"/b3os-node-{node.popen.pid}\n" in out  # its cgroup in each hierarchy
     assert mounts.mounts_under(run_dir) == [] and list(run_dir.iterdir()) == []
     assert not list(Path("/sys/fs/cgroup").glob(f"*/**/b3os-node-{node.popen.pid}"))
+
+
+async def test_a_sweep_that_cannot_reach_the_database_leaves_the_calls_answer_and_runs_again_next_call() -> (
+    None
+):
+    from sqlalchemy import create_engine
+
+    from api.calls.service import CallService
+    from api.calls.settings import CallSettings
+
+    # a database nobody listens for: the sweep after a call's outcome was recorded fails to connect
+    service = CallService(
+        engine=create_engine("postgresql+psycopg://b3os@127.0.0.1:1/b3os"), settings=CallSettings()
+    )
+    await service._maintain()  # no exception: the call it follows is answered as it ended
+    assert service._next_maintenance == 0.0  # the next call sweeps again
