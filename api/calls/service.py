@@ -243,7 +243,11 @@ class CallService:
             twin, ended = (caller.org_id, idempotency_key), asyncio.Event()
             self._twins[twin] = ended
             task.add_done_callback(lambda _: self._twin_ended(twin, ended))
-        return await asyncio.shield(task)
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:  # the client stopped waiting: the call goes on, its end is logged
+            task.add_done_callback(_orphan_ended)
+            raise
 
     async def cancel(self, caller: Caller, *, key: str | None = None, call_id: str | None = None) -> Answer:
         """Cancel a running call of the caller's organization, by its Idempotency-Key or its id."""
@@ -490,6 +494,20 @@ class CallService:
                 details={"field": "timeout_ms"},
             )
         return min(t for t in (request.timeout_ms, own, self.settings.max_call_timeout_ms) if t is not None)
+
+
+def _orphan_ended(task: asyncio.Future[Answer]) -> None:
+    """A call whose request stopped waiting has ended: an error of its own is logged here (nobody else
+    retrieves it), a database out of reach in one line."""
+    if task.cancelled():
+        return
+    exc = task.exception()
+    if isinstance(exc, (OperationalError, InterfaceError)):
+        log.warning(
+            "a call could not record its outcome: the database could not be reached (%s)", type(exc).__name__
+        )
+    elif exc is not None:
+        log.error("a call failed after its request stopped waiting", exc_info=exc)
 
 
 def _outcome(execution: Execution) -> metering.Outcome:

@@ -117,3 +117,26 @@ async def test_a_sweep_that_cannot_reach_the_database_leaves_the_calls_answer_an
     )
     await service._maintain()  # no exception: the call it follows is answered as it ended
     assert service._next_maintenance == 0.0  # the next call sweeps again
+
+
+async def test_the_end_of_a_call_nobody_waits_for_any_more_is_logged_a_database_fault_in_one_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import asyncio
+
+    from sqlalchemy.exc import OperationalError
+
+    from api.calls.service import _orphan_ended
+
+    loop = asyncio.get_running_loop()
+    for exc in (OperationalError("UPDATE", {}, Exception("connection refused")), RuntimeError("a bug")):
+        ended: asyncio.Future[object] = loop.create_future()
+        ended.set_exception(exc)
+        _orphan_ended(ended)  # type: ignore[arg-type]
+    down, bug = caplog.records[-2:]
+    assert (down.levelname, down.getMessage(), down.exc_info) == (
+        "WARNING",
+        "a call could not record its outcome: the database could not be reached (OperationalError)",
+        None,
+    )
+    assert bug.levelname == "ERROR" and bug.exc_info is not None and bug.exc_info[1] is exc
