@@ -76,7 +76,11 @@ CHECKS: dict[int, str] = {
     "expression), map and errors",
     31: 'response.errors is a list of {"when": one ${{ }} expression, "code": 1 to 60 of a-z, 0-9, _ and -, '
     '"message"?: text, "retryable"?: true or false}',
-    32: "every ${{ }} of an http action's request and response parses as CEL",
+    32: (
+        "every ${{ }} of an http action's request and response parses as CEL, within the caps routines' "
+        "expressions have (2,000 characters, 32 levels of nesting, 3 macros inside one another: "
+        "docs/routines.md)"
+    ),
 }
 
 TOP_LEVEL_FIELDS = (
