@@ -14,6 +14,7 @@ import secrets
 import string
 from collections.abc import Sequence
 
+from sqlalchemy import bindparam
 from sqlmodel import Session, col, select
 
 from api.errors import RateLimited
@@ -82,15 +83,18 @@ def find_key(session: Session, *, secret: str) -> ApiKey | None:
     return key
 
 
+_KEY_OF_ORG = (
+    select(ApiKey, Organization.is_operator)
+    .outerjoin(Organization, col(Organization.id) == col(ApiKey.org_id))
+    .where(col(ApiKey.prefix) == bindparam("prefix"))
+)  # built once: every request reads it
+
+
 def find_key_of_org(session: Session, *, secret: str) -> tuple[ApiKey, bool] | None:
     """`find_key` and whether its organization is the operator's, in one query (every request asks)."""
     if not secret.startswith(KEY_PREFIX) or len(secret) < PREFIX_LEN + 1:
         return None
-    found = session.exec(
-        select(ApiKey, Organization.is_operator)
-        .outerjoin(Organization, col(Organization.id) == col(ApiKey.org_id))
-        .where(ApiKey.prefix == secret[:PREFIX_LEN])
-    ).first()
+    found = session.exec(_KEY_OF_ORG, params={"prefix": secret[:PREFIX_LEN]}).first()
     if found is None or not hmac.compare_digest(found[0].key_hash, hash_secret(secret)):
         return None
     return found[0], bool(found[1])

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
+from sqlalchemy import bindparam
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
@@ -87,16 +88,26 @@ def mark_unreachable(session: Session, *, node_id: str, at: dt.datetime) -> None
         session.commit()
 
 
+_LIVE = (
+    select(Node, NodeCredential.call_key)
+    .join(NodeCredential, col(NodeCredential.node_id) == col(Node.node_id))
+    .where(col(Node.last_seen) >= bindparam("since"), col(NodeCredential.revoked_at).is_(None))
+    .order_by(col(Node.slots_free).desc(), col(Node.node_id))
+)  # built once: every call reads it
+
+
+def live_nodes_with_keys(
+    session: Session, *, max_age_s: float = 15.0, now: dt.datetime | None = None
+) -> list[tuple[Node, str]]:
+    """Nodes heard from within `max_age_s` whose credential stands, the most free slots first, each with
+    its credential's call key (what the api presents to it), in one query."""
+    since = (now or utcnow()) - dt.timedelta(seconds=max_age_s)
+    return [(node, key) for node, key in session.exec(_LIVE, params={"since": since})]
+
+
 def live_nodes(session: Session, *, max_age_s: float = 15.0, now: dt.datetime | None = None) -> list[Node]:
     """Nodes heard from within `max_age_s` whose credential stands, the most free slots first."""
-    since = (now or utcnow()) - dt.timedelta(seconds=max_age_s)
-    stmt = (
-        select(Node)
-        .join(NodeCredential, col(NodeCredential.node_id) == col(Node.node_id))
-        .where(col(Node.last_seen) >= since, col(NodeCredential.revoked_at).is_(None))
-        .order_by(col(Node.slots_free).desc(), col(Node.node_id))
-    )
-    return list(session.exec(stmt).all())
+    return [node for node, _ in live_nodes_with_keys(session, max_age_s=max_age_s, now=now)]
 
 
 def registry_feed(session: Session, *, after: int, limit: int) -> tuple[list[dict[str, Any]], int]:

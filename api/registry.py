@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from threading import Lock
 from typing import Any
 
+from sqlalchemy import bindparam
 from sqlmodel import Session, col, select
 
 from api.errors import NotFound
@@ -103,6 +104,9 @@ KnownVersions = dict[tuple[str, str], tuple[Manifest, dict[str, Any]]]
 """Versions a process has read, (pack, version) -> (typed manifest, manifest): a cache of one engine."""
 
 
+_VERSIONS_OF = select(PackVersion.version).where(col(PackVersion.pack) == bindparam("pack"))
+
+
 def resolve_known(
     session: Session, *, ref: ActionRef, known: KnownVersions
 ) -> tuple[resolving.Resolved, dict[str, Any]]:
@@ -121,7 +125,7 @@ def resolve_known(
     if ref.is_exact and (ref.pack, ref.version) in known:
         listed: Sequence[str] = [ref.version]
     else:
-        listed = session.exec(select(PackVersion.version).where(col(PackVersion.pack) == ref.pack)).all()
+        listed = session.exec(_VERSIONS_OF, params={"pack": ref.pack}).all()
 
     def manifest_of(version: str) -> Manifest:
         found = known.get((ref.pack, version))

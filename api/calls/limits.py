@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, insert, or_, text, update
+from sqlalchemy import bindparam, func, insert, or_, text, update
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
@@ -43,6 +43,21 @@ from api.calls.tables import DONE, LOST, RUNNING, ToolCall
 from api.models import Node
 
 WINDOW = dt.timedelta(seconds=60)
+_CALLS = ToolCall.__table__  # type: ignore[attr-defined]
+# Built once and run on the session's connection as Core: every call's admission runs them.
+_ADD_CALL = insert(_CALLS)
+_LOAD = (
+    sa_select(_CALLS.c.node_id, _CALLS.c.org_id, func.count())
+    .where(
+        _CALLS.c.state == RUNNING,
+        _CALLS.c.lease_expires_at > bindparam("now"),
+        or_(_CALLS.c.org_id == bindparam("org"), _CALLS.c.node_id.in_(bindparam("nodes", expanding=True))),
+    )
+    .group_by(_CALLS.c.node_id, _CALLS.c.org_id)
+)
+_STARTS = sa_select(func.count()).where(
+    _CALLS.c.org_id == bindparam("org"), _CALLS.c.started_at > bindparam("since")
+)
 TYPICAL_OF = 20
 """Finished calls of an action version whose times predict when its running calls end."""
 
@@ -140,15 +155,7 @@ def _load(
     """In one statement: how many running calls hold the call's lane of its organization, and each
     candidate node's running calls (no rows loaded: a refusal reads them again for its Retry-After)."""
     node_ids = [n.node_id for n in nodes]
-    rows = session.execute(
-        sa_select(col(ToolCall.node_id), col(ToolCall.org_id), func.count())
-        .where(
-            col(ToolCall.state) == RUNNING,
-            col(ToolCall.lease_expires_at) > now,
-            or_(col(ToolCall.org_id) == adm.org_id, col(ToolCall.node_id).in_(node_ids)),
-        )
-        .group_by(col(ToolCall.node_id), col(ToolCall.org_id))
-    ).all()
+    rows = session.connection().execute(_LOAD, {"now": now, "org": adm.org_id, "nodes": node_ids}).all()
     lane = 0
     per_node = dict.fromkeys(node_ids, 0)
     for node_id, org_id, count in rows:
@@ -175,7 +182,9 @@ def _check_org(
             details={"limit": limit},
         )
     in_window = (col(ToolCall.org_id) == adm.org_id, col(ToolCall.started_at) > now - WINDOW)
-    starts = int(session.execute(sa_select(func.count()).where(*in_window)).scalar_one())
+    starts = int(
+        session.connection().execute(_STARTS, {"org": adm.org_id, "since": now - WINDOW}).scalar_one()
+    )
     if starts >= settings.starts_per_minute:
         oldest_counted = session.execute(
             sa_select(col(ToolCall.started_at))
@@ -304,8 +313,9 @@ def admit(
             deadline_at=deadline,
             lease_expires_at=deadline + dt.timedelta(seconds=settings.lease_grace_s),
         )
-        # a Core INSERT, no ORM unit of work: this runs for every call (the row is returned as built)
-        session.execute(insert(ToolCall).values(**call.model_dump()))
+        # a Core INSERT on the session's connection, no ORM: this runs for every call (the row is
+        # returned as built)
+        session.connection().execute(_ADD_CALL, call.model_dump())
         if also is not None:
             also(session)
         session.commit()

@@ -22,7 +22,7 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, insert, update
+from sqlalchemy import bindparam, func, insert, update
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
@@ -51,30 +51,50 @@ class Outcome:
     units: tuple[tuple[str, int], ...] = ()
 
 
+_CALLS = ToolCall.__table__  # type: ignore[attr-defined]
+_EVENTS = MeterEvent.__table__  # type: ignore[attr-defined]
+# Built once, executed on the session's connection as Core (no ORM bulk-update or bulk-insert work, no
+# statement built per call): these run for every call.
+_FINISH = (
+    update(_CALLS)
+    .where(_CALLS.c.id == bindparam("b_id"), _CALLS.c.state == RUNNING)
+    .values(
+        state=DONE,
+        **{name: bindparam(f"b_{name}") for name in ("finished_at", "status", "code", "reason", "ran")},
+        **{
+            name: bindparam(f"b_{name}")
+            for name in ("vcpu_ms", "gib_ms", "compute", "floor", "price", "total")
+        },
+    )
+)
+_ADD_EVENTS = insert(_EVENTS)
+
+
 def record(session: Session, *, call: ToolCall, outcome: Outcome, now: dt.datetime) -> None:
     """Finish a call's row (freeing its slots) and add its meter events, in the caller's transaction."""
-    session.execute(
-        update(ToolCall)
-        .where(col(ToolCall.id) == call.id, col(ToolCall.state) == RUNNING)
-        .values(
-            state=DONE,
-            finished_at=now,
-            status=outcome.status,
-            code=outcome.code,
-            reason=outcome.reason,
-            ran=outcome.ran,
-            vcpu_ms=outcome.vcpu_ms,
-            gib_ms=outcome.gib_ms,
-            compute=outcome.cost.compute,
-            floor=outcome.cost.floor,
-            price=outcome.cost.price,
-            total=outcome.cost.total,
-        )
+    connection = session.connection()
+    cost = outcome.cost
+    connection.execute(
+        _FINISH,
+        {
+            "b_id": call.id,
+            "b_finished_at": now,
+            "b_status": outcome.status,
+            "b_code": outcome.code,
+            "b_reason": outcome.reason,
+            "b_ran": outcome.ran,
+            "b_vcpu_ms": outcome.vcpu_ms,
+            "b_gib_ms": outcome.gib_ms,
+            "b_compute": cost.compute,
+            "b_floor": cost.floor,
+            "b_price": cost.price,
+            "b_total": cost.total,
+        },
     )
     namespace = call.pack.split("/", 1)[0]
-    if outcome.units:  # one executemany, no ORM unit of work: this runs for every call
-        session.execute(
-            insert(MeterEvent),
+    if outcome.units:  # one executemany
+        connection.execute(
+            _ADD_EVENTS,
             [
                 {
                     "call_id": call.id,

@@ -27,7 +27,7 @@ from api.calls.nodeclient import NodeAnswer, NodeTarget, send_call, send_cancel
 from api.calls.outputs import check_output
 from api.calls.tables import RUNNING, ToolCall
 from api.models import Node, NodeCredential
-from api.nodes import live_nodes, mark_unreachable
+from api.nodes import live_nodes_with_keys, mark_unreachable
 
 if TYPE_CHECKING:
     from api.calls.service import CallService
@@ -65,9 +65,10 @@ class VmExecutor:
         settings, resolved = self._service.settings, prepared.resolved
         now = self._service.clock()
         tag = f"{resolved.pack}@{resolved.version}"
-        live = live_nodes(session, now=now, max_age_s=settings.node_live_s)
-        keys = _call_keys(session, [n.node_id for n in live])
-        nodes = [n for n in live if tag in (n.installed or []) and n.node_id in keys]
+        found = live_nodes_with_keys(session, now=now, max_age_s=settings.node_live_s)
+        live = [n for n, _ in found]
+        keys = {n.node_id: key for n, key in found}
+        nodes = [n for n in live if tag in (n.installed or [])]
         if not nodes:
             raise PackUnavailable(
                 f"{resolved.ref}: no node has {resolved.pack} {resolved.version} installed yet "
