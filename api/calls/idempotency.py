@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import rfc8785
-from sqlalchemy import delete, update
+from sqlalchemy import bindparam, delete, insert, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col
 
@@ -61,6 +61,19 @@ class Claim:
     owner: bool = False
     replay: tuple[int, dict[str, Any]] | None = None
     wait_until: dt.datetime | None = None
+
+
+_RECORDS = IdempotencyRecord.__table__  # type: ignore[attr-defined]
+_THIS = (_RECORDS.c.org_id == bindparam("b_org"), _RECORDS.c.key == bindparam("b_key"))
+# Built once and run as Core on the session's connection: a keyed call (every routine step's) runs them.
+_CLAIM = insert(_RECORDS)
+_STORE = (
+    update(_RECORDS)
+    .where(*_THIS)
+    .values(state=DONE, status=bindparam("b_status"), body=bindparam("b_body"), call_id=bindparam("b_call"))
+)
+_LINK = update(_RECORDS).where(*_THIS, _RECORDS.c.state == RUNNING).values(call_id=bindparam("b_call"))
+_RELEASE = delete(_RECORDS).where(*_THIS, _RECORDS.c.state == RUNNING)
 
 
 def check_key(key: str) -> str:
@@ -98,16 +111,17 @@ def try_claim(
 def _attempt(
     session: Session, *, org_id: str, key: str, digest: str, now: dt.datetime, hold_s: float, ttl_s: int
 ) -> Claim | None:
-    record = IdempotencyRecord(
-        org_id=org_id,
-        key=key,
-        request_hash=digest,
-        claimed_until=now + dt.timedelta(seconds=hold_s),
-        created_at=now,
-        expires_at=now + dt.timedelta(seconds=ttl_s),
-    )
-    session.add(record)
+    claim = {
+        "org_id": org_id,
+        "key": key,
+        "request_hash": digest,
+        "state": RUNNING,
+        "claimed_until": now + dt.timedelta(seconds=hold_s),
+        "created_at": now,
+        "expires_at": now + dt.timedelta(seconds=ttl_s),
+    }
     try:
+        session.connection().execute(_CLAIM, claim)
         session.commit()
         return Claim(owner=True)
     except IntegrityError:
@@ -156,27 +170,19 @@ def store(
     session: Session, *, org_id: str, key: str, status: int, body: dict[str, Any], call_id: str | None
 ) -> None:
     """Store the answer of a claimed key in the caller's transaction (which commits)."""
-    session.execute(
-        update(IdempotencyRecord)
-        .where(*_is(org_id, key))
-        .values(state=DONE, status=status, body=body, call_id=call_id)
+    session.connection().execute(
+        _STORE, {"b_org": org_id, "b_key": key, "b_status": status, "b_body": body, "b_call": call_id}
     )
 
 
 def link_call(session: Session, *, org_id: str, key: str, call_id: str) -> None:
     """Name the admitted call of a running claim (in the caller's transaction), so a cancel finds it."""
-    session.execute(
-        update(IdempotencyRecord)
-        .where(*_is(org_id, key), col(IdempotencyRecord.state) == RUNNING)
-        .values(call_id=call_id)
-    )
+    session.connection().execute(_LINK, {"b_org": org_id, "b_key": key, "b_call": call_id})
 
 
 def release(session: Session, *, org_id: str, key: str) -> None:
     """Drop the claim of a key whose answer is not stored (429, 503) in the caller's transaction."""
-    session.execute(
-        delete(IdempotencyRecord).where(*_is(org_id, key), col(IdempotencyRecord.state) == RUNNING)
-    )
+    session.connection().execute(_RELEASE, {"b_org": org_id, "b_key": key})
 
 
 def purge(session: Session, *, now: dt.datetime) -> int:
