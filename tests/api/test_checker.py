@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+from collections.abc import Awaitable
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,26 @@ def slow(steps: int) -> str:
         fields = ", ".join(f"t{k}: '${{{{ size([{i * 4 + k},{body}]) }}}}'" for k in range(4))
         lines.append(f"  - id: s{i}\n    uses: {NOOP}\n    with: {{{fields}}}\n")
     return "name: slow\nsteps:\n" + "".join(lines)
+
+
+async def refused_beside_a_quick_routine(
+    checkers: Checkers, heavy_check: Awaitable[object]
+) -> InvalidRequest:
+    """Start two checkers (a start takes ~1 s, which a check's time does not count), then `heavy_check` of
+    org_a; while it holds a checker past its time, org_b's quick routine is read. Returns its refusal."""
+    for answer in await asyncio.gather(
+        *(checkers.routine(org, small("warm")) for org in ("org_x", "org_y")), return_exceptions=True
+    ):
+        assert isinstance(answer, InvalidRequest), answer
+    heavy = asyncio.ensure_future(heavy_check)
+    await asyncio.sleep(0.2)
+    with pytest.raises(InvalidRequest) as other:
+        await checkers.routine("org_b", small("quick"))
+    assert "cannot resolve" in other.value.extra["problems"][0]
+    assert not heavy.done()
+    with pytest.raises(InvalidRequest) as refused:
+        await heavy
+    return refused.value
 
 
 @pytest.fixture
@@ -64,21 +85,8 @@ async def test_a_routine_is_answered_as_it_is_stored_and_its_problems_at_their_l
 async def test_a_routine_that_takes_too_long_to_read_is_refused_and_the_next_is_read(
     checkers: Checkers,
 ) -> None:
-    # two checkers started (a start takes ~1 s, which a routine's time does not count)
-    for answer in await asyncio.gather(
-        *(checkers.routine(org, small("warm")) for org in ("org_x", "org_y")), return_exceptions=True
-    ):
-        assert isinstance(answer, InvalidRequest), answer
-    # while one organization's routine holds a checker past its time, another organization's is read
-    heavy = asyncio.ensure_future(checkers.routine("org_a", slow(40)))
-    await asyncio.sleep(0.2)
-    with pytest.raises(InvalidRequest) as other:
-        await checkers.routine("org_b", small("quick"))
-    assert "cannot resolve" in other.value.extra["problems"][0]
-    assert not heavy.done()
-    with pytest.raises(InvalidRequest) as refused:
-        await heavy
-    assert refused.value.extra["problems"] == [
+    refused = await refused_beside_a_quick_routine(checkers, checkers.routine("org_a", slow(40)))
+    assert refused.extra["problems"] == [
         "routine.yaml:1:1: it could not be checked within 2 s (the most a routine may take to read): "
         "make it smaller, or its expressions fewer or shorter"
     ]
@@ -165,20 +173,11 @@ async def test_a_manifest_is_answered_with_its_publish_checks_violations(checker
 async def test_a_manifest_that_takes_too_long_to_check_is_refused_while_a_routine_is_read(
     checkers: Checkers,
 ) -> None:
-    for answer in await asyncio.gather(
-        *(checkers.routine(org, small("warm")) for org in ("org_x", "org_y")), return_exceptions=True
-    ):
-        assert isinstance(answer, InvalidRequest), answer
-    heavy = asyncio.ensure_future(checkers.manifest("org_a", manifest_with_templates(60)))
-    await asyncio.sleep(0.2)
-    with pytest.raises(InvalidRequest) as other:
-        await checkers.routine("org_b", small("quick"))
-    assert "cannot resolve" in other.value.extra["problems"][0]
-    assert not heavy.done()
-    with pytest.raises(InvalidRequest) as refused:
-        await heavy
-    assert refused.value.message == (
+    refused = await refused_beside_a_quick_routine(
+        checkers, checkers.manifest("org_a", manifest_with_templates(60))
+    )
+    assert refused.message == (
         "The manifest could not be checked within 2 s (the most a manifest may take to check): make its "
         "request templates fewer or their expressions shorter."
     )
-    assert refused.value.extra == {"field": "manifest", "reason": "checks"}
+    assert refused.extra == {"field": "manifest", "reason": "checks"}
