@@ -38,7 +38,7 @@ from api.routes import (
     runs,
     schedules,
 )
-from telemetry import logs, tracing
+from telemetry import interpreter, logs, tracing
 from telemetry.config import TelemetrySettings
 from telemetry.scrape import install_metrics
 
@@ -62,6 +62,7 @@ def _settle_heap() -> None:
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the app for these settings (default: from the environment)."""
     settings = settings or Settings()
+    interpreter.hand_over_often()
     telemetry = TelemetrySettings()
     tracing.setup("api", telemetry)
     engine = engine_from_settings(settings)

@@ -38,7 +38,7 @@ from engine import expressions
 from engine.runs import ROUTINES_TASK_QUEUE, SEARCH_ATTRIBUTES
 from engine.schedule_workflow import ScheduleTickWorkflow
 from engine.workflow import RoutineWorkflow
-from telemetry import logs, tracing
+from telemetry import interpreter, logs, tracing
 from telemetry.config import TelemetrySettings
 
 __all__ = [
@@ -281,6 +281,7 @@ async def main() -> None:
         ScheduleActivities(activity_settings, client),
         workflow_tasks=settings.workflow_tasks,
     )
+    interpreter.hand_over_often()
     gc.collect()  # the startup heap frozen out of the collector: its full collections held workflow tasks
     gc.freeze()
     stop = asyncio.Event()

@@ -5,6 +5,8 @@
   injection and extraction, the server-span ASGI middleware.
 - `logs`: `trace_id=` in every log line.
 - `scrape`: `GET /metrics` (Prometheus text) for an ASGI app, readable from loopback or with the token.
+- `interpreter`: the api's and the worker's switch interval (how long a busy thread keeps the
+  interpreter's lock from their event loops).
 
 Each process keeps its own metrics in its own `prometheus_client.CollectorRegistry` (api.metrics,
 node.metrics, egress.metrics): no organization id is ever a label.
