@@ -17,7 +17,7 @@ from engine import payloads
 from engine.routine_needs import explicit_needs, readable_steps
 from engine.runs import FOREACH_MAX_ITEMS
 from engine.yaml_positions import Located, Path
-from packs.cel_syntax import MAX_FIELD_EXPRESSION_CHARS
+from packs.cel_syntax import MAX_EXPRESSION_CHARS, MAX_FIELD_EXPRESSION_CHARS, MAX_ROUTINE_EXPRESSION_CHARS
 from packs.schemas import Validator
 
 if TYPE_CHECKING:
@@ -56,8 +56,12 @@ def check_expressions(data: dict[str, Any], doc: Located) -> list[Triple]:
     A step reads `inputs.<declared name>`, `steps.<id>.output|status` of the steps it needs (directly
     or through others; without `needs:`, every step before it), and `item`/`index` only in `with:` of
     a step with `foreach:`. Outputs read any step. The status functions (`success()`, ...) are called
-    only in `if:`, with no argument.
+    only in `if:`, with no argument. A routine whose expressions hold more than
+    MAX_ROUTINE_EXPRESSION_CHARS characters in all gets that one problem, and none is parsed.
     """
+    too_many = _routine_length(data, doc)
+    if too_many:
+        return too_many
     problems: list[Triple] = []
     steps = _as_list(data.get("steps"))
     order: dict[str, int] = {}
@@ -100,13 +104,45 @@ def check_expressions(data: dict[str, Any], doc: Located) -> list[Triple]:
     return problems
 
 
-def _field_length(doc: Located, path: Path, value: Any, where: str) -> list[Triple]:
-    """The expressions of one field hold at most MAX_FIELD_EXPRESSION_CHARS characters in all."""
+def _fields(data: dict[str, Any]) -> Iterator[tuple[Path, str, Any]]:
+    """The fields that hold expressions, named as problems name them: each step's `if:`, `foreach:` and
+    `with:`, then the routine's `outputs`."""
+    for i, step in enumerate(_as_list(data.get("steps"))):
+        for key in ("if", "foreach", "with"):
+            yield ("steps", i, key), f"{_step_label(step, i)}: {key}", _as_dict(step).get(key)
+    yield ("outputs",), "outputs", data.get("outputs")
+
+
+def _lengths(path: Path, value: Any) -> list[int]:
+    """The length of each of a field's expressions."""
     if value is None:
         return []
-    total = sum(len(expr) for expr in ex.iter_expressions(value))
     if isinstance(value, str) and ex.OPEN not in value and path[-1] in ("if", "foreach"):
-        total = len(value.strip())  # a bare `if:` or `foreach:` expression
+        return [len(value.strip())]  # a bare `if:` or `foreach:` expression
+    return [len(expr) for expr in ex.iter_expressions(value)]
+
+
+def _routine_length(data: dict[str, Any], doc: Located) -> list[Triple]:
+    """The expressions of the routine hold at most MAX_ROUTINE_EXPRESSION_CHARS characters in all (the
+    problem is put at the field that passes the cap). An expression or a field over its own cap counts
+    one character past that cap: its own problem, found without parsing it, is the one to say."""
+    total = 0
+    for path, where, value in _fields(data):
+        field = sum(min(n, MAX_EXPRESSION_CHARS + 1) for n in _lengths(path, value))
+        total += min(field, MAX_FIELD_EXPRESSION_CHARS + 1)
+        if total > MAX_ROUTINE_EXPRESSION_CHARS:
+            message = (
+                f"{where}: the routine's expressions pass here the {MAX_ROUTINE_EXPRESSION_CHARS:,} "
+                f"characters one routine may have in all ({total:,} up to this field): split the work "
+                "across routines"
+            )
+            return [(*doc.position(path), message)]
+    return []
+
+
+def _field_length(doc: Located, path: Path, value: Any, where: str) -> list[Triple]:
+    """The expressions of one field hold at most MAX_FIELD_EXPRESSION_CHARS characters in all."""
+    total = sum(_lengths(path, value))
     if total <= MAX_FIELD_EXPRESSION_CHARS:
         return []
     message = (

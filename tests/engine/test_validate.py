@@ -211,6 +211,28 @@ def test_retry_values_out_of_range_are_refused() -> None:
     )
 
 
+def routine_of_texts(lengths: list[list[int]], extra: str = "") -> str:
+    """A routine of one step per list of `lengths`, each a `with:` of CEL string literals of those
+    lengths (quotes included); `extra` is added to the last step's `with:`."""
+    steps = []
+    for i, step in enumerate(lengths):
+        fields = ", ".join(f"t{k}: '${{{{ \"{'a' * (n - 2)}\" }}}}'" for k, n in enumerate(step))
+        more = extra if i == len(lengths) - 1 else ""
+        steps.append(f"  - id: s{i}\n    uses: {ECHO}\n    with: {{{fields}{more}}}\n")
+    return "name: long\nsteps:\n" + "".join(steps)
+
+
+def test_a_routines_expressions_hold_at_most_32000_characters_in_all() -> None:
+    at_the_cap = routine_of_texts([[2_000] * 4] * 4)  # 16 expressions of 2,000: 8,000 a field
+    assert len(load_routine(at_the_cap).steps) == 4
+    # a fifth step's `""` and a broken expression pass it: that one problem, nothing was parsed
+    over = routine_of_texts([[2_000] * 4] * 4 + [[2]], extra=", bad: '${{ input.( }}'")
+    assert only(over) == (
+        "17:11: step 's4': with: the routine's expressions pass here the 32,000 characters one routine "
+        "may have in all (32,009 up to this field): split the work across routines"
+    )
+
+
 def test_cel_syntax_error_points_inside_the_expression() -> None:
     found = problems(f"""
         name: x
