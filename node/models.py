@@ -12,6 +12,7 @@ from packs.names import FILE_NAME_RE, PACK_ID_RE, SEMVER_RE
 MAX_TIMEOUT_MS = 60_000
 MAX_OUTPUT_FILE_BYTES = 256 * 1024
 CALL_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
+TENANT_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
 class NodeCall(BaseModel):
@@ -28,6 +29,11 @@ class NodeCall(BaseModel):
     file_fields: list[str] = Field(default_factory=list)
     output_file_fields: list[str] | None = Field(
         default=None, description="the output properties declared as files (None: any {path} value)"
+    )
+    tenant: str | None = Field(
+        default=None,
+        pattern=TENANT_RE.pattern,
+        description="calls of one tenant share one VM's CPU weight on the node (None: the call weighs alone)",
     )
 
     @field_validator("pack")

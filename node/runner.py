@@ -17,6 +17,10 @@ ended (killed by SIGKILL: `tool_failed` / `signal`, `ran: true`), with `cancelle
 cancelled before its command started answers `tool_unavailable` / `exec` (nothing ran); a cancel that comes
 before the call itself is remembered for `CANCEL_MEMORY_S`, and that call is answered so at once.
 
+The VMs of one tenant (`NodeCall.tenant`: the api sends one per organization) share one VM's CPU weight:
+with n of its calls running, each VM weighs 1/n of a lone VM (`Vm.share_cpu`), so when the node's CPU is
+contended, a tenant with many calls running gets what a tenant with one gets, not n times as much.
+
 A version whose installed tree is gone from the cache when a call claims it (an operator deleted it)
 answers `tool_failed` / `unpack` (nothing ran), and the version is dropped from the cache: the next
 heartbeat no longer lists it, so the api stops placing calls here, and later calls answer
@@ -134,6 +138,7 @@ class Runner:
         self._ids = itertools.count()
         self._held: dict[str, _Held] = {}
         self._cancelled_early: dict[str, float] = {}
+        self._tenants: dict[str, list[Vm]] = {}  # tenant -> its VMs running a call
 
     def cancel(self, call_id: str) -> str:
         """Cancel a call: kill its VM if its command runs, else keep it from starting.
@@ -222,6 +227,7 @@ class Runner:
                 vm = self.driver.claim(deadline)
             with self._lock:
                 held.vm = vm
+                self._share(call.tenant, joining=vm)
             with clock.phase("copy"):
                 vm.copy(tool_dir, files)
             with clock.phase("unpack"):
@@ -257,6 +263,8 @@ class Runner:
             result = NodeCallResult(ok=False, ran=False, error=_fail(code, exc.reason, exc.message))
         finally:
             if vm is not None:
+                with self._lock:
+                    self._share(call.tenant, leaving=vm)
                 with clock.phase("delete"):
                     vm.delete()
             with self._lock:
@@ -264,6 +272,20 @@ class Runner:
             self._sem.release()
         result.timings = clock.as_dict()
         return result
+
+    def _share(self, tenant: str | None, *, joining: Vm | None = None, leaving: Vm | None = None) -> None:
+        """With `self._lock` held: a VM joins or leaves its tenant's running VMs; each then weighs 1/n."""
+        if tenant is None:
+            return
+        vms = self._tenants.setdefault(tenant, [])
+        if joining is not None:
+            vms.append(joining)
+        if leaving in vms:
+            vms.remove(leaving)
+        for vm in vms:
+            vm.share_cpu(1 / len(vms))
+        if not vms:
+            del self._tenants[tenant]
 
     @staticmethod
     def _check_exec(tool_dir: Path, first: str) -> str:

@@ -134,6 +134,9 @@ class Vm(ABC):
     def delete(self) -> None:
         """Stop every process of the VM and remove everything it had. Safe to call twice."""
 
+    def share_cpu(self, fraction: float) -> None:  # noqa: B027 - a driver without CPU weights ignores it
+        """Weigh this VM's CPU at `fraction` of a whole VM's against the node's other VMs (best effort)."""
+
 
 class VmDriver(ABC):
     """Hands out fresh VMs."""

@@ -126,6 +126,10 @@ class BwrapVm(Vm):
         except mounts.MountError as exc:
             raise VmError("unpack", f"the tool's files could not be mounted at /tool: {exc}") from exc
 
+    def share_cpu(self, fraction: float) -> None:
+        with contextlib.suppress(CgroupError):  # a VM being deleted has no group to weigh
+            self.cgroup.set_cpu_share(fraction)
+
     def run(self, cmd: Sequence[str], stdin: bytes, *, timeout_s: float, max_stdout: int) -> RunResult:
         deadline = time.monotonic() + timeout_s
         proc = self.proc

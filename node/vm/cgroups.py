@@ -9,6 +9,10 @@ on v2). `NodeCgroups.create_call(id, limits)` makes `<own>/<name>/<id>` with the
 - CPU: a CFS quota of `vcpu * period` (v1 `cpu.cfs_quota_us`, v2 `cpu.max`);
 - processes: `pids.max`.
 
+`CallCgroup.set_cpu_share(fraction)` weighs a VM against the node's other VMs when the CPU is contended
+(v1 `cpu.shares` of 1024, v2 `cpu.weight` of 100, times the fraction): the runner gives the VMs of one
+tenant a whole VM's weight between them.
+
 CPU used is read from `cpuacct.usage` (v1, ns) or `cpu.stat` `usage_usec` (v2); memory from
 `memory.usage_in_bytes` / `memory.current` and the peak from `memory.max_usage_in_bytes` / `memory.peak`.
 
@@ -31,6 +35,7 @@ from node.errors import NodeError
 V1_CONTROLLERS = ("memory", "cpu", "cpuacct", "pids")
 V2_CONTROLLERS = ("memory", "cpu", "pids")
 CFS_PERIOD_US = 100_000
+FULL_SHARE = {1: ("cpu.shares", 1024, 2), 2: ("cpu.weight", 100, 1)}  # file, a whole VM's weight, the least
 
 
 class CgroupError(NodeError):
@@ -154,6 +159,11 @@ class CallCgroup:
                 if key == "usage_usec":
                     return int(value) * 1000
         return 0
+
+    def set_cpu_share(self, fraction: float) -> None:
+        """Weigh the group's CPU at `fraction` of a whole VM's when the node's CPU is contended."""
+        name, full, least = FULL_SHARE[self.version]
+        _write(self.dirs["cpu"] / name, str(max(least, round(full * fraction))))
 
     def memory_bytes(self) -> int:
         """Memory the group uses now."""

@@ -94,10 +94,10 @@ def _parent(pid: int) -> int:
     return next((int(line.split()[1]) for line in status.splitlines() if line.startswith("PPid:")), 0)
 
 
-def vm_commands(stack: Stack) -> list[str]:
-    """The command lines of the processes the stack's processes started (a node's VMs' among them)."""
+def vm_processes(stack: Stack) -> dict[int, str]:
+    """The processes the stack's processes started (a node's VMs' among them): pid -> command line."""
     own = {p.popen.pid for p in stack.procs if p.popen.poll() is None}
-    commands = []
+    found = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -106,8 +106,13 @@ def vm_commands(stack: Stack) -> list[str]:
             cur, hops = _parent(cur), hops + 1
         if cur in own:
             with contextlib.suppress(OSError, UnicodeDecodeError):
-                commands.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode())
-    return commands
+                found[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+    return found
+
+
+def vm_commands(stack: Stack) -> list[str]:
+    """The command lines of the processes the stack's processes started (a node's VMs' among them)."""
+    return list(vm_processes(stack).values())
 
 
 def wait_vm_command(stack: Stack, text: str, timeout_s: float = 10.0) -> None:

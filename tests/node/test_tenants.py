@@ -1,0 +1,60 @@
+"""Calls of one tenant share one VM's CPU weight on the node, in their VMs' real cgroups."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+from nodetest import echo_call, leftovers, wait_running
+
+from node.models import NodeCall, NodeCallResult
+from node.runner import Runner
+from node.vm.bwrap import BwrapDriver
+from node.vm.cgroups import FULL_SHARE
+
+
+@pytest.fixture(autouse=True)
+def nothing_left(driver: BwrapDriver) -> Iterator[None]:
+    yield
+    assert leftovers(driver) == []
+
+
+def _sleep(seconds: float, tenant: str | None) -> NodeCall:
+    return echo_call("fail", {"mode": "sleep", "seconds": seconds}, timeout_ms=20_000, tenant=tenant)
+
+
+def _weights(driver: BwrapDriver) -> list[int]:
+    """The CPU weight of every VM group of the node now (the prepared ones' too), smallest first."""
+    name, _, _ = FULL_SHARE[driver.cgroups.version]
+    cpu = driver.cgroups.dirs["cpu"]
+    return sorted(int((cpu / child / name).read_text()) for child in driver.cgroups.children())
+
+
+def test_each_of_a_tenants_running_vms_weighs_one_over_how_many_it_runs(
+    runner: Runner, driver: BwrapDriver
+) -> None:
+    _, full, _ = FULL_SHARE[driver.cgroups.version]
+    calls = [_sleep(1, "org-a"), _sleep(4, "org-a"), _sleep(4, "org-b"), _sleep(4, None)]
+    results: list[NodeCallResult] = []
+    threads = [threading.Thread(target=lambda c=c: results.append(runner.call(c))) for c in calls]
+    for thread in threads:
+        thread.start()
+    try:
+        assert wait_running("sleep 4 ", vms=3), "the calls did not start in their VMs"
+        assert wait_running("sleep 1 ", vms=1), "the calls did not start in their VMs"
+        weights = _weights(driver)
+        assert weights.count(full // 2) == 2, weights  # org-a's two; org-b's and the untenanted one whole
+        assert all(w in (full // 2, full) for w in weights), weights
+        threads[0].join(timeout=10)
+        assert wait_running("sleep 4 ", vms=3, timeout_s=0)
+        assert _weights(driver).count(full // 2) == 0  # org-a's other call weighs a whole VM again
+    finally:
+        for thread in threads:
+            thread.join(timeout=30)
+    assert len(results) == 4 and all(r.ok for r in results), [r.error for r in results]
+
+
+def test_a_tenant_is_a_plain_name() -> None:
+    with pytest.raises(ValueError, match="tenant"):
+        _sleep(0, "../../cpu")
