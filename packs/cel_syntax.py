@@ -6,6 +6,8 @@
 - `MAX_ROUTINE_EXPRESSION_CHARS` (32,000) characters in the expressions of one routine, checked by the
   validator before any of them is parsed (a list literal of 2,000 characters takes ~0.2 s to parse:
   the expressions of one routine take at most a few seconds);
+- `MAX_MANIFEST_EXPRESSION_CHARS` (32,000) characters in the request and response templates' expressions
+  of one pack manifest, checked by publish check 32 before any of them is parsed, for the same reason;
 - `MAX_NESTING` (32) levels of operators, calls, member reads, indexes and brackets inside one another;
 - `MAX_MACRO_NESTING` (3) macros (`map`, `filter`, `all`, `exists`, `exists_one`) inside one another.
 
@@ -27,6 +29,7 @@ import lark
 MAX_EXPRESSION_CHARS = 2_000
 MAX_FIELD_EXPRESSION_CHARS = 8_000
 MAX_ROUTINE_EXPRESSION_CHARS = 32_000
+MAX_MANIFEST_EXPRESSION_CHARS = 32_000
 MAX_NESTING = 32
 MAX_MACRO_NESTING = 3
 

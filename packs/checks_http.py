@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 from urllib.parse import SplitResult, parse_qsl, urlsplit
 
+from packs.cel_syntax import MAX_EXPRESSION_CHARS, MAX_MANIFEST_EXPRESSION_CHARS
 from packs.checks_util import (
     HEADER_NAME_RE,
     RUNTIME_HEADERS,
@@ -275,7 +276,34 @@ def _template_sites(p: str, impl: Mapping[str, Any]) -> Iterator[tuple[str, str]
                 yield from _strings(rule[key], f"{p}.impl.response.errors[{i}].{key}")
 
 
+def _expressions_length(m: Mapping[str, Any], r: Report) -> bool:
+    """Whether the templates' expressions pass MAX_MANIFEST_EXPRESSION_CHARS in all (said at the field that
+    passes it). An expression over its own cap counts one past it: its own problem is the one to say."""
+    total = 0
+    for p, _, impl in _http_actions(m):
+        for field, text in _template_sites(p, impl):
+            if OPEN not in text:
+                continue
+            try:
+                pieces = parts(text)
+            except TemplateError:
+                continue
+            total += sum(min(len(source), MAX_EXPRESSION_CHARS + 1) for is_expr, source in pieces if is_expr)
+            if total > MAX_MANIFEST_EXPRESSION_CHARS:
+                r.add(
+                    32,
+                    field,
+                    text,
+                    f"the templates' expressions pass here the {MAX_MANIFEST_EXPRESSION_CHARS:,} characters "
+                    f"one manifest may have in all ({total:,} up to this field): make them fewer or shorter",
+                )
+                return True
+    return False
+
+
 def check_templates(m: Mapping[str, Any], r: Report) -> None:
+    if _expressions_length(m, r):
+        return  # none is parsed: ~0.2 s of CPU each for the longest
     for p, _, impl in _http_actions(m):
         for field, text in _template_sites(p, impl):
             if OPEN not in text:

@@ -67,7 +67,7 @@ def database(tmp_path: Path) -> str:
 
 @pytest.fixture
 def checkers(database: str) -> Checkers:
-    return Checkers(database, routine_s=1.0, manifest_s=2.0)
+    return Checkers(database, routine_s=1.0, manifest_s=1.0)
 
 
 async def test_a_routine_is_answered_as_it_is_stored_and_its_problems_at_their_lines(
@@ -132,7 +132,7 @@ async def test_a_routine_that_needs_more_memory_than_a_checker_has_is_refused(da
 def test_a_checker_whose_api_is_gone_stops_at_the_checks_time() -> None:
     # nobody waits for its answer (its api was killed): its own CPU limit ends it
     checker = _Checker()
-    request = {"memory": MEMORY_BYTES, "seconds": 1, "manifest": manifest_with_templates(60)}
+    request = {"memory": MEMORY_BYTES, "seconds": 0, "manifest": manifest_with_templates(16)}
     assert checker.process.stdin is not None
     checker.process.stdin.write(json.dumps(request).encode() + b"\n")
     checker.process.stdin.flush()
@@ -153,7 +153,7 @@ async def test_a_checker_killed_while_it_waited_is_replaced_for_the_next_routine
 
 def manifest_with_templates(expressions: int) -> dict[str, object]:
     """The open-meteo example with `expressions` different list literals of ~2,000 characters as query
-    parameters of its first action (each ~0.2 s to parse)."""
+    parameters of its first action (each ~0.2 s to parse; 16, the most a manifest may have, ~3 s)."""
     manifest = json.loads((EXAMPLES / "open-meteo" / "b3pack.json").read_text())
     body = ",".join(["1"] * 984)
     query = manifest["actions"][0]["impl"]["request"]["query"]
@@ -175,10 +175,10 @@ async def test_a_manifest_that_takes_too_long_to_check_is_refused_while_a_routin
     checkers: Checkers,
 ) -> None:
     refused = await refused_beside_a_quick_routine(
-        checkers, checkers.manifest("org_a", manifest_with_templates(60))
+        checkers, checkers.manifest("org_a", manifest_with_templates(16))
     )
     assert refused.message == (
-        "The manifest could not be checked within 2 s (the most a manifest may take to check): make its "
+        "The manifest could not be checked within 1 s (the most a manifest may take to check): make its "
         "request templates fewer or their expressions shorter."
     )
     assert refused.extra == {"field": "manifest", "reason": "checks"}

@@ -653,6 +653,19 @@ def test_a_pack_whose_actions_no_executor_runs_is_refused() -> None:
     ]
 
 
+def test_a_manifests_template_expressions_hold_at_most_32000_characters_in_all() -> None:
+    body = ",".join(["1"] * 984)  # each expression ~1,990 characters: 16 fit, the 17th passes the cap
+    query = {f"q{i}": f"${{{{ size([{i},{body}]) }}}}" for i in range(16)}
+    assert run_checks(mutate(OM, {"actions[0].impl.request.query": query})) == []
+    query.update(q16=f"${{{{ size([16,{body}]) }}}}", q17="${{ input.( }}")
+    (violation,) = run_checks(mutate(OM, {"actions[0].impl.request.query": query}))
+    assert (violation.check, violation.field) == (32, "actions[0].impl.request.query.q16")
+    assert violation.message.endswith(
+        "is not accepted: the templates' expressions pass here the 32,000 characters one manifest may have "
+        "in all (33,616 up to this field): make them fewer or shorter"
+    )  # and q17 is not parsed
+
+
 def test_every_http_violation_is_reported_at_once() -> None:
     m = mutate(
         GH,
