@@ -140,13 +140,23 @@ async def _timed_run(stack: Any, org: Any, name: str, inputs: dict[str, Any]) ->
     return events[-1].event_time.ToMicroseconds() / 1000 - sent_at * 1000, run
 
 
-PHASES = ("start answered", "workflow tasks waited", "ran", "activity waited", "ran", "run in Temporal")
+PHASES = (
+    "start answered",
+    "workflow tasks waited",
+    "ran",
+    "activity waited",
+    "ran; of it, to its call admitted",
+    "admitted to finished",
+    "finished to the activity's end",
+    "run in Temporal",
+)
 
 
-async def _phases(stack: Any, run: dict[str, Any]) -> list[float]:
-    """Where a run's time went (ms, in PHASES' order): the api's answer to its start; its workflow tasks'
-    waits (scheduled to started) and work (started to completed), its activities' likewise; its history's
-    first event to its last."""
+async def _phases(stack: Any, org: Any, run: dict[str, Any]) -> list[float]:
+    """Where a one-step run's time went (ms, in PHASES' order): the api's answer to its start; its workflow
+    tasks' waits (scheduled to started) and work (started to completed), its activity's likewise, the
+    activity split at its call's admission and finish (the api's `tool_calls` row: its last call); its
+    history's first event to its last."""
     from temporalio.api.enums.v1 import EventType as E
 
     at: dict[int, float] = {}
@@ -164,8 +174,21 @@ async def _phases(stack: Any, run: dict[str, Any]) -> list[float]:
             attrs = event.activity_task_completed_event_attributes
             waits["act_run"] += t - at[attrs.started_event_id]
             waits["act"] += at[attrs.started_event_id] - at[attrs.scheduled_event_id]
+            act_began, act_ended = at[attrs.started_event_id], t
     whole = at[events[-1].event_id] - at[events[0].event_id]
-    return [run["start_answered_ms"], waits["wft"], waits["wft_run"], waits["act"], waits["act_run"], whole]
+    call = stack.calls_of(org)[-1]
+    admitted, finished = (call.started_at.timestamp() * 1000, call.finished_at.timestamp() * 1000)
+    return [
+        run["start_answered_ms"],
+        waits["wft"],
+        waits["wft_run"],
+        waits["act"],
+        waits["act_run"],
+        admitted - act_began,
+        finished - admitted,
+        act_ended - finished,
+        whole,
+    ]
 
 
 def _phase_text(samples: list[list[float]]) -> str:
@@ -345,7 +368,7 @@ async def _fairness(
     for _ in range(rounds):
         ms, run = await _timed_run(stack, other, "small", {})
         alone.append(ms)
-        phases.append(await _phases(stack, run))
+        phases.append(await _phases(stack, other, run))
     print(
         f"small run of another organization (start sent to its last event), median of {rounds}, ms: "
         f"alone {statistics.median(alone):.0f}"
@@ -372,7 +395,7 @@ async def _fairness(
             alongside.append(ms)
             for run_id in run_ids:
                 await stack.final(hostile, run_id, timeout_s=120)
-            phases.append(await _phases(stack, run))
+            phases.append(await _phases(stack, other, run))
         client.close()
         ratio = statistics.median(alongside) / statistics.median(alone)
         print(

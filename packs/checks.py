@@ -79,7 +79,8 @@ CHECKS: dict[int, str] = {
     32: (
         "every ${{ }} of an http action's request and response parses as CEL, within the caps routines' "
         "expressions have (2,000 characters, 32 levels of nesting, 3 macros inside one another: "
-        "docs/routines.md)"
+        "docs/routines.md), and the manifest's template expressions hold at most 32,000 characters in all "
+        "(past that, only that is said, at the field that passes it, and none is parsed)"
     ),
 }
 
