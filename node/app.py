@@ -63,6 +63,7 @@ def make_driver(settings: Settings) -> VmDriver:
         pool_size=settings.pool_size,
         slots=settings.slots,
         uid_base=settings.vm_uid_base,
+        tenant_cpu_weight=settings.tenant_cpu_weight,
     )
 
 

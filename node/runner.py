@@ -17,9 +17,13 @@ ended (killed by SIGKILL: `tool_failed` / `signal`, `ran: true`), with `cancelle
 cancelled before its command started answers `tool_unavailable` / `exec` (nothing ran); a cancel that comes
 before the call itself is remembered for `CANCEL_MEMORY_S`, and that call is answered so at once.
 
-The VMs of one tenant (`NodeCall.tenant`: the api sends one per organization) share one VM's CPU weight:
-with n of its calls running, each VM weighs 1/n of a lone VM (`Vm.share_cpu`), so when the node's CPU is
-contended, a tenant with many calls running gets what a tenant with one gets, not n times as much.
+The VMs of one tenant (`NodeCall.tenant`: the api sends one per organization; a call without one is a
+tenant of its own) share one VM's CPU weight: with n of its calls running, each VM weighs 1/n of a lone
+VM (`Vm.share_cpu`), so when the node's CPU is contended, a tenant with many calls running gets what a
+tenant with one gets, not n times as much. The node's VMs together weigh, against the host's other
+processes, a tenant's weight per tenant running (`VmDriver.share_cpu`; the bwrap driver's is 4 process
+sessions, `B3OS_TENANT_CPU_WEIGHT`): on a host the node shares with the api, Temporal and the worker,
+another organization's call is not squeezed into the share of one busy organization's VMs.
 
 A version whose installed tree is gone from the cache when a call claims it (an operator deleted it)
 answers `tool_failed` / `unpack` (nothing ran), and the version is dropped from the cache: the next
@@ -139,6 +143,7 @@ class Runner:
         self._held: dict[str, _Held] = {}
         self._cancelled_early: dict[str, float] = {}
         self._tenants: dict[str, list[Vm]] = {}  # tenant -> its VMs running a call
+        self._weighed_as = 0  # the tenants the driver last weighed the VMs as
 
     def cancel(self, call_id: str) -> str:
         """Cancel a call: kill its VM if its command runs, else keep it from starting.
@@ -227,7 +232,7 @@ class Runner:
                 vm = self.driver.claim(deadline)
             with self._lock:
                 held.vm = vm
-                self._share(call.tenant, joining=vm)
+                self._share(call.tenant or f"call:{call.call_id}", joining=vm)
             with clock.phase("copy"):
                 vm.copy(tool_dir, files)
             with clock.phase("unpack"):
@@ -264,7 +269,7 @@ class Runner:
         finally:
             if vm is not None:
                 with self._lock:
-                    self._share(call.tenant, leaving=vm)
+                    self._share(call.tenant or f"call:{call.call_id}", leaving=vm)
                 with clock.phase("delete"):
                     vm.delete()
             with self._lock:
@@ -273,10 +278,9 @@ class Runner:
         result.timings = clock.as_dict()
         return result
 
-    def _share(self, tenant: str | None, *, joining: Vm | None = None, leaving: Vm | None = None) -> None:
-        """With `self._lock` held: a VM joins or leaves its tenant's running VMs; each then weighs 1/n."""
-        if tenant is None:
-            return
+    def _share(self, tenant: str, *, joining: Vm | None = None, leaving: Vm | None = None) -> None:
+        """With `self._lock` held: a VM joins or leaves its tenant's running VMs; each then weighs 1/n, and
+        the node's VMs together one session per tenant."""
         vms = self._tenants.setdefault(tenant, [])
         if joining is not None:
             vms.append(joining)
@@ -286,6 +290,9 @@ class Runner:
             vm.share_cpu(1 / len(vms))
         if not vms:
             del self._tenants[tenant]
+        if len(self._tenants) != self._weighed_as:
+            self._weighed_as = len(self._tenants)
+            self.driver.share_cpu(self._weighed_as)
 
     @staticmethod
     def _check_exec(tool_dir: Path, first: str) -> str:

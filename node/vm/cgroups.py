@@ -9,9 +9,10 @@ on v2). `NodeCgroups.create_call(id, limits)` makes `<own>/<name>/<id>` with the
 - CPU: a CFS quota of `vcpu * period` (v1 `cpu.cfs_quota_us`, v2 `cpu.max`);
 - processes: `pids.max`.
 
-`CallCgroup.set_cpu_share(fraction)` weighs a VM against the node's other VMs when the CPU is contended
-(v1 `cpu.shares` of 1024, v2 `cpu.weight` of 100, times the fraction): the runner gives the VMs of one
-tenant a whole VM's weight between them.
+`CallCgroup.set_cpu_share(fraction)` weighs a VM against the node's other VMs when the CPU is contended,
+and `NodeCgroups.set_cpu_share(n)` the node's VMs together against the host's other processes (v1
+`cpu.shares` of 1024, v2 `cpu.weight` of 100, times the fraction or n): the runner gives the VMs of one
+tenant a whole VM's weight between them, and the node's group one per tenant running.
 
 CPU used is read from `cpuacct.usage` (v1, ns) or `cpu.stat` `usage_usec` (v2); memory from
 `memory.usage_in_bytes` / `memory.current` and the peak from `memory.max_usage_in_bytes` / `memory.peak`.
@@ -35,7 +36,8 @@ from node.errors import NodeError
 V1_CONTROLLERS = ("memory", "cpu", "cpuacct", "pids")
 V2_CONTROLLERS = ("memory", "cpu", "pids")
 CFS_PERIOD_US = 100_000
-FULL_SHARE = {1: ("cpu.shares", 1024, 2), 2: ("cpu.weight", 100, 1)}  # file, a whole VM's weight, the least
+FULL_SHARE = {1: ("cpu.shares", 1024, 2, 262_144), 2: ("cpu.weight", 100, 1, 10_000)}
+"""cgroup version -> the weight's file, a whole VM's weight (the default of a group), the least, the most."""
 
 
 class CgroupError(NodeError):
@@ -108,6 +110,11 @@ def _read_int(path: Path) -> int:
         return 0
 
 
+def _set_share(version: int, cpu_dir: Path, times: float) -> None:
+    name, full, least, most = FULL_SHARE[version]
+    _write(cpu_dir / name, str(min(most, max(least, round(full * times)))))
+
+
 def _rmdir(path: Path, tries: int = 50) -> None:
     for _ in range(tries):
         try:
@@ -162,8 +169,7 @@ class CallCgroup:
 
     def set_cpu_share(self, fraction: float) -> None:
         """Weigh the group's CPU at `fraction` of a whole VM's when the node's CPU is contended."""
-        name, full, least = FULL_SHARE[self.version]
-        _write(self.dirs["cpu"] / name, str(max(least, round(full * fraction))))
+        _set_share(self.version, self.dirs["cpu"], fraction)
 
     def memory_bytes(self) -> int:
         """Memory the group uses now."""
@@ -294,6 +300,10 @@ class NodeCgroups:
                 group.remove()
             raise CgroupError(f"cannot make the VM's cgroup {call}: {exc}") from exc
         return group
+
+    def set_cpu_share(self, groups: float) -> None:
+        """Weigh the node's VMs together as `groups` default groups (or process sessions) of the host."""
+        _set_share(self.version, self.dirs["cpu"], groups)
 
     def children(self) -> list[str]:
         """Names of the call groups now under the node's group."""
