@@ -143,7 +143,7 @@ class Runner:
         self._held: dict[str, _Held] = {}
         self._cancelled_early: dict[str, float] = {}
         self._tenants: dict[str, list[Vm]] = {}  # tenant -> its VMs running a call
-        self._weighed_as = 0  # the tenants the driver last weighed the VMs as
+        self._weighed_as = 1  # the tenants the driver last weighed the VMs as (at its start, one)
 
     def cancel(self, call_id: str) -> str:
         """Cancel a call: kill its VM if its command runs, else keep it from starting.
@@ -290,8 +290,8 @@ class Runner:
             vm.share_cpu(1 / len(vms))
         if not vms:
             del self._tenants[tenant]
-        if len(self._tenants) != self._weighed_as:
-            self._weighed_as = len(self._tenants)
+        if max(1, len(self._tenants)) != self._weighed_as:  # the driver weighs at least one tenant's
+            self._weighed_as = max(1, len(self._tenants))
             self.driver.share_cpu(self._weighed_as)
 
     @staticmethod
