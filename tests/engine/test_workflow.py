@@ -124,11 +124,17 @@ outputs:
 
 
 async def _sleepers(
-    stack: RoutineStack, client: httpx.AsyncClient, org: Org, url: str, n: int, ref: str = FREE_FAIL
+    stack: RoutineStack,
+    client: httpx.AsyncClient,
+    org: Org,
+    url: str,
+    n: int,
+    ref: str = FREE_FAIL,
+    timeout_ms: int = 2000,
 ) -> list[asyncio.Task[httpx.Response]]:
-    """n calls of `ref` (an echo's `fail`) sleeping, each cut at 2 s, started over HTTP; returns once all
-    run."""
-    body = {"ref": ref, "input": {"mode": "sleep", "seconds": 60}, "timeout_ms": 2000}
+    """n calls of `ref` (an echo's `fail`) sleeping, each cut at `timeout_ms`, started over HTTP; returns
+    once all run."""
+    body = {"ref": ref, "input": {"mode": "sleep", "seconds": 60}, "timeout_ms": timeout_ms}
     tasks = [
         asyncio.ensure_future(client.post(f"{url}/v1/actions/call", json=body, headers=org.headers))
         for _ in range(n)
@@ -153,15 +159,16 @@ async def test_a_real_429_is_waited_exactly_its_retry_after_with_the_same_key(
     routine_stack: RoutineStack,
 ) -> None:
     # The sleepers go through an api process whose call overhead is 1 s, so their deadlines (and the
-    # Retry-After computed from them) are 3 s away rather than 12. They call an action no other test
-    # calls: with no finished calls of it, Retry-After is their soonest deadline, not when such calls
-    # usually end (api.calls.limits; other tests' 1 s sleeps of the free echo's made it 1 s, then 2).
+    # Retry-After computed from them) are 6 s away rather than 15. They call an action no other test
+    # calls (the priced echo's fail, which runs at least its own 5 s): with no finished calls of it,
+    # Retry-After is their soonest deadline, not when such calls usually end (api.calls.limits; other
+    # tests' 1 s sleeps of the free echo's fail made it 1 s, and the step waited twice).
     url, proc = routine_stack.start_api(extra_env={"B3OS_CALL_OVERHEAD_S": "1"}, listed=False)
     org = routine_stack.runner()
     sleeper_key = routine_stack.add_key(org)
     try:
         async with loopback.async_client(timeout=30) as client:
-            sleepers = await _sleepers(routine_stack, client, sleeper_key, url, 4, f"{PRICEY}/fail@1")
+            sleepers = await _sleepers(routine_stack, client, sleeper_key, url, 4, f"{PRICEY}/fail@1", 5000)
             soonest = min(c.deadline_at for c in routine_stack.calls_of(org)).timestamp()
             source = f"name: busy\nsteps:\n  - id: echo\n    uses: {FREE_ECHO}\n    with: {{text: hi}}\n"
             run = await routine_stack.run(org, source)
