@@ -280,7 +280,7 @@ class Runner:
 
     def _share(self, tenant: str, *, joining: Vm | None = None, leaving: Vm | None = None) -> None:
         """With `self._lock` held: a VM joins or leaves its tenant's running VMs; each then weighs 1/n, and
-        the node's VMs together one session per tenant."""
+        the node's VMs together a tenant's weight per tenant running."""
         vms = self._tenants.setdefault(tenant, [])
         if joining is not None:
             vms.append(joining)

@@ -12,7 +12,8 @@ on v2). `NodeCgroups.create_call(id, limits)` makes `<own>/<name>/<id>` with the
 `CallCgroup.set_cpu_share(fraction)` weighs a VM against the node's other VMs when the CPU is contended,
 and `NodeCgroups.set_cpu_share(n)` the node's VMs together against the host's other processes (v1
 `cpu.shares` of 1024, v2 `cpu.weight` of 100, times the fraction or n): the runner gives the VMs of one
-tenant a whole VM's weight between them, and the node's group one per tenant running.
+tenant a whole VM's weight between them, and the driver the node's group a tenant's weight (in process
+sessions) per tenant running.
 
 CPU used is read from `cpuacct.usage` (v1, ns) or `cpu.stat` `usage_usec` (v2); memory from
 `memory.usage_in_bytes` / `memory.current` and the peak from `memory.max_usage_in_bytes` / `memory.peak`.
