@@ -48,7 +48,7 @@ class Settings(BaseSettings):
     vcpu: int = Field(default=1, ge=1, le=8, description="vCPUs of one VM (CFS quota).")
     pids_max: int = Field(default=64, ge=8, description="Processes and threads in one VM.")
     tenant_cpu_weight: float = Field(
-        default=4.0,
+        default=1.0,
         ge=0.01,
         le=64,
         description="What the VMs of one tenant (an organization) running calls weigh together on the host's "

@@ -21,8 +21,8 @@ The VMs of one tenant (`NodeCall.tenant`: the api sends one per organization; a 
 tenant of its own) share one VM's CPU weight: with n of its calls running, each VM weighs 1/n of a lone
 VM (`Vm.share_cpu`), so when the node's CPU is contended, a tenant with many calls running gets what a
 tenant with one gets, not n times as much. The node's VMs together weigh, against the host's other
-processes, a tenant's weight per tenant running (`VmDriver.share_cpu`; the bwrap driver's is 4 process
-sessions, `B3OS_TENANT_CPU_WEIGHT`): on a host the node shares with the api, Temporal and the worker,
+processes, a tenant's weight per tenant running (`VmDriver.share_cpu`; the bwrap driver's is one process
+session, `B3OS_TENANT_CPU_WEIGHT`): on a host the node shares with the api, Temporal and the worker,
 another organization's call is not squeezed into the share of one busy organization's VMs.
 
 A version whose installed tree is gone from the cache when a call claims it (an operator deleted it)

@@ -70,11 +70,12 @@ SANDBOX_UID = 1000
 UID_BASE = 1_900_000_000  # the first host uid of the VMs (B3OS_VM_UID_BASE; see node/vm/uids.py)
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 FILLERS = 2  # VMs prepared at once in the background
-TENANT_CPU_WEIGHT = 4.0
+TENANT_CPU_WEIGHT = 1.0
 """What the VMs of one tenant running calls weigh together on the host's CPU, in process sessions (each
-autogroup, or a cgroup at its default weight): a call's VM is work someone waits on, so on a host the node
-shares with the api, Temporal and the worker it goes before their background work (measured in
-docs/performance.md, round 9); a node on a host of its own shares it with little else."""
+autogroup, or a cgroup at its default weight): each organization's tools weigh as one session of the
+host. More (B3OS_TENANT_CPU_WEIGHT) puts calls before the host's other work, the node's own included: at
+4, three spinning VMs of three tenants kept the node from starting a fourth VM (docs/performance.md,
+round 9)."""
 MAX_REMOVING = 16  # VMs whose processes are dead but whose mounts and cgroup the reaper still removes
 
 

@@ -64,8 +64,8 @@ def test_an_organizations_calls_share_one_vms_cpu_weight_and_each_organization_w
     try:
         full = FULL_SHARE[1 if Path("/sys/fs/cgroup/cpu/cpu.shares").exists() else 2][1]
         # each of busy's 3 weighs a third of quiet's one; the node's VMs together 2 tenants' worth, each
-        # tenant 4 process sessions (B3OS_TENANT_CPU_WEIGHT's default)
-        node = 2 * 4 * full
+        # tenant one process session (B3OS_TENANT_CPU_WEIGHT's default)
+        node = 2 * full
         assert _weights(stack, "sleep 3 ", 3) == [(round(full / 3), node)] * 3
         assert _weights(stack, "sleep 4 ", 1) == [(full, node)]
     finally:

@@ -58,7 +58,7 @@ def test_each_of_a_tenants_running_vms_weighs_one_over_how_many_it_runs(
         weights = _weights(driver)
         assert weights.count(full // 2) == 2, weights  # org-a's two; org-b's and the untenanted one whole
         assert all(w in (full // 2, full) for w in weights), weights
-        weight = driver.tenant_cpu_weight * full  # one tenant's: 4 process sessions
+        weight = driver.tenant_cpu_weight * full  # one tenant's: one process session
         assert _node_weight(driver) == 3 * weight  # org-a, org-b and the untenanted call
         threads[0].join(timeout=10)
         assert wait_running("sleep 4 ", vms=3, timeout_s=0)
