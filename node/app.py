@@ -63,7 +63,6 @@ def make_driver(settings: Settings) -> VmDriver:
         pool_size=settings.pool_size,
         slots=settings.slots,
         uid_base=settings.vm_uid_base,
-        tenant_cpu_weight=settings.tenant_cpu_weight,
     )
 
 

@@ -47,13 +47,6 @@ class Settings(BaseSettings):
     memory_mb: int = Field(default=512, ge=16, description="Memory of one VM, swap included.")
     vcpu: int = Field(default=1, ge=1, le=8, description="vCPUs of one VM (CFS quota).")
     pids_max: int = Field(default=64, ge=8, description="Processes and threads in one VM.")
-    tenant_cpu_weight: float = Field(
-        default=1.0,
-        ge=0.01,
-        le=64,
-        description="What the VMs of one tenant (an organization) running calls weigh together on the host's "
-        "CPU, in process sessions: the node's VMs weigh this times the tenants running.",
-    )
     work_mb: int = Field(default=64, ge=1, description="Size of /work (tmpfs).")
     in_kb: int = Field(
         default=2048, ge=16, description="Size of /in (tmpfs); files that do not fit: tool_unavailable/copy."

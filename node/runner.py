@@ -20,10 +20,7 @@ before the call itself is remembered for `CANCEL_MEMORY_S`, and that call is ans
 The VMs of one tenant (`NodeCall.tenant`: the api sends one per organization; a call without one is a
 tenant of its own) share one VM's CPU weight: with n of its calls running, each VM weighs 1/n of a lone
 VM (`Vm.share_cpu`), so when the node's CPU is contended, a tenant with many calls running gets what a
-tenant with one gets, not n times as much. The node's VMs together weigh, against the host's other
-processes, a tenant's weight per tenant running (`VmDriver.share_cpu`; the bwrap driver's is one process
-session, `B3OS_TENANT_CPU_WEIGHT`): on a host the node shares with the api, Temporal and the worker,
-another organization's call is not squeezed into the share of one busy organization's VMs.
+tenant with one gets, not n times as much.
 
 A version whose installed tree is gone from the cache when a call claims it (an operator deleted it)
 answers `tool_failed` / `unpack` (nothing ran), and the version is dropped from the cache: the next
@@ -143,7 +140,6 @@ class Runner:
         self._held: dict[str, _Held] = {}
         self._cancelled_early: dict[str, float] = {}
         self._tenants: dict[str, list[Vm]] = {}  # tenant -> its VMs running a call
-        self._weighed_as = 1  # the tenants the driver last weighed the VMs as (at its start, one)
 
     def cancel(self, call_id: str) -> str:
         """Cancel a call: kill its VM if its command runs, else keep it from starting.
@@ -279,8 +275,7 @@ class Runner:
         return result
 
     def _share(self, tenant: str, *, joining: Vm | None = None, leaving: Vm | None = None) -> None:
-        """With `self._lock` held: a VM joins or leaves its tenant's running VMs; each then weighs 1/n, and
-        the node's VMs together a tenant's weight per tenant running."""
+        """With `self._lock` held: a VM joins or leaves its tenant's running VMs; each then weighs 1/n."""
         vms = self._tenants.setdefault(tenant, [])
         if joining is not None:
             vms.append(joining)
@@ -290,9 +285,6 @@ class Runner:
             vm.share_cpu(1 / len(vms))
         if not vms:
             del self._tenants[tenant]
-        if max(1, len(self._tenants)) != self._weighed_as:  # the driver weighs at least one tenant's
-            self._weighed_as = max(1, len(self._tenants))
-            self.driver.share_cpu(self._weighed_as)
 
     @staticmethod
     def _check_exec(tool_dir: Path, first: str) -> str:

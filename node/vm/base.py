@@ -166,10 +166,6 @@ class VmDriver(ABC):
         """How many VMs the driver keeps prepared ahead."""
         return 0
 
-    def share_cpu(self, tenants: int) -> None:  # noqa: B027 - a driver without CPU weights ignores it
-        """Weigh the VMs together against the host's other processes for `tenants` tenants running calls
-        (at least one tenant's weight)."""
-
 
 class PhaseClock:
     """Times the phases of one call in milliseconds."""

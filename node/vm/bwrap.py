@@ -70,12 +70,6 @@ SANDBOX_UID = 1000
 UID_BASE = 1_900_000_000  # the first host uid of the VMs (B3OS_VM_UID_BASE; see node/vm/uids.py)
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 FILLERS = 2  # VMs prepared at once in the background
-TENANT_CPU_WEIGHT = 1.0
-"""What the VMs of one tenant running calls weigh together on the host's CPU, in process sessions (each
-autogroup, or a cgroup at its default weight): each organization's tools weigh as one session of the
-host. More (B3OS_TENANT_CPU_WEIGHT) puts calls before the host's other work, the node's own included: at
-4, three spinning VMs of three tenants kept the node from starting a fourth VM (docs/performance.md,
-round 9)."""
 MAX_REMOVING = 16  # VMs whose processes are dead but whose mounts and cgroup the reaper still removes
 
 
@@ -107,15 +101,12 @@ class BwrapDriver(VmDriver):
         pool_size: int = 2,
         slots: int = 8,
         uid_base: int = UID_BASE,
-        tenant_cpu_weight: float = TENANT_CPU_WEIGHT,
     ) -> None:
         """Set up the node's directory, mounts, launcher and cgroup, and start filling the pool.
 
         Args:
             slots: calls at once (the runner's slots): with `pool_size`, how many VMs can be alive at once,
                 so how many host uids from `uid_base` up the VMs use.
-            tenant_cpu_weight: what the VMs of one tenant weigh together on the host's CPU, in process
-                sessions (`share_cpu`).
 
         Raises:
             VmError: reason "no_slot" when bwrap, the base template, a C compiler, cgroups or the uid range
@@ -137,7 +128,6 @@ class BwrapDriver(VmDriver):
         self.bwrap = bwrap
         self.limits = limits or VmLimits()
         self.pool_size = pool_size
-        self.tenant_cpu_weight = tenant_cpu_weight
         self.run_dir = run_dir
         self.node_dir = run_dir / f"node-{os.getpid()}"
         self._cg_limits = CgroupLimits(self.limits.memory_mb << 20, self.limits.vcpu, self.limits.pids_max)
@@ -171,7 +161,6 @@ class BwrapDriver(VmDriver):
             mounts.bind(self.launcher_dir, self.launcher_dir, read_only=True)
             mounts.overlay(base_rootfs, self.node_dir / "empty", self.node_dir / "base")
             self.cgroups = NodeCgroups.open(f"b3os-node-{os.getpid()}")
-            self.share_cpu(0)
             self._hold_namespace()
         except (mounts.MountError, CgroupError, LauncherError, SetupError) as exc:
             self._stop_holder()
@@ -242,10 +231,6 @@ class BwrapDriver(VmDriver):
             "--setenv", "PATH", SANDBOX_PATH, "--setenv", "HOME", "/work", "--setenv", "LANG", "C.UTF-8",
             "--json-status-fd", str(status_fd), "--block-fd", str(block_fd), "--seccomp", str(seccomp_fd),
         ]  # fmt: skip
-
-    def share_cpu(self, tenants: int) -> None:
-        with contextlib.suppress(CgroupError):
-            self.cgroups.set_cpu_share(max(1, tenants) * self.tenant_cpu_weight)  # x a session's weight
 
     def pool_ready(self) -> int:
         """VMs prepared ahead and waiting for a call."""

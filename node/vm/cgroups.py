@@ -9,11 +9,9 @@ on v2). `NodeCgroups.create_call(id, limits)` makes `<own>/<name>/<id>` with the
 - CPU: a CFS quota of `vcpu * period` (v1 `cpu.cfs_quota_us`, v2 `cpu.max`);
 - processes: `pids.max`.
 
-`CallCgroup.set_cpu_share(fraction)` weighs a VM against the node's other VMs when the CPU is contended,
-and `NodeCgroups.set_cpu_share(n)` the node's VMs together against the host's other processes (v1
-`cpu.shares` of 1024, v2 `cpu.weight` of 100, times the fraction or n): the runner gives the VMs of one
-tenant a whole VM's weight between them, and the driver the node's group a tenant's weight (in process
-sessions) per tenant running.
+`CallCgroup.set_cpu_share(fraction)` weighs a VM against the node's other VMs when the CPU is contended
+(v1 `cpu.shares` of 1024, v2 `cpu.weight` of 100, times the fraction): the runner gives the VMs of one
+tenant a whole VM's weight between them.
 
 CPU used is read from `cpuacct.usage` (v1, ns) or `cpu.stat` `usage_usec` (v2); memory from
 `memory.usage_in_bytes` / `memory.current` and the peak from `memory.max_usage_in_bytes` / `memory.peak`.
@@ -301,10 +299,6 @@ class NodeCgroups:
                 group.remove()
             raise CgroupError(f"cannot make the VM's cgroup {call}: {exc}") from exc
         return group
-
-    def set_cpu_share(self, groups: float) -> None:
-        """Weigh the node's VMs together as `groups` default groups (or process sessions) of the host."""
-        _set_share(self.version, self.dirs["cpu"], groups)
 
     def children(self) -> list[str]:
         """Names of the call groups now under the node's group."""

@@ -1,5 +1,4 @@
-"""An organization's calls share one VM's CPU weight on their node, however many it runs, and the node's
-VMs together weigh one process session per organization running."""
+"""An organization's calls share one VM's CPU weight on their node, however many it runs."""
 
 from __future__ import annotations
 
@@ -17,9 +16,8 @@ from .stack import FREE, Stack
 FAIL = f"{FREE}/fail@1"
 
 
-def _cpu_weights(pid: int) -> tuple[int, int]:
-    """The CPU weight of the cgroup a process sits in and of the group above it (cgroup v1 `cpu.shares`,
-    or v2 `cpu.weight`)."""
+def _cpu_weight(pid: int) -> int:
+    """The CPU weight of the cgroup a process sits in (cgroup v1 `cpu.shares`, or v2 `cpu.weight`)."""
     groups = {}
     for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
         _, controllers, path = line.split(":", 2)
@@ -32,22 +30,21 @@ def _cpu_weights(pid: int) -> tuple[int, int]:
             "cpu.weight",
         )
     )
-    return int((group / name).read_text()), int((group.parent / name).read_text())
+    return int((group / name).read_text())
 
 
-def _weights(stack: Stack, text: str, count: int) -> list[tuple[int, int]]:
-    """The CPU weights of the `count` VM commands holding `text` and of their node's group, once that many
-    run."""
+def _weights(stack: Stack, text: str, count: int) -> list[int]:
+    """The CPU weights of the `count` VM commands holding `text`, once that many run."""
     deadline = time.monotonic() + 15
     while True:
         pids = [pid for pid, command in vm_processes(stack).items() if command.startswith(text)]
         if len(pids) == count:
-            return [_cpu_weights(pid) for pid in pids]
+            return [_cpu_weight(pid) for pid in pids]
         assert time.monotonic() < deadline, f"{len(pids)} VMs run {text!r}, not {count}"
         time.sleep(0.02)
 
 
-def test_an_organizations_calls_share_one_vms_cpu_weight_and_each_organization_weighs_one_session(
+def test_an_organizations_calls_share_one_vms_cpu_weight(
     stack: Stack,
 ) -> None:
     busy, quiet = stack.org(), stack.org()
@@ -63,11 +60,9 @@ def test_an_organizations_calls_share_one_vms_cpu_weight_and_each_organization_w
         thread.start()
     try:
         full = FULL_SHARE[1 if Path("/sys/fs/cgroup/cpu/cpu.shares").exists() else 2][1]
-        # each of busy's 3 weighs a third of quiet's one; the node's VMs together 2 tenants' worth, each
-        # tenant one process session (B3OS_TENANT_CPU_WEIGHT's default)
-        node = 2 * full
-        assert _weights(stack, "sleep 3 ", 3) == [(round(full / 3), node)] * 3
-        assert _weights(stack, "sleep 4 ", 1) == [(full, node)]
+        # each of busy's 3 weighs a third of quiet's one
+        assert _weights(stack, "sleep 3 ", 3) == [round(full / 3)] * 3
+        assert _weights(stack, "sleep 4 ", 1) == [full]
     finally:
         for thread in threads:
             thread.join(timeout=30)

@@ -1,5 +1,4 @@
-"""Calls of one tenant share one VM's CPU weight on the node, and the node's VMs together weigh one
-process session per tenant running, in their real cgroups."""
+"""Calls of one tenant share one VM's CPU weight on the node, in their VMs' real cgroups."""
 
 from __future__ import annotations
 
@@ -24,11 +23,6 @@ def nothing_left(driver: BwrapDriver) -> Iterator[None]:
 
 def _sleep(seconds: float, tenant: str | None) -> NodeCall:
     return echo_call("fail", {"mode": "sleep", "seconds": seconds}, timeout_ms=20_000, tenant=tenant)
-
-
-def _node_weight(driver: BwrapDriver) -> int:
-    name = FULL_SHARE[driver.cgroups.version][0]
-    return int((driver.cgroups.dirs["cpu"] / name).read_text())
 
 
 def _weights(driver: BwrapDriver) -> list[int]:
@@ -58,17 +52,13 @@ def test_each_of_a_tenants_running_vms_weighs_one_over_how_many_it_runs(
         weights = _weights(driver)
         assert weights.count(full // 2) == 2, weights  # org-a's two; org-b's and the untenanted one whole
         assert all(w in (full // 2, full) for w in weights), weights
-        weight = driver.tenant_cpu_weight * full  # one tenant's: one process session
-        assert _node_weight(driver) == 3 * weight  # org-a, org-b and the untenanted call
         threads[0].join(timeout=10)
         assert wait_running("sleep 4 ", vms=3, timeout_s=0)
         assert _weights(driver).count(full // 2) == 0  # org-a's other call weighs a whole VM again
-        assert _node_weight(driver) == 3 * weight
     finally:
         for thread in threads:
             thread.join(timeout=30)
     assert len(results) == 4 and all(r.ok for r in results), [r.error for r in results]
-    assert _node_weight(driver) == driver.tenant_cpu_weight * full  # nothing runs: one tenant's weight
 
 
 def test_a_tenant_is_a_plain_name() -> None:
