@@ -276,49 +276,51 @@ def _template_sites(p: str, impl: Mapping[str, Any]) -> Iterator[tuple[str, str]
                 yield from _strings(rule[key], f"{p}.impl.response.errors[{i}].{key}")
 
 
+def _templates(m: Mapping[str, Any]) -> Iterator[tuple[str, str, list[tuple[bool, str]] | TemplateError]]:
+    """Every text of the http actions that holds `${{`, with its field path and its pieces (or why it has
+    none)."""
+    for p, _, impl in _http_actions(m):
+        for field, text in _template_sites(p, impl):
+            if OPEN in text:
+                try:
+                    yield field, text, parts(text)
+                except TemplateError as exc:
+                    yield field, text, exc
+
+
 def _expressions_length(m: Mapping[str, Any], r: Report) -> bool:
     """Whether the templates' expressions pass MAX_MANIFEST_EXPRESSION_CHARS in all (said at the field that
     passes it). An expression over its own cap counts one past it: its own problem is the one to say."""
     total = 0
-    for p, _, impl in _http_actions(m):
-        for field, text in _template_sites(p, impl):
-            if OPEN not in text:
-                continue
-            try:
-                pieces = parts(text)
-            except TemplateError:
-                continue
-            total += sum(min(len(source), MAX_EXPRESSION_CHARS + 1) for is_expr, source in pieces if is_expr)
-            if total > MAX_MANIFEST_EXPRESSION_CHARS:
-                r.add(
-                    32,
-                    field,
-                    text,
-                    f"the templates' expressions pass here the {MAX_MANIFEST_EXPRESSION_CHARS:,} characters "
-                    f"one manifest may have in all ({total:,} up to this field): make them fewer or shorter",
-                )
-                return True
+    for field, text, pieces in _templates(m):
+        if isinstance(pieces, TemplateError):
+            continue
+        total += sum(min(len(source), MAX_EXPRESSION_CHARS + 1) for is_expr, source in pieces if is_expr)
+        if total > MAX_MANIFEST_EXPRESSION_CHARS:
+            r.add(
+                32,
+                field,
+                text,
+                f"the templates' expressions pass here the {MAX_MANIFEST_EXPRESSION_CHARS:,} characters "
+                f"one manifest may have in all ({total:,} up to this field): make them fewer or shorter",
+            )
+            return True
     return False
 
 
 def check_templates(m: Mapping[str, Any], r: Report) -> None:
     if _expressions_length(m, r):
         return  # none is parsed: ~0.2 s of CPU each for the longest
-    for p, _, impl in _http_actions(m):
-        for field, text in _template_sites(p, impl):
-            if OPEN not in text:
-                continue
-            try:
-                pieces = parts(text)
-            except TemplateError as exc:
-                r.add(32, field, text, str(exc))
-                continue
-            for is_expr, source in pieces:
-                problem = cel_problem(source) if is_expr else None
-                if problem is not None:
-                    shown = source if len(source) <= 80 else source[:79] + "…"
-                    how = "does not parse as CEL" if problem.startswith("syntax error") else "is refused"
-                    r.add(32, field, text, f"${{{{ {shown} }}}} {how}: {problem}")
+    for field, text, pieces in _templates(m):
+        if isinstance(pieces, TemplateError):
+            r.add(32, field, text, str(pieces))
+            continue
+        for is_expr, source in pieces:
+            problem = cel_problem(source) if is_expr else None
+            if problem is not None:
+                shown = source if len(source) <= 80 else source[:79] + "…"
+                how = "does not parse as CEL" if problem.startswith("syntax error") else "is refused"
+                r.add(32, field, text, f"${{{{ {shown} }}}} {how}: {problem}")
 
 
 HTTP_CHECKS: tuple[Callable[[Mapping[str, Any], Report], None], ...] = (
