@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import fcntl
 import functools
+import logging
 import os
 import sqlite3
 import threading
@@ -27,11 +28,13 @@ from typing import Any, TypeVar
 import anyio
 from fastapi import Request
 from sqlalchemy import Engine, create_engine, event, make_url
+from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlmodel import Session
 
 from api.config import Settings
 
 T = TypeVar("T")
+log = logging.getLogger("b3os.api")
 
 SQLITE_POOL_SIZE = 10
 SQLITE_POOL_OVERFLOW = 50
@@ -214,6 +217,15 @@ def is_postgres(engine: Engine) -> bool:
 
 
 def get_session(request: Request) -> Iterator[Session]:
-    """A session on the app's engine for one request (a dependency)."""
-    with Session(request.app.state.engine, expire_on_commit=False) as session:
+    """A session on the app's engine for one request (a dependency).
+
+    It is closed after the answer is sent; a database that went away by then (its ROLLBACK at the close
+    fails) is not the request's error, and SQLAlchemy has already dropped the dead connection."""
+    session = Session(request.app.state.engine, expire_on_commit=False)
+    try:
         yield session
+    finally:
+        try:
+            session.close()
+        except (OperationalError, InterfaceError) as exc:
+            log.warning("a request's database session closed on a lost connection: %s", type(exc).__name__)

@@ -5,15 +5,18 @@ from __future__ import annotations
 import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from apitest import Org
+from db.postgres import PostgresCluster
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy import inspect
+from sqlmodel import Session
 
 from api.config import Settings
-from api.db import make_engine
+from api.db import get_session, make_engine
 from api.main import create_app
 from api.migrations import HEAD, current_revision, head_revision, migrate
 
@@ -155,3 +158,26 @@ def test_healthz_says_when_the_database_does_not_answer(tmp_path: Path) -> None:
             path.with_name("moved").rename(path)
         assert client.get("/healthz").json() == {"ok": True}  # answers again once the database is back
     app.state.engine.dispose()
+
+
+def test_a_session_whose_database_went_away_before_its_close_is_no_error_of_the_request(
+    postgres_cluster: PostgresCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    name = postgres_cluster.create_database()
+    engine = make_engine(postgres_cluster.url(name))
+    request = SimpleNamespace(app=SimpleNamespace(state=SimpleNamespace(engine=engine)))
+    try:
+        dependency = get_session(request)  # type: ignore[arg-type]
+        session = next(dependency)
+        backend = session.connection().exec_driver_sql("SELECT pg_backend_pid()").scalar_one()
+        with engine.connect() as other:  # the server ends the request's connection, as a shutdown does
+            other.exec_driver_sql(f"SELECT pg_terminate_backend({backend})")
+        with pytest.raises(StopIteration):  # the close after the answer: its ROLLBACK fails, quietly
+            next(dependency)
+        assert "closed on a lost connection: OperationalError" in caplog.text
+        assert "Traceback" not in caplog.text
+        with Session(engine) as fresh:  # the dead connection left the pool
+            assert fresh.connection().exec_driver_sql("SELECT 1").scalar_one() == 1
+    finally:
+        engine.dispose()
+        postgres_cluster.drop_database(name)
