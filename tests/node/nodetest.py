@@ -161,6 +161,19 @@ def wait_running(text: str, *, vms: int = 1, timeout_s: float = 10.0) -> bool:
         time.sleep(0.01)
 
 
+def wait_started(text: str, *, vms: int, timeout_s: float = 10.0) -> bool:
+    """Wait until `vms` VMs of this process have run a process whose command line holds `text`, together
+    or one after another (a tool that fails fast may end before the next one starts)."""
+    deadline = time.monotonic() + timeout_s
+    seen: set[str] = set()
+    while len(seen) < vms:
+        seen |= {_vm_of(pid) for pid in vm_processes() if text in cmdline(pid)} - {""}
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
 def leftovers(driver: BwrapDriver) -> list[str]:
     """What calls left behind: processes, cgroups, mounts or directories beyond the prepared pool."""
     prepared = set(driver.settle())
