@@ -13,9 +13,9 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from fastapi import Request
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from starlette.requests import Request
 
 MIB = 1024 * 1024
 DATABASE_MAX_BYTES = 64 * MIB

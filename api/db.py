@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
-from fastapi import Request
 from sqlalchemy import Engine, create_engine, event, make_url
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlmodel import Session
+from starlette.requests import Request
 
 from api.config import Settings
 

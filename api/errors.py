@@ -22,15 +22,18 @@ anything unexpected (500, with no detail) in one place.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse
 from starlette.routing import compile_path
+
+if TYPE_CHECKING:  # FastAPI itself is imported by the api only: a checker imports this tree too (~0.5 s)
+    from fastapi import FastAPI
+    from fastapi.exceptions import RequestValidationError
 
 log = logging.getLogger("b3os.api")
 
@@ -179,8 +182,7 @@ async def _api_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, RequestValidationError)
-    errors = list(exc.errors())
+    errors = list(cast("RequestValidationError", exc).errors())
     field, message = validation_message(errors)
     return error_response(InvalidRequest(message, field=field))
 
@@ -236,6 +238,8 @@ async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
 
 def install_error_handlers(app: FastAPI) -> None:
     """Map the error tree and framework errors to the one error body."""
+    from fastapi.exceptions import RequestValidationError
+
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
