@@ -256,7 +256,7 @@ class Runner:
                     max_stdout=MAX_STDOUT_BYTES,
                 )
             with clock.phase("collect"):
-                result = self._answer(call, vm, run)
+                result = self._answer(call, vm, run, round(remaining * 1000))
         except VmError as exc:
             code = "tool_failed" if exc.reason == "unpack" else "tool_unavailable"
             if exc.reason == "unpack":
@@ -296,11 +296,11 @@ class Runner:
             return f"cmd[0] {first} is not executable by the VM's user"
         return ""
 
-    def _answer(self, call: NodeCall, vm: Vm, run: RunResult) -> NodeCallResult:
+    def _answer(self, call: NodeCall, vm: Vm, run: RunResult, command_ms: int) -> NodeCallResult:
         if not run.started:
             raise VmError("exec", run.exec_error or "the command could not be started")
         usage = {"vcpu_ms": run.usage.vcpu_ms, "gib_ms": run.usage.gib_ms}
-        error = self._run_error(call, run)
+        error = self._run_error(call, run, command_ms)
         if error is None:
             answer, error = self._parse(run.stdout)
             if error is None and "error" in answer:
@@ -322,9 +322,17 @@ class Runner:
                     error = _fail("tool_failed", "output_file", str(exc))
         return NodeCallResult(ok=False, ran=True, error=error, usage=usage)
 
-    def _run_error(self, call: NodeCall, run: RunResult) -> NodeCallError | None:
+    def _run_error(self, call: NodeCall, run: RunResult, command_ms: int) -> NodeCallError | None:
+        """The error of how the command ended (None when it answered), `command_ms` being the time it had."""
         if run.timed_out:
-            return _fail("tool_timed_out", None, f"the tool's command did not finish in {call.timeout_ms} ms")
+            before_ms = call.timeout_ms - command_ms
+            message = f"the tool's command did not finish in {call.timeout_ms} ms"
+            if before_ms * 4 > call.timeout_ms:  # the node's own time before the command is worth saying
+                message = (
+                    f"the tool's command did not finish in the {command_ms} ms left of the call's "
+                    f"{call.timeout_ms} ms: the node took {before_ms} ms to start it (a free slot, its VM)"
+                )
+            return _fail("tool_timed_out", None, message)
         if run.stdout_too_large:
             return _fail(
                 "tool_failed",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
+import re
 import select
 import shutil
 import signal
@@ -131,6 +132,30 @@ def test_a_call_whose_time_runs_out_waiting_for_a_vm_is_no_slot(
     err = _err(result)
     assert (result.ran, err["code"], err["reason"]) == (False, "tool_unavailable", "no_slot")
     assert result.usage == {"vcpu_ms": 0, "gib_ms": 0}
+
+
+def test_a_call_that_waited_for_a_slot_and_then_timed_out_says_how_long_its_command_had(
+    driver: BwrapDriver, cache: InstallCache
+) -> None:
+    one_slot = Runner(driver, cache, slots=1)
+    busy = threading.Thread(
+        target=one_slot.call, args=(echo_call("fail", {"mode": "sleep", "seconds": 2}, timeout_ms=5000),)
+    )
+    busy.start()
+    _wait_until_a_call_holds_a_slot(one_slot)
+    result = one_slot.call(echo_call("fail", {"mode": "sleep", "seconds": 30}, timeout_ms=3000))
+    busy.join()
+    err = _err(result)
+    assert (result.ran, err["code"]) == (True, "tool_timed_out")
+    said = re.fullmatch(
+        r"the tool's command did not finish in the (\d+) ms left of the call's 3000 ms: "
+        r"the node took (\d+) ms to start it \(a free slot, its VM\)",
+        err["message"],
+    )
+    assert said, err["message"]
+    left, took = said.groups()
+    assert int(left) + int(took) == 3000 and int(took) > 1000, err["message"]  # it waited for the 2 s call
+    assert int(left) - 100 <= result.timings["run"] < int(left) + 1000
 
 
 def _wait_until_a_call_holds_a_slot(runner: Runner) -> int:
