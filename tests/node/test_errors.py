@@ -121,12 +121,7 @@ def test_a_command_that_is_not_in_the_tool_is_tool_unavailable_exec(runner: Runn
 def test_a_call_whose_time_runs_out_waiting_for_a_vm_is_no_slot(
     driver: BwrapDriver, cache: InstallCache
 ) -> None:
-    one_slot = Runner(driver, cache, slots=1)
-    busy = threading.Thread(
-        target=one_slot.call, args=(echo_call("fail", {"mode": "sleep", "seconds": 1}, timeout_ms=5000),)
-    )
-    busy.start()
-    _wait_until_a_call_holds_a_slot(one_slot)
+    one_slot, busy = _one_slot_held(driver, cache, seconds=1)
     result = one_slot.call(echo_call("noop", {}, timeout_ms=300))
     busy.join()
     err = _err(result)
@@ -137,12 +132,7 @@ def test_a_call_whose_time_runs_out_waiting_for_a_vm_is_no_slot(
 def test_a_call_that_waited_for_a_slot_and_then_timed_out_says_how_long_its_command_had(
     driver: BwrapDriver, cache: InstallCache
 ) -> None:
-    one_slot = Runner(driver, cache, slots=1)
-    busy = threading.Thread(
-        target=one_slot.call, args=(echo_call("fail", {"mode": "sleep", "seconds": 2}, timeout_ms=5000),)
-    )
-    busy.start()
-    _wait_until_a_call_holds_a_slot(one_slot)
+    one_slot, busy = _one_slot_held(driver, cache, seconds=2)
     result = one_slot.call(echo_call("fail", {"mode": "sleep", "seconds": 30}, timeout_ms=3000))
     busy.join()
     err = _err(result)
@@ -156,6 +146,18 @@ def test_a_call_that_waited_for_a_slot_and_then_timed_out_says_how_long_its_comm
     left, took = said.groups()
     assert int(left) + int(took) == 3000 and int(took) > 1000, err["message"]  # it waited for the 2 s call
     assert int(left) - 100 <= result.timings["run"] < int(left) + 1000
+
+
+def _one_slot_held(
+    driver: BwrapDriver, cache: InstallCache, *, seconds: int
+) -> tuple[Runner, threading.Thread]:
+    """A one-slot runner whose slot a call sleeping `seconds` holds (its thread, to join)."""
+    one_slot = Runner(driver, cache, slots=1)
+    holder = echo_call("fail", {"mode": "sleep", "seconds": seconds}, timeout_ms=5000)
+    busy = threading.Thread(target=one_slot.call, args=(holder,))
+    busy.start()
+    _wait_until_a_call_holds_a_slot(one_slot)
+    return one_slot, busy
 
 
 def _wait_until_a_call_holds_a_slot(runner: Runner) -> int:
