@@ -12,7 +12,9 @@ default 5 s) for a manifest, then kills the checker and refuses what it sent wit
 `Checkers` use up to `CHECKERS` checkers at once, and an organization checks one thing at a time in a
 process (its other stores wait their turn), so one organization cannot take every checker. The
 processes are kept by the api process (`_IDLE`) from their first use (the first check of a process
-waits ~1 s for one) until its app stops (`stop_idle`; a checker also ends when its stdin closes). A
+waits ~1 s for one) until the process ends, for every app it serves (tests make many): at its exit
+(`stop_idle`), or, when a signal ends it (uvicorn raises SIGTERM again once it has shut down, and exit
+handlers do not run), when their stdin closes. A
 checker reads the registry (each `uses:` resolved, literal `with:` values checked against the action's
 inputSchema) from the api's database; it writes nothing. Its address space is capped (`MEMORY_BYTES`):
 a routine or manifest that needs more is refused too, and its CPU time: a checker whose api died while

@@ -17,7 +17,7 @@ from api.authlimit import AuthLimiter
 from api.blobstore import open_blob_store
 from api.bodylimit import BodyLimit
 from api.calls.wiring import install_calls
-from api.checker import Checkers, stop_idle
+from api.checker import Checkers
 from api.config import Settings
 from api.db import engine_from_settings
 from api.docs import install_docs
@@ -73,7 +73,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         logs.install()  # here: uvicorn has set up its logging by now
         _settle_heap()
         yield
-        stop_idle()  # the checkers this process started (api.checker)
         started.state.health.close()
         engine.dispose()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 from collections.abc import Awaitable
 from pathlib import Path
@@ -130,14 +131,37 @@ async def test_a_routine_that_needs_more_memory_than_a_checker_has_is_refused(da
 
 
 def test_a_checker_whose_api_is_gone_stops_at_the_checks_time() -> None:
-    # nobody waits for its answer (its api was killed): its own CPU limit ends it
+    # nobody waits for its answer (its api was killed): its own CPU limit ends it. That limit is the
+    # check's time plus 1-2 s, and a manifest within the caps takes 1-3 s of CPU, by the machine's
+    # speed: the check's time is set 3 s under what this checker took for the same manifest before
     checker = _Checker()
-    request = {"memory": MEMORY_BYTES, "seconds": 0, "manifest": manifest_with_templates(16)}
+    manifest = manifest_with_templates(16)
+    took = _cpu_s(checker.process.pid)
+    assert checker.ask(_request(manifest, 60), 120) == {"violations": []}
+    took = _cpu_s(checker.process.pid) - took
     assert checker.process.stdin is not None
-    checker.process.stdin.write(json.dumps(request).encode() + b"\n")
+    checker.process.stdin.write(_request(manifest, took - 3))
     checker.process.stdin.flush()
     assert checker.process.wait(timeout=120) == -signal.SIGXCPU
     checker.end()
+
+
+def test_an_idle_checker_ends_when_its_api_process_is_gone() -> None:
+    # a signal ends the api without its exit handlers: its end closes the checker's stdin
+    checker = _Checker()
+    assert checker.process.stdin is not None
+    checker.process.stdin.close()
+    assert checker.process.wait(timeout=30) == 0
+    checker.end()
+
+
+def _request(manifest: dict[str, object], seconds: float) -> bytes:
+    return json.dumps({"memory": MEMORY_BYTES, "seconds": seconds, "manifest": manifest}).encode() + b"\n"
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def test_a_checker_killed_while_it_waited_is_replaced_for_the_next_routine(checkers: Checkers) -> None:

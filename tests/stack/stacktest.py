@@ -43,6 +43,16 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def running(pid: int) -> bool:
+    """Whether process `pid` still runs. A zombie has ended: it waits for its reaper, and under the
+    suite that may be pytest (a node driver made it a child subreaper), which reaps only its own."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
 def wait_until(
     what: str, check: Callable[[], bool], timeout_s: float = 60.0, log: Path | None = None
 ) -> None:

@@ -27,6 +27,7 @@ from .stacktest import (
     free_port,
     issued_credential,
     node_status,
+    running,
     running_dev,
     start_node,
     wait_until,
@@ -131,7 +132,7 @@ def test_sigterm_stops_every_child_and_their_children(dev: Dev) -> None:
     dev.process.send_signal(signal.SIGTERM)
     assert dev.process.wait(timeout=30) == 0
     deadline = time.monotonic() + 10
-    while left := [pid for pid in children if Path(f"/proc/{pid}").exists()]:
+    while left := [pid for pid in children if running(pid)]:
         assert time.monotonic() < deadline, f"processes {left} outlived b3os dev"
         time.sleep(0.02)
     assert [port for port in dev.ports.values() if port_taken(port)] == []

@@ -21,7 +21,7 @@ from cli.supervise import FIRST_DELAY_S, MAX_DELAY_S, Restarts, exit_text, resta
 from node.vm import mounts
 from node.vm.stale import dead_node_cgroups
 
-from .stacktest import Dev, node_status, running_dev, wait_until
+from .stacktest import Dev, node_status, running, running_dev, wait_until
 
 PARTS = {
     "temporal": "server start-dev",
@@ -177,7 +177,7 @@ def test_sigint_then_stops_every_part_and_leaves_no_vm_mount_or_cgroup(dev: Dev)
     dev.process.send_signal(signal.SIGINT)
     assert dev.process.wait(timeout=60) == 0
     deadline = time.monotonic() + 10
-    while left := [pid for pid in children if Path(f"/proc/{pid}").exists()]:
+    while left := [pid for pid in children if running(pid)]:
         assert time.monotonic() < deadline, f"processes {left} outlived b3os dev"
         time.sleep(0.02)
     assert [port for port in dev.ports.values() if port_taken(port)] == []
