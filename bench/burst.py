@@ -1,0 +1,90 @@
+"""Where a burst of runs spends its time (`bench goals`, "100 one-step routines"): each run's phases read
+from its Temporal history, and the CPU each kind of the stack's processes used meanwhile."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+KINDS = (
+    ("temporal", "server start-dev"),
+    ("api", "api.main:create_app"),
+    ("worker", "engine.worker"),
+    ("node", "node run"),
+    ("egress", "egress run"),
+)
+"""A stack process's kind, by a part of its command line."""
+
+PHASES = ("started", "first task waited", "activities ran", "ended")
+SHORT = {"started": "start", "first task waited": "wait", "activities ran": "act", "ended": "end"}
+"""The phases in the goals table: a run's start and end since the burst's, its first workflow task's
+wait, its activities' run."""
+
+
+def cpu_seconds() -> dict[str, float]:
+    """CPU seconds used so far by each kind of this process's children (the stack's processes; not what
+    their own children used, such as a node's VMs)."""
+    me, tick = str(os.getpid()), os.sysconf("SC_CLK_TCK")
+    used: dict[str, float] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rpartition(")")[2].split()
+            argv = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if fields[1] == me:
+            kind = next((k for k, words in KINDS if words in argv), "other")
+            used[kind] = used.get(kind, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return used
+
+
+async def where_time_went(
+    stack: Any, workflow_ids: list[str], began: float, cpu_before: dict[str, float]
+) -> dict[str, Any]:
+    """The runs' phases, ms p50 and max (started and ended: since `began`, a `time.time()`), and the CPU
+    seconds of each kind of process since `cpu_before` (`cpu_seconds()`), with the wall time."""
+    from temporalio.api.enums.v1 import EventType as E
+
+    wall = time.time() - began
+    cpu_after = cpu_seconds()
+    phases: dict[str, list[float]] = {name: [] for name in PHASES}
+    for workflow_id in workflow_ids:
+        at: dict[int, list[float]] = {}
+        for event in await stack.history(workflow_id):
+            at.setdefault(event.event_type, []).append(event.event_time.ToMicroseconds() / 1e6 - began)
+        starts = at.get(E.EVENT_TYPE_ACTIVITY_TASK_STARTED, [])
+        ends = at.get(E.EVENT_TYPE_ACTIVITY_TASK_COMPLETED, [])
+        phases["started"].append(at[E.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED][0])
+        phases["first task waited"].append(
+            at[E.EVENT_TYPE_WORKFLOW_TASK_STARTED][0] - at[E.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED][0]
+        )
+        phases["activities ran"].append(sum(end - start for start, end in zip(starts, ends, strict=False)))
+        phases["ended"].append(max(at.get(E.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED, [wall])))
+    return {
+        "phases_ms": {
+            name: {"p50": statistics.median(ms) * 1000, "max": max(ms) * 1000}
+            for name, ms in phases.items()
+            if ms
+        },
+        "cpu_s": {k: round(v - cpu_before.get(k, 0.0), 2) for k, v in sorted(cpu_after.items())},
+        "wall_s": wall,
+    }
+
+
+def rows(where: dict[str, Any]) -> list[tuple[str, str]]:
+    """Two lines for the goals table: the phases, and the CPU beside the wall time (none without them)."""
+    if not where:
+        return []
+    ms = where["phases_ms"]
+    shown = [name for name in PHASES if name in ms]
+    phases = " / ".join(f"{ms[name]['p50']:.0f} ({ms[name]['max']:.0f})" for name in shown)
+    cpu = ", ".join(f"{kind} {s:.1f}" for kind, s in sorted(where["cpu_s"].items(), key=lambda kv: -kv[1]))
+    return [
+        ("  ms, p50 (max): " + "/".join(SHORT[name] for name in shown), phases),
+        (f"  CPU s in its {where['wall_s']:.1f} s on {os.cpu_count()} cores", cpu),
+    ]
