@@ -18,10 +18,9 @@ KINDS = (
 )
 """A stack process's kind, by a part of its command line."""
 
-PHASES = ("started", "first task waited", "activities ran", "ended")
-SHORT = {"started": "start", "first task waited": "wait", "activities ran": "act", "ended": "end"}
-"""The phases in the goals table: a run's start and end since the burst's, its first workflow task's
-wait, its activities' run."""
+PHASES = ("start", "wait", "act", "end")
+"""A run's phases: its start and its end since the burst's, its first workflow task's wait at the server,
+its activities' run."""
 
 
 def cpu_seconds() -> dict[str, float]:
@@ -59,12 +58,12 @@ async def where_time_went(
             at.setdefault(event.event_type, []).append(event.event_time.ToMicroseconds() / 1e6 - began)
         starts = at.get(E.EVENT_TYPE_ACTIVITY_TASK_STARTED, [])
         ends = at.get(E.EVENT_TYPE_ACTIVITY_TASK_COMPLETED, [])
-        phases["started"].append(at[E.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED][0])
-        phases["first task waited"].append(
+        phases["start"].append(at[E.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED][0])
+        phases["wait"].append(
             at[E.EVENT_TYPE_WORKFLOW_TASK_STARTED][0] - at[E.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED][0]
         )
-        phases["activities ran"].append(sum(end - start for start, end in zip(starts, ends, strict=False)))
-        phases["ended"].append(max(at.get(E.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED, [wall])))
+        phases["act"].append(sum(end - start for start, end in zip(starts, ends, strict=False)))
+        phases["end"].append(max(at.get(E.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED, [wall])))
     return {
         "phases_ms": {
             name: {"p50": statistics.median(ms) * 1000, "max": max(ms) * 1000}
@@ -85,6 +84,6 @@ def rows(where: dict[str, Any]) -> list[tuple[str, str]]:
     phases = " / ".join(f"{ms[name]['p50']:.0f} ({ms[name]['max']:.0f})" for name in shown)
     cpu = ", ".join(f"{kind} {s:.1f}" for kind, s in sorted(where["cpu_s"].items(), key=lambda kv: -kv[1]))
     return [
-        ("  ms, p50 (max): " + "/".join(SHORT[name] for name in shown), phases),
+        ("  ms, p50 (max): " + "/".join(shown), phases),
         (f"  CPU s in its {where['wall_s']:.1f} s on {os.cpu_count()} cores", cpu),
     ]
