@@ -51,33 +51,40 @@ class CallActionInput(BaseModel):
 
 class Ledger:
     """What a step's attempts so far counted against its `max-attempts`, carried from attempt to attempt
-    in the activity's heartbeat details.
+    in the activity's heartbeat details: the failures counted, and the attempts that closed the ledger.
 
     Waiting is not failing: a 429 or 503 (and 409 idempotency_in_progress) is retried after its
     Retry-After without counting. A retryable failure counts; so does an attempt that ended without
-    closing the ledger (it timed out, or its worker died). When the count reaches the step's
+    closing the ledger (it timed out, or its worker died): every attempt before this one that did not
+    close it. So an attempt need not heartbeat when it starts, only when it closes the ledger (and then
+    every second while its call runs, for a cancellation to reach it). When the count reaches the step's
     `max-attempts`, the failure is final (`non_retryable`).
     """
 
-    def __init__(self, failures: int, open_: bool) -> None:
-        self.failures = failures + (1 if open_ else 0)
-        self.open = False
-        self.last_open = open_
+    def __init__(self, failures: int, attempt: int) -> None:
+        self.failures = failures
+        self.closed = attempt - 1  # every earlier attempt is accounted for now
 
     @classmethod
-    def of(cls, details: Any) -> Ledger:
-        """The ledger the previous attempt left (none on the first attempt)."""
+    def of(cls, details: Any, attempt: int) -> Ledger:
+        """The ledger the previous attempts left (none on the first attempt), for attempt `attempt`."""
         found = details[0] if details and isinstance(details[0], dict) else {}
         failures = found.get("failures")
-        return cls(failures if isinstance(failures, int) else 0, found.get("open") is True)
+        failures = failures if isinstance(failures, int) and failures >= 0 else 0
+        closed = found.get("closed")
+        if isinstance(closed, int) and 0 <= closed < attempt:
+            unclosed = attempt - 1 - closed
+        else:  # a ledger of a worker before `closed`: its last attempt said whether it was open
+            unclosed = 1 if found.get("open") is True else 0
+        return cls(failures + unclosed, attempt)
 
     def details(self) -> dict[str, Any]:
         """The heartbeat details."""
-        return {"failures": self.failures, "open": self.open}
+        return {"failures": self.failures, "closed": self.closed}
 
     def close(self, error: ApplicationError, max_attempts: int | None) -> ApplicationError:
         """Count the attempt's failure (unless it asks to wait), record it, and return what to raise."""
-        self.open = False
+        self.closed += 1
         if not is_wait(error) and not error.non_retryable:
             self.failures += 1
             if max_attempts is not None and self.failures >= max_attempts:
@@ -151,10 +158,9 @@ class ActionActivities:
             body["timeout_ms"] = input.timeout_ms
             read_s = input.timeout_ms / 1000 + _SLACK_S
         headers = self._headers(input, key)
-        ledger = Ledger.of(info.heartbeat_details)
+        ledger = Ledger.of(info.heartbeat_details, info.attempt)
         if input.max_attempts is not None and ledger.failures >= input.max_attempts:
             raise ledger.exhausted(info.attempt)
-        ledger.open = True
         request = self._http().post(
             CALL_PATH, json=body, headers=headers, timeout=httpx.Timeout(read_s, connect=10.0)
         )
@@ -243,15 +249,17 @@ class ActionActivities:
             activity.logger.warning("step %s: its cancel answered %d %s", input.step_id, status, text)
 
     async def _wait_heartbeating(self, request: Any, ledger: Ledger) -> httpx.Response:
-        """Await the request, heartbeating meanwhile so that a cancellation reaches this attempt (each
-        heartbeat carries the step's attempts ledger to the next attempt)."""
+        """Await the request, heartbeating every `heartbeat_interval_s` meanwhile so that a cancellation
+        reaches this attempt (each heartbeat carries the step's attempts ledger to the next attempt). A
+        call that answers within the first interval sends no heartbeat: for most calls, one request to
+        Temporal and one write of the run's state fewer."""
         task: asyncio.Task[httpx.Response] = asyncio.ensure_future(request)
         try:
             while True:
-                activity.heartbeat(ledger.details())
                 done, _ = await asyncio.wait({task}, timeout=self._settings.heartbeat_interval_s)
                 if done:
                     return task.result()
+                activity.heartbeat(ledger.details())
         finally:
             if not task.done():
                 task.cancel()

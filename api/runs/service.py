@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -94,6 +95,12 @@ T = TypeVar("T")
 FINAL = frozenset({"succeeded", "failed", "cancelled"})
 QUERY_TIMEOUT = timedelta(seconds=5)
 RUNS_RETRY_AFTER_S = 5.0  # runs have no deadline to wait for: look again in a few seconds
+RUNNING_COUNT_FRESH_S = 2.0
+"""How long an api process goes by its count of an organization's running runs (a query of Temporal's
+visibility, a good part of Temporal's work for a one-step run), adding the runs it started since. A count
+that would refuse a start is always taken again."""
+RUNNING_COUNTS_KEPT = 1024
+"""Organizations whose count a process keeps before it drops the stale ones."""
 
 
 PROGRESS_KEPT = 256
@@ -137,6 +144,15 @@ class _Request:
     reused: dict[str, StepResult]
     rerun_of: str | None
     schedule_id: str | None
+
+
+@dataclass
+class _Running:
+    """An organization's running runs as Temporal counted them, and those this process started since."""
+
+    counted: int
+    at: float  # time.monotonic() of the count
+    since: int = 0
 
 
 @dataclass(frozen=True)
@@ -186,6 +202,7 @@ class RunsService:
         self._checkers = checkers
         self._lock = asyncio.Lock()
         self._starting: dict[str, int] = {}  # runs each organization is starting in this process now
+        self._running: dict[str, _Running] = {}  # per org: its last count of running runs
         self._turns: Gates = {}  # per org: its gate, starts in it
         # routine versions are never changed nor deleted: each (org, name, hash) read once is known here
         self._kept: set[tuple[str, str, str]] = set()
@@ -607,20 +624,30 @@ class RunsService:
     async def _check_running(self, client: Client, org_id: str) -> int:
         """Refuse a start past the organization's runs at once (`runs_per_org`), with Retry-After.
 
-        Counted by Temporal's visibility, so every api process sees the same number; starts that come
-        within the same instant may overshoot the limit by a few.
+        Counted by Temporal's visibility, so every api process sees the same number; a count is reused
+        for `RUNNING_COUNT_FRESH_S` with the runs this process started since, unless it would refuse. Starts
+        that another api process makes meanwhile are not seen: they may overshoot the limit by a few.
 
         Returns:
             The organization's runs running now.
         """
-        query = f"{SEARCH_ATTRIBUTE_ORG} = {_quoted(org_id)} AND ExecutionStatus = 'Running'"
-        try:
-            running = (await client.count_workflows(query)).count
-        except RPCError as exc:
-            raise ServiceUnavailable(
-                f"Temporal did not count the running runs: {exc.message}", retry_after_s=5
-            ) from exc
         limit = self._settings.runs_per_org
+        now = time.monotonic()
+        seen = self._running.get(org_id)
+        if seen is None or now - seen.at > RUNNING_COUNT_FRESH_S or seen.counted + seen.since >= limit:
+            query = f"{SEARCH_ATTRIBUTE_ORG} = {_quoted(org_id)} AND ExecutionStatus = 'Running'"
+            try:
+                seen = _Running((await client.count_workflows(query)).count, now)
+            except RPCError as exc:
+                raise ServiceUnavailable(
+                    f"Temporal did not count the running runs: {exc.message}", retry_after_s=5
+                ) from exc
+            if len(self._running) >= RUNNING_COUNTS_KEPT:
+                self._running = {
+                    o: r for o, r in self._running.items() if now - r.at <= RUNNING_COUNT_FRESH_S
+                }
+            self._running[org_id] = seen
+        running = seen.counted + seen.since
         if running >= limit:
             raise ConcurrencyLimited(
                 f"this organization already has {running} runs running, the most it may at once "
@@ -658,6 +685,8 @@ class RunsService:
                 priority=Priority(priority_key=run_priority(running + starting)),
             )
             started = True
+            if (seen := self._running.get(org)) is not None:
+                seen.since += 1
         except WorkflowAlreadyStartedError:
             pass  # the same idempotent run, already finished: its row is written next
         except RPCError as exc:

@@ -3,6 +3,7 @@ session's stack of tests/realstack.py), and its error mapping as a pure function
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 from datetime import timedelta
 from typing import Any
@@ -24,12 +25,14 @@ from activities.idempotency import step_idempotency_key
 WORKFLOW_ID = "test"
 
 
-async def _run(url: str, key_id: str, token: str = WORKER_TOKEN, **kw: Any) -> CallActionResult:
+async def _run(
+    url: str, key_id: str, token: str = WORKER_TOKEN, env: ActivityEnvironment | None = None, **kw: Any
+) -> CallActionResult:
     acts = ActionActivities(ActivitySettings(api_url=url, worker_token=SecretStr(token)))
     fields: dict[str, Any] = {"ref": FREE_ECHO, "input": {"text": "hi"}, "key_id": key_id, "step_id": "echo"}
     fields.update(kw)
     try:
-        result: CallActionResult = await ActivityEnvironment().run(
+        result: CallActionResult = await (env or ActivityEnvironment()).run(
             acts.call_action, CallActionInput.model_validate(fields)
         )
         return result
@@ -37,9 +40,11 @@ async def _run(url: str, key_id: str, token: str = WORKER_TOKEN, **kw: Any) -> C
         await acts.aclose()
 
 
-async def _error(url: str, key_id: str, **kw: Any) -> ApplicationError:
+async def _error(
+    url: str, key_id: str, env: ActivityEnvironment | None = None, **kw: Any
+) -> ApplicationError:
     with pytest.raises(ApplicationError) as info:
-        await _run(url, key_id, **kw)
+        await _run(url, key_id, env=env, **kw)
     return info.value
 
 
@@ -111,6 +116,47 @@ async def test_a_call_without_its_runs_grant_is_refused_and_charges_no_one(
     assert (err.type, err.details[0]["status"], err.details[0]["reason"]) == ("forbidden", 403, "run_ended")
     assert "outlived its execution timeout" in err.message
     assert routine_stack.calls_of(org) == []
+
+
+async def test_a_quick_call_sends_no_heartbeat_and_a_longer_one_carries_the_ledger(
+    routine_stack: RoutineStack,
+) -> None:
+    org = routine_stack.runner()
+    grant = routine_stack.grant(org)
+    env, beats = ActivityEnvironment(), []
+    env.on_heartbeat = lambda *details: beats.append(details)
+    await _run(routine_stack.url, org.key_id, env=env, grant=grant)
+    assert beats == []  # one request to Temporal fewer per call
+    slow = {"ref": FREE_FAIL, "input": {"mode": "sleep", "seconds": 2}, "step_id": "slow"}
+    await _run(routine_stack.url, org.key_id, env=env, grant=grant, **slow)
+    assert beats and all(b == ({"failures": 0, "closed": 0},) for b in beats), beats
+
+
+@pytest.mark.parametrize(
+    ("attempt", "details", "failures"),
+    [
+        (1, [], 0),
+        (2, [{"failures": 0, "closed": 0}], 1),  # attempt 1 never closed: it timed out or its worker died
+        (4, [{"failures": 1, "closed": 1}], 3),  # attempts 2 and 3 never closed
+        (3, [{"failures": 1, "closed": 2}], 1),  # both closed, one of them as a failure
+        (2, [{"failures": 1, "open": True}], 2),  # the ledger of a worker before `closed`
+        (2, [{"failures": 1, "open": False}], 1),
+        (2, ["garbage"], 0),
+    ],
+)
+async def test_attempts_that_never_closed_count_against_max_attempts(
+    attempt: int, details: list[Any], failures: int
+) -> None:
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(env.info, attempt=attempt, heartbeat_details=details)
+    unreachable = "http://127.0.0.1:9"
+    # one attempt left: the call is sent (to an api that is not there)
+    err = await _error(unreachable, "key_1", env=env, max_attempts=failures + 1)
+    assert err.type == "api_unreachable"
+    if failures:  # none left: the step fails for good before any call
+        err = await _error(unreachable, "key_1", env=env, max_attempts=failures)
+        assert (err.type, err.non_retryable) == ("step_timed_out", True)
+        assert err.message == f"the step's call did not finish in time in {failures} attempt(s)"
 
 
 async def test_an_unreachable_api_is_retryable_and_named() -> None:

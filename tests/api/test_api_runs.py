@@ -15,6 +15,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fastapi.testclient import TestClient
 from realstack import FREE_ECHO, FREE_FAIL, RUNNER_SCOPES, RoutineStack
+from temporalio.testing import WorkflowEnvironment
 
 from b3os import B3OS
 from cli.tool_publish import publish_dir
@@ -341,6 +342,39 @@ async def test_an_api_process_starts_one_run_of_an_organization_at_a_time_and_ot
     await asyncio.gather(first, second)
     assert order[3:] == ["a1 out", "a2 in", "a2 out"]  # org_a's second start waited for its first
     assert runs._turns == {}  # nothing is kept for organizations with no start in flight
+
+
+async def test_a_count_of_running_runs_is_reused_for_a_moment_unless_it_would_refuse(
+    tmp_path: Path, temporal_env: WorkflowEnvironment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sqlmodel import create_engine
+
+    from api.checker import Checkers
+    from api.config import Settings
+    from api.runs import service
+    from api.runs.service import RunsService
+
+    url = f"sqlite:///{tmp_path / 'unused.db'}"
+    runs = RunsService(create_engine(url), Settings(runs_per_org=2), Checkers(url, routine_s=5, manifest_s=5))
+    asked: list[str] = []
+    real = temporal_env.client
+
+    class Counting:  # the real client, its visibility queries counted
+        async def count_workflows(self, query: str) -> Any:
+            asked.append(query)
+            return await real.count_workflows(query)
+
+    client: Any = Counting()
+    assert await runs._check_running(client, "org_c") == 0 and len(asked) == 1
+    runs._running["org_c"].since += 1  # as a run this process started does
+    assert await runs._check_running(client, "org_c") == 1 and len(asked) == 1  # the count reused
+    runs._running["org_c"].since += 1
+    # 0 + 2 would refuse: counted again, and Temporal runs none of org_c's runs
+    assert await runs._check_running(client, "org_c") == 0 and len(asked) == 2
+    assert "B3osOrg = 'org_c'" in asked[-1]
+    monkeypatch.setattr(service, "RUNNING_COUNT_FRESH_S", 0.0)
+    await runs._check_running(client, "org_c")
+    assert len(asked) == 3  # a stale count is taken again
 
 
 async def test_a_start_while_temporal_is_unreachable_is_503_and_leaves_no_grant_a_keyed_repeat_is_answered(

@@ -55,7 +55,8 @@ def _tool_failed(reason: str, message: str, attempt: int, **details: Any) -> Exc
 async def call_action(input: CallActionInput) -> CallActionResult:
     """The step activity's stand-in: the echo tool's and the Open-Meteo place search's answers, its
     failures counted against the step's max-attempts by the real activity's ledger."""
-    ledger = Ledger.of(activity.info().heartbeat_details)
+    info = activity.info()
+    ledger = Ledger.of(info.heartbeat_details, info.attempt)
     try:
         return await _answer(input)
     except ApplicationError as exc:
