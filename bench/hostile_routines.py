@@ -150,6 +150,10 @@ PHASES = (
     "admitted to finished",
     "finished to the activity's end",
     "run in Temporal",
+    "the call's VM: start",
+    "run",
+    "collect and delete",
+    "the call outside its VM",
 )
 
 
@@ -179,6 +183,11 @@ async def _phases(stack: Any, org: Any, run: dict[str, Any]) -> list[float]:
     whole = at[events[-1].event_id] - at[events[0].event_id]
     call = stack.calls_of(org)[-1]
     admitted, finished = (call.started_at.timestamp() * 1000, call.finished_at.timestamp() * 1000)
+    timings = _timings(stack, call.id)
+    vm = [
+        sum(timings.get(p, 0.0) for p in phase)
+        for phase in (("start", "copy", "unpack"), ("run",), ("collect", "delete"))
+    ]
     return [
         run["start_answered_ms"],
         waits["wft"],
@@ -189,7 +198,29 @@ async def _phases(stack: Any, org: Any, run: dict[str, Any]) -> list[float]:
         finished - admitted,
         act_ended - finished,
         whole,
+        vm[0],
+        vm[1],
+        vm[2],
+        finished - admitted - sum(vm),
     ]
+
+
+def _timings(stack: Any, call_id: str) -> dict[str, float]:
+    """The node's phases of a call (ms), from the answer the api stored under the step's key."""
+    from sqlmodel import Session, col, select
+
+    from api.calls.tables import IdempotencyRecord
+
+    with Session(stack.engine) as session:
+        record = session.exec(
+            select(IdempotencyRecord).where(col(IdempotencyRecord.call_id) == call_id)
+        ).first()
+    found = (record.body or {}).get("timings") if record is not None else None
+    return (
+        {k: float(v) for k, v in found.items() if isinstance(v, (int, float))}
+        if isinstance(found, dict)
+        else {}
+    )
 
 
 def _phase_text(samples: list[list[float]]) -> str:
