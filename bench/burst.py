@@ -3,11 +3,15 @@ from its Temporal history, and the CPU each kind of the stack's processes used m
 
 from __future__ import annotations
 
+import collections
 import os
+import re
 import statistics
 import time
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 KINDS = (
     ("temporal", "server start-dev"),
@@ -42,15 +46,44 @@ def cpu_seconds() -> dict[str, float]:
     return used
 
 
+_COUNTER = re.compile(r"^(service_requests|persistence_requests)\{([^}]*)\} ([0-9.e+]+)$")
+_OPERATION = re.compile(r'operation="([^"]*)"')
+
+
+def temporal_operations(metrics_url: str | None) -> collections.Counter[str]:
+    """The Temporal server's request and persistence counters so far (`service:<operation>`,
+    `persistence:<operation>`), from its Prometheus metrics (none without a URL). A request that passes
+    the frontend and then the history service counts once in each."""
+    counts: collections.Counter[str] = collections.Counter()
+    if metrics_url is None:
+        return counts
+    for line in httpx.get(metrics_url, timeout=10).text.splitlines():
+        found = _COUNTER.match(line)
+        if found is None:
+            continue
+        name, labels, value = found.groups()
+        operation = _OPERATION.search(labels)
+        kind = "service" if name == "service_requests" else "persistence"
+        counts[f"{kind}:{operation.group(1) if operation else ''}"] += float(value)
+    return counts
+
+
 async def where_time_went(
-    stack: Any, workflow_ids: list[str], began: float, cpu_before: dict[str, float]
+    stack: Any,
+    workflow_ids: list[str],
+    began: float,
+    cpu_before: dict[str, float],
+    temporal_before: collections.Counter[str] | None = None,
+    metrics_url: str | None = None,
 ) -> dict[str, Any]:
-    """The runs' phases, ms p50 and max (started and ended: since `began`, a `time.time()`), and the CPU
-    seconds of each kind of process since `cpu_before` (`cpu_seconds()`), with the wall time."""
+    """The runs' phases, ms p50 and max (started and ended: since `began`, a `time.time()`), the CPU
+    seconds of each kind of process since `cpu_before` (`cpu_seconds()`), with the wall time, and the
+    Temporal server's operations per run since `temporal_before` (`temporal_operations()`)."""
     from temporalio.api.enums.v1 import EventType as E
 
     wall = time.time() - began
     cpu_after = cpu_seconds()
+    temporal = temporal_operations(metrics_url) - (temporal_before or collections.Counter())
     phases: dict[str, list[float]] = {name: [] for name in PHASES}
     for workflow_id in workflow_ids:
         at: dict[int, list[float]] = {}
@@ -72,6 +105,9 @@ async def where_time_went(
         },
         "cpu_s": {k: round(v - cpu_before.get(k, 0.0), 2) for k, v in sorted(cpu_after.items())},
         "wall_s": wall,
+        "temporal_per_run": {
+            op: round(n / len(workflow_ids), 2) for op, n in temporal.most_common() if workflow_ids
+        },
     }
 
 
@@ -83,7 +119,30 @@ def rows(where: dict[str, Any]) -> list[tuple[str, str]]:
     shown = [name for name in PHASES if name in ms]
     phases = " / ".join(f"{ms[name]['p50']:.0f} ({ms[name]['max']:.0f})" for name in shown)
     cpu = ", ".join(f"{kind} {s:.1f}" for kind, s in sorted(where["cpu_s"].items(), key=lambda kv: -kv[1]))
-    return [
+    lines = [
         ("  ms, p50 (max): " + "/".join(shown), phases),
         (f"  CPU s in its {where['wall_s']:.1f} s on {os.cpu_count()} cores", cpu),
     ]
+    ops = where.get("temporal_per_run") or {}
+    if ops:
+        total = {
+            kind: sum(n for op, n in ops.items() if op.startswith(kind))
+            for kind in ("service", "persistence")
+        }
+        named = ", ".join(f"{op.split(':')[1]} {ops.get(op, 0):g}" for op in TEMPORAL_SHOWN)
+        lines.append(
+            (
+                "  Temporal per run",
+                f"{total['service']:.1f} requests, {total['persistence']:.1f} persistence ops; {named}",
+            )
+        )
+    return lines
+
+
+TEMPORAL_SHOWN = (
+    "persistence:UpdateWorkflowExecution",
+    "service:RecordActivityTaskHeartbeat",
+    "service:CountWorkflowExecutions",
+)
+"""The Temporal operations a run's own code decides (the rest are the workflow's two tasks and one
+activity), shown by name in the table."""

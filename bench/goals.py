@@ -423,7 +423,9 @@ async def _burst(
     from temporalio.client import WorkflowFailureError
 
     client = stack.temporal_client
+    metrics_url = getattr(stack, "temporal_metrics_url", None)
     cpu_before, began_wall = burst.cpu_seconds(), time.time()
+    temporal_before = burst.temporal_operations(metrics_url)
     began = time.perf_counter()
     async with httpx.AsyncClient(base_url=stack.url, timeout=60) as http:
 
@@ -448,7 +450,9 @@ async def _burst(
     await asyncio.gather(*(done(w) for w in ids))
     took = time.perf_counter() - began
     if where is not None:
-        where.update(await burst.where_time_went(stack, ids, began_wall, cpu_before))
+        where.update(
+            await burst.where_time_went(stack, ids, began_wall, cpu_before, temporal_before, metrics_url)
+        )
     return took
 
 
@@ -617,6 +621,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "egress")]
     import calls.stack
+    from calls.stack import free_port
     from realstack import start_routine_stack
 
     calls.stack.ROUTINE_ADMISSION_WAIT_S = None  # the api's default, not the tests' 429-at-once
@@ -631,13 +636,16 @@ def main(argv: list[str]) -> int:
 
     async def run() -> None:
         temporal = shutil.which("temporal") or str(Path(sys.executable).parent / "temporal")
+        metrics_port = free_port()
         env = await WorkflowEnvironment.start_local(
             dev_server_existing_path=temporal,
             data_converter=pydantic_data_converter,
             search_attributes=[SearchAttributeKey.for_keyword(n) for n in ("B3osRoutine", "B3osOrg")],
+            dev_server_extra_args=["--metrics-port", str(metrics_port)],
         )
         root = Path(tempfile.mkdtemp(prefix="b3os-bench-goals-"))
         stack = start_routine_stack(root, env)
+        stack.temporal_metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
         try:
             procs = {
                 p.name: p.popen.pid for p in stack.procs if p.name.startswith(("api-", "node-a", "worker"))
