@@ -72,10 +72,11 @@ class Ledger:
         failures = found.get("failures")
         failures = failures if isinstance(failures, int) and failures >= 0 else 0
         closed = found.get("closed")
-        if isinstance(closed, int) and 0 <= closed < attempt:
+        if "closed" not in found and "open" in found:  # the ledger of a worker before `closed`
+            unclosed = 1 if found["open"] is True else 0
+        else:  # none left (no earlier attempt closed it): every earlier attempt is unclosed
+            closed = closed if isinstance(closed, int) and 0 <= closed < attempt else 0
             unclosed = attempt - 1 - closed
-        else:  # a ledger of a worker before `closed`: its last attempt said whether it was open
-            unclosed = 1 if found.get("open") is True else 0
         return cls(failures + unclosed, attempt)
 
     def details(self) -> dict[str, Any]:

@@ -141,7 +141,8 @@ async def test_a_quick_call_sends_no_heartbeat_and_a_longer_one_carries_the_ledg
         (3, [{"failures": 1, "closed": 2}], 1),  # both closed, one of them as a failure
         (2, [{"failures": 1, "open": True}], 2),  # the ledger of a worker before `closed`
         (2, [{"failures": 1, "open": False}], 1),
-        (2, ["garbage"], 0),
+        (3, [], 2),  # neither earlier attempt left a ledger: both died before they heartbeated
+        (2, ["garbage"], 1),
     ],
 )
 async def test_attempts_that_never_closed_count_against_max_attempts(
