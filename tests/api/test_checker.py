@@ -4,10 +4,13 @@ from the api's own interpreter, each organization's one at a time."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 import json
 import os
 import signal
-from collections.abc import Awaitable
+import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -19,6 +22,8 @@ from api.migrations import migrate
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "packs"
 NOOP = "com.example.tools/noop/noop@1"
+_FRESH = itertools.count(1)
+"""Makes each heavy routine or manifest differ from every other: a checker keeps what it has parsed."""
 
 
 def small(name: str) -> str:
@@ -26,13 +31,14 @@ def small(name: str) -> str:
 
 
 def slow(steps: int) -> str:
-    """`steps` steps of 4 different expressions of ~2,000 characters each (a list literal of 985 items):
-    the CEL parser takes ~0.2 s for each (3 steps: ~24,000 characters, within the 32,000 of a routine's
-    expressions, and ~2.5 s to check)."""
+    """`steps` steps of 4 different expressions of ~2,000 characters each (a list literal of 985 items),
+    unlike those of any other call: the CEL parser takes 0.1-0.2 s for each, by the machine's speed (3
+    steps: ~24,000 characters, within the 32,000 of a routine's expressions, and 1-2.5 s to check)."""
     body = ",".join(["1"] * 984)
+    fresh = next(_FRESH)
     lines = []
     for i in range(steps):
-        fields = ", ".join(f"t{k}: '${{{{ size([{i * 4 + k},{body}]) }}}}'" for k in range(4))
+        fields = ", ".join(f"t{k}: '${{{{ size([{fresh},{i * 4 + k},{body}]) }}}}'" for k in range(4))
         lines.append(f"  - id: s{i}\n    uses: {NOOP}\n    with: {{{fields}}}\n")
     return "name: slow\nsteps:\n" + "".join(lines)
 
@@ -55,6 +61,19 @@ async def refused_beside_a_quick_routine(
     with pytest.raises(InvalidRequest) as refused:
         await heavy
     return refused.value
+
+
+async def half_of_what_it_takes(database: str, check: Callable[[Checkers], Awaitable[object]]) -> float:
+    """Half the time a warm checker of this machine takes for `check` (a heavy routine or manifest, each
+    unlike any other), in tenths of a second: a limit that such a check surely passes, whatever the
+    machine's speed, while a quick one surely does not."""
+    generous = Checkers(database, routine_s=60.0, manifest_s=60.0)
+    with pytest.raises(InvalidRequest):  # a warm checker: its start is no part of a check's time
+        await generous.routine("org_w", small("warm"))
+    began = time.perf_counter()
+    with contextlib.suppress(InvalidRequest):
+        await check(generous)
+    return max(0.3, round((time.perf_counter() - began) / 2, 1))
 
 
 @pytest.fixture
@@ -84,13 +103,13 @@ async def test_a_routine_is_answered_as_it_is_stored_and_its_problems_at_their_l
     assert refused.value.extra["problems"][0].startswith("routine.yaml:4:11: "), refused.value.extra
 
 
-async def test_a_routine_that_takes_too_long_to_read_is_refused_and_the_next_is_read(
-    checkers: Checkers,
-) -> None:
+async def test_a_routine_that_takes_too_long_to_read_is_refused_and_the_next_is_read(database: str) -> None:
+    limit = await half_of_what_it_takes(database, lambda c: c.routine("org_w", slow(3)))
+    checkers = Checkers(database, routine_s=limit, manifest_s=limit)
     refused = await refused_beside_a_quick_routine(checkers, checkers.routine("org_a", slow(3)))
     assert refused.extra["problems"] == [
-        "routine.yaml:1:1: it could not be checked within 1 s (the most a routine may take to read): "
-        "make it smaller, or its expressions fewer or shorter"
+        f"routine.yaml:1:1: it could not be checked within {limit:g} s (the most a routine may take to "
+        "read): make it smaller, or its expressions fewer or shorter"
     ]
     # its checker was stopped; a new one reads the next routine
     with pytest.raises(InvalidRequest) as again:
@@ -177,12 +196,14 @@ async def test_a_checker_killed_while_it_waited_is_replaced_for_the_next_routine
 
 def manifest_with_templates(expressions: int) -> dict[str, object]:
     """The open-meteo example with `expressions` different list literals of ~2,000 characters as query
-    parameters of its first action (each ~0.2 s to parse; 16, the most a manifest may have, ~3 s)."""
+    parameters of its first action, unlike those of any other call (each 0.06-0.2 s to parse; 16, the most
+    a manifest may have, 1-3 s by the machine's speed)."""
     manifest = json.loads((EXAMPLES / "open-meteo" / "b3pack.json").read_text())
-    body = ",".join(["1"] * 984)
+    body = ",".join(["1"] * 983)
+    fresh = next(_FRESH)
     query = manifest["actions"][0]["impl"]["request"]["query"]
     for i in range(expressions):
-        query[f"q{i}"] = f"${{{{ size([{i},{body}]) }}}}"
+        query[f"q{i}"] = f"${{{{ size([{fresh},{i},{body}]) }}}}"
     return manifest
 
 
@@ -196,13 +217,15 @@ async def test_a_manifest_is_answered_with_its_publish_checks_violations(checker
 
 
 async def test_a_manifest_that_takes_too_long_to_check_is_refused_while_a_routine_is_read(
-    checkers: Checkers,
+    database: str,
 ) -> None:
+    limit = await half_of_what_it_takes(database, lambda c: c.manifest("org_w", manifest_with_templates(16)))
+    checkers = Checkers(database, routine_s=60.0, manifest_s=limit)
     refused = await refused_beside_a_quick_routine(
         checkers, checkers.manifest("org_a", manifest_with_templates(16))
     )
     assert refused.message == (
-        "The manifest could not be checked within 1 s (the most a manifest may take to check): make its "
-        "request templates fewer or their expressions shorter."
+        f"The manifest could not be checked within {limit:g} s (the most a manifest may take to check): "
+        "make its request templates fewer or their expressions shorter."
     )
     assert refused.extra == {"field": "manifest", "reason": "checks"}
