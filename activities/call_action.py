@@ -71,12 +71,11 @@ class Ledger:
         found = details[0] if details and isinstance(details[0], dict) else {}
         failures = found.get("failures")
         failures = failures if isinstance(failures, int) and failures >= 0 else 0
-        closed = found.get("closed")
-        if "closed" not in found and "open" in found:  # the ledger of a worker before `closed`
+        if "closed" not in found and "open" in found:  # a worker before `closed`: was its last one open
             unclosed = 1 if found["open"] is True else 0
-        else:  # none left (no earlier attempt closed it): every earlier attempt is unclosed
-            closed = closed if isinstance(closed, int) and 0 <= closed < attempt else 0
-            unclosed = attempt - 1 - closed
+        else:  # every earlier attempt that did not close it (all of them when none left a ledger)
+            closed = found.get("closed")
+            unclosed = attempt - 1 - (closed if isinstance(closed, int) and 0 <= closed < attempt else 0)
         return cls(failures + unclosed, attempt)
 
     def details(self) -> dict[str, Any]:

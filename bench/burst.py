@@ -46,6 +46,14 @@ def cpu_seconds() -> dict[str, float]:
     return used
 
 
+TEMPORAL_SHOWN = (
+    "persistence:UpdateWorkflowExecution",
+    "service:RecordActivityTaskHeartbeat",
+    "service:CountWorkflowExecutions",
+)
+"""The Temporal operations a run's own code decides (the rest are the workflow's two tasks and one
+activity), shown by name in the table."""
+
 _COUNTER = re.compile(r"^(service_requests|persistence_requests)\{([^}]*)\} ([0-9.e+]+)$")
 _OPERATION = re.compile(r'operation="([^"]*)"')
 
@@ -137,12 +145,3 @@ def rows(where: dict[str, Any]) -> list[tuple[str, str]]:
             )
         )
     return lines
-
-
-TEMPORAL_SHOWN = (
-    "persistence:UpdateWorkflowExecution",
-    "service:RecordActivityTaskHeartbeat",
-    "service:CountWorkflowExecutions",
-)
-"""The Temporal operations a run's own code decides (the rest are the workflow's two tasks and one
-activity), shown by name in the table."""
