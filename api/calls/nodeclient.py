@@ -12,8 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
-
+from api.calls.nodehttp import NodeHttp, NodeHttpError
 from b3os import retry_after_seconds
 from node.credential import PROOF_HEADER, answer_is_proven, signed_headers
 from telemetry import tracing
@@ -55,69 +54,58 @@ class NodeTarget:
 
 
 async def send_call(
-    client: httpx.AsyncClient, *, node: NodeTarget, body: dict[str, Any], timeout_s: float
+    client: NodeHttp, *, node: NodeTarget, body: dict[str, Any], timeout_s: float
 ) -> NodeAnswer:
     """Send one call to a node and wait for its result (at most `timeout_s`)."""
     url, content, headers = node.request(NODE_CALLS_PATH, body)
     tracing.inject(headers)  # W3C traceparent: the node's span joins the call's trace
     try:
         response = await client.post(
-            url,
-            content=content,
-            headers=headers,
-            timeout=httpx.Timeout(timeout_s, connect=5.0),
-            follow_redirects=False,
+            url, content=content, headers=headers, timeout_s=timeout_s, connect_s=5.0
         )
-    except httpx.ConnectError:
-        return NodeAnswer(status=0, failure="the node could not be reached", gone=True)
-    except httpx.TimeoutException:
-        return NodeAnswer(status=0, failure="the node did not answer in time", timed_out=True)
-    except httpx.TransportError as exc:
-        failure = f"the connection to the node failed ({type(exc).__name__})"
-        return NodeAnswer(status=0, failure=failure, gone=True)
-    if response.status_code == 200 and not answer_is_proven(
+    except NodeHttpError as exc:
+        if exc.kind == "connect":
+            return NodeAnswer(status=0, failure="the node could not be reached", gone=True)
+        if exc.kind == "timeout":
+            return NodeAnswer(status=0, failure="the node did not answer in time", timed_out=True)
+        return NodeAnswer(status=0, failure=f"the connection to the node failed: {exc}", gone=True)
+    if response.status == 200 and not answer_is_proven(
         node.key,
         node_id=node.node_id,
         proof=headers[PROOF_HEADER],
         status=200,
-        body=response.content,
+        body=response.body,
         headers=response.headers,
     ):
         return NodeAnswer(status=0, failure=f"the answer did not carry the proof of node {node.node_id}")
     try:
-        result = response.json()
+        result = json.loads(response.body)
     except ValueError:
         result = None
     if not isinstance(result, dict):
         result = {}
     return NodeAnswer(
-        status=response.status_code,
+        status=response.status,
         result=result,
         retry_after=retry_after_seconds(response.headers.get("retry-after")),
     )
 
 
-async def send_cancel(client: httpx.AsyncClient, *, node: NodeTarget, call_id: str) -> str:
+async def send_cancel(client: NodeHttp, *, node: NodeTarget, call_id: str) -> str:
     """Ask a node to kill a call's VM; the node's state ("killed", "not_started", "unknown") or
     "unreachable" when it did not answer (or not with its proof)."""
     url, content, headers = node.request(f"{NODE_CALLS_PATH}/{call_id}/cancel", None)
     try:
-        response = await client.post(
-            url,
-            content=content,
-            headers=headers,
-            timeout=httpx.Timeout(5.0, connect=2.0),
-            follow_redirects=False,
-        )
+        response = await client.post(url, content=content, headers=headers, timeout_s=5.0, connect_s=2.0)
         proven = answer_is_proven(
             node.key,
             node_id=node.node_id,
             proof=headers[PROOF_HEADER],
-            status=response.status_code,
-            body=response.content,
+            status=response.status,
+            body=response.body,
             headers=response.headers,
         )
-        state = response.json().get("state") if response.status_code == 200 and proven else None
-    except (httpx.TransportError, ValueError, AttributeError):
+        state = json.loads(response.body).get("state") if response.status == 200 and proven else None
+    except (NodeHttpError, ValueError, AttributeError):
         return "unreachable"
     return state if isinstance(state, str) else "unreachable"

@@ -56,6 +56,7 @@ from api.calls.errors import (
 )
 from api.calls.executor import HTTP_LANE, Execution, Executor, Prepared
 from api.calls.inputs import check_input
+from api.calls.nodehttp import NodeHttp
 from api.calls.settings import CallSettings
 from api.calls.tables import ToolCall
 from api.db import read_session, run_reading
@@ -172,12 +173,14 @@ class CallService:
         egress_token: str | None = None,
         clock: Callable[[], dt.datetime] = utcnow,
     ) -> None:
-        """Keep the engine and settings; the HTTP client is made on first use (it never follows redirects)."""
+        """Keep the engine and settings; the HTTP client to the egress proxy is made on first use (it never
+        follows redirects)."""
         self.engine = engine
         self.settings = settings
         self.clock = clock
         self.prices = settings.unit_prices()
-        self._client: httpx.AsyncClient | None = None
+        self._client: httpx.AsyncClient | None = None  # to the egress proxy (HTTP actions)
+        self.node_http = NodeHttp()  # to the nodes
         self._next_maintenance = 0.0
         self._waiting: collections.deque[asyncio.Future[None]] = collections.deque()
         self._twins: dict[tuple[str, str], asyncio.Event] = {}  # (org, key) of this process's running calls
@@ -191,7 +194,8 @@ class CallService:
         }
 
     async def aclose(self) -> None:
-        """Close the HTTP client to the nodes."""
+        """Close the HTTP clients to the egress proxy and the nodes."""
+        await self.node_http.aclose()
         if self._client is not None:
             await self._client.aclose()
             self._client = None

@@ -100,7 +100,7 @@ class VmExecutor:
         node: NodeTarget | None = await self._service._db(target)
         if node is None:
             return "unreachable"
-        return await send_cancel(self._service._http(), node=node, call_id=call.id)
+        return await send_cancel(self._service.node_http, node=node, call_id=call.id)
 
     async def execute(self, call: ToolCall, prepared: Prepared) -> Execution:
         """Send the call to its node and read the outcome, usage and phases."""
@@ -121,7 +121,7 @@ class VmExecutor:
             "tenant": tenant_of(call.org_id),
         }
         reply = await send_call(
-            service._http(),
+            service.node_http,
             node=NodeTarget(node.url, node.node_id, prepared.state[node.node_id]),
             body=body,
             timeout_s=call.timeout_ms / 1000 + service.settings.call_overhead_s,
