@@ -18,7 +18,6 @@ import asyncio
 import json
 from typing import Any
 
-import httpx
 from pydantic import BaseModel, Field
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -26,6 +25,7 @@ from temporalio.exceptions import ApplicationError
 from activities.config import ActivitySettings
 from activities.errors import BENIGN, error_for_answer, error_for_response, is_wait, network_error
 from activities.idempotency import step_idempotency_key
+from b3os._http1 import Http1, Http1Error, Response
 from engine import payloads
 from telemetry import tracing
 
@@ -122,7 +122,7 @@ class ActionActivities:
             settings: Where to send calls and the worker token.
         """
         self._settings = settings
-        self._client: httpx.AsyncClient | None = None
+        self._client: Http1 | None = None
 
     async def aclose(self) -> None:
         """Close the HTTP client."""
@@ -130,10 +130,20 @@ class ActionActivities:
             await self._client.aclose()
             self._client = None
 
-    def _http(self) -> httpx.AsyncClient:
+    def _http(self) -> Http1:
         if self._client is None:
-            self._client = httpx.AsyncClient(base_url=self._settings.api_url.rstrip("/"))
+            self._client = Http1(base_url=self._settings.api_url)
         return self._client
+
+    def _post(
+        self, path: str, body: dict[str, Any], headers: dict[str, str], *, read_s: float, connect_s: float
+    ) -> Any:
+        """The POST of `body` as JSON to the api (a coroutine): answered within `read_s` once connected."""
+        content = json.dumps(body, separators=(",", ":")).encode()
+        headers = {**headers, "Content-Type": "application/json"}
+        return self._http().post(
+            path, content=content, headers=headers, timeout_s=connect_s + read_s, connect_s=connect_s
+        )
 
     @activity.defn(name="call_action")
     async def call_action(self, input: CallActionInput) -> CallActionResult:
@@ -161,15 +171,13 @@ class ActionActivities:
         ledger = Ledger.of(info.heartbeat_details, info.attempt)
         if input.max_attempts is not None and ledger.failures >= input.max_attempts:
             raise ledger.exhausted(info.attempt)
-        request = self._http().post(
-            CALL_PATH, json=body, headers=headers, timeout=httpx.Timeout(read_s, connect=10.0)
-        )
+        request = self._post(CALL_PATH, body, headers, read_s=read_s, connect_s=10.0)
         try:
             response = await self._wait_heartbeating(request, ledger)
         except asyncio.CancelledError:
             await self._cancel_call(key, input)
             raise
-        except httpx.TransportError as exc:
+        except Http1Error as exc:
             error = network_error(exc, self._settings.api_url, attempt=info.attempt)
             activity.logger.warning("step %s attempt %d: %s", input.step_id, info.attempt, error)
             raise ledger.close(error, input.max_attempts) from None
@@ -230,13 +238,10 @@ class ActionActivities:
         give_up = asyncio.get_running_loop().time() + _CANCEL_S
         while True:
             try:
-                response = await self._http().post(
-                    CANCEL_PATH,
-                    json={"idempotency_key": key},
-                    headers=headers,
-                    timeout=httpx.Timeout(_CANCEL_S, connect=2.0),
+                response = await self._post(
+                    CANCEL_PATH, {"idempotency_key": key}, headers, read_s=_CANCEL_S, connect_s=2.0
                 )
-            except httpx.TransportError as exc:
+            except Http1Error as exc:
                 activity.logger.warning("step %s: the call could not be cancelled: %s", input.step_id, exc)
                 return
             if response.status_code != 409 or asyncio.get_running_loop().time() > give_up:
@@ -248,12 +253,12 @@ class ActionActivities:
             status, text = response.status_code, response.text
             activity.logger.warning("step %s: its cancel answered %d %s", input.step_id, status, text)
 
-    async def _wait_heartbeating(self, request: Any, ledger: Ledger) -> httpx.Response:
+    async def _wait_heartbeating(self, request: Any, ledger: Ledger) -> Response:
         """Await the request, heartbeating every `heartbeat_interval_s` meanwhile so that a cancellation
         reaches this attempt (each heartbeat carries the step's attempts ledger to the next attempt). A
         call that answers within the first interval sends no heartbeat: for most calls, one request to
         Temporal and one write of the run's state fewer."""
-        task: asyncio.Task[httpx.Response] = asyncio.ensure_future(request)
+        task: asyncio.Task[Response] = asyncio.ensure_future(request)
         try:
             while True:
                 done, _ = await asyncio.wait({task}, timeout=self._settings.heartbeat_interval_s)

@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from b3os import retry_after_seconds
+from b3os._http1 import ConnectFailed
 
 # An answer of the api is an expected outcome, not a bug: the worker logs it as one line (call_action),
 # and the SDK logs a BENIGN failure without a traceback.
@@ -85,7 +86,19 @@ def problem_fields(status: int, body: Any) -> dict[str, Any]:
     return fields
 
 
-def error_for_response(response: httpx.Response, *, attempt: int, key: str | None = None) -> ApplicationError:
+class HttpAnswer(Protocol):
+    """An HTTP answer as httpx and b3os._http1 both give it."""
+
+    @property
+    def status_code(self) -> int: ...
+
+    @property
+    def headers(self) -> Any: ...  # `.get(name)`, in any case
+
+    def json(self) -> Any: ...
+
+
+def error_for_response(response: HttpAnswer, *, attempt: int, key: str | None = None) -> ApplicationError:
     """The activity error for a non-2xx answer of the api, read from the HTTP response.
 
     Args:
@@ -177,7 +190,7 @@ def network_error(exc: Exception, api_url: str, *, attempt: int) -> ApplicationE
         "message": message,
         "attempt": attempt,
     }
-    if isinstance(exc, httpx.ConnectError):  # nothing reached the api: wait for it as for a 503
+    if isinstance(exc, (httpx.ConnectError, ConnectFailed)):  # nothing reached the api: wait as for a 503
         fields["retry_after"] = CONNECT_RETRY_S
         delay = timedelta(seconds=CONNECT_RETRY_S)
         return ApplicationError(

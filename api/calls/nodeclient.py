@@ -12,8 +12,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from api.calls.nodehttp import NodeHttp, NodeHttpError
 from b3os import retry_after_seconds
+from b3os._http1 import ConnectFailed, Http1, Http1Error, TimedOut
 from node.credential import PROOF_HEADER, answer_is_proven, signed_headers
 from telemetry import tracing
 
@@ -53,9 +53,7 @@ class NodeTarget:
         return self.url.rstrip("/") + path, content, headers
 
 
-async def send_call(
-    client: NodeHttp, *, node: NodeTarget, body: dict[str, Any], timeout_s: float
-) -> NodeAnswer:
+async def send_call(client: Http1, *, node: NodeTarget, body: dict[str, Any], timeout_s: float) -> NodeAnswer:
     """Send one call to a node and wait for its result (at most `timeout_s`)."""
     url, content, headers = node.request(NODE_CALLS_PATH, body)
     tracing.inject(headers)  # W3C traceparent: the node's span joins the call's trace
@@ -63,35 +61,35 @@ async def send_call(
         response = await client.post(
             url, content=content, headers=headers, timeout_s=timeout_s, connect_s=5.0
         )
-    except NodeHttpError as exc:
-        if exc.kind == "connect":
-            return NodeAnswer(status=0, failure="the node could not be reached", gone=True)
-        if exc.kind == "timeout":
-            return NodeAnswer(status=0, failure="the node did not answer in time", timed_out=True)
+    except ConnectFailed:
+        return NodeAnswer(status=0, failure="the node could not be reached", gone=True)
+    except TimedOut:
+        return NodeAnswer(status=0, failure="the node did not answer in time", timed_out=True)
+    except Http1Error as exc:
         return NodeAnswer(status=0, failure=f"the connection to the node failed: {exc}", gone=True)
-    if response.status == 200 and not answer_is_proven(
+    if response.status_code == 200 and not answer_is_proven(
         node.key,
         node_id=node.node_id,
         proof=headers[PROOF_HEADER],
         status=200,
-        body=response.body,
+        body=response.content,
         headers=response.headers,
     ):
         return NodeAnswer(status=0, failure=f"the answer did not carry the proof of node {node.node_id}")
     try:
-        result = json.loads(response.body)
+        result = json.loads(response.content)
     except ValueError:
         result = None
     if not isinstance(result, dict):
         result = {}
     return NodeAnswer(
-        status=response.status,
+        status=response.status_code,
         result=result,
         retry_after=retry_after_seconds(response.headers.get("retry-after")),
     )
 
 
-async def send_cancel(client: NodeHttp, *, node: NodeTarget, call_id: str) -> str:
+async def send_cancel(client: Http1, *, node: NodeTarget, call_id: str) -> str:
     """Ask a node to kill a call's VM; the node's state ("killed", "not_started", "unknown") or
     "unreachable" when it did not answer (or not with its proof)."""
     url, content, headers = node.request(f"{NODE_CALLS_PATH}/{call_id}/cancel", None)
@@ -101,11 +99,11 @@ async def send_cancel(client: NodeHttp, *, node: NodeTarget, call_id: str) -> st
             node.key,
             node_id=node.node_id,
             proof=headers[PROOF_HEADER],
-            status=response.status,
-            body=response.body,
+            status=response.status_code,
+            body=response.content,
             headers=response.headers,
         )
-        state = json.loads(response.body).get("state") if response.status == 200 and proven else None
-    except (NodeHttpError, ValueError, AttributeError):
+        state = json.loads(response.content).get("state") if response.status_code == 200 and proven else None
+    except (Http1Error, ValueError, AttributeError):
         return "unreachable"
     return state if isinstance(state, str) else "unreachable"

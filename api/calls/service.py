@@ -56,11 +56,11 @@ from api.calls.errors import (
 )
 from api.calls.executor import HTTP_LANE, Execution, Executor, Prepared
 from api.calls.inputs import check_input
-from api.calls.nodehttp import NodeHttp
 from api.calls.settings import CallSettings
 from api.calls.tables import ToolCall
 from api.db import read_session, run_reading
 from api.models import utcnow
+from b3os._http1 import Http1
 from packs.resolve import Resolved, ResolveError
 
 log = logging.getLogger(__name__)
@@ -180,7 +180,7 @@ class CallService:
         self.clock = clock
         self.prices = settings.unit_prices()
         self._client: httpx.AsyncClient | None = None  # to the egress proxy (HTTP actions)
-        self.node_http = NodeHttp()  # to the nodes
+        self.node_http = Http1()  # to the nodes
         self._next_maintenance = 0.0
         self._waiting: collections.deque[asyncio.Future[None]] = collections.deque()
         self._twins: dict[tuple[str, str], asyncio.Event] = {}  # (org, key) of this process's running calls

@@ -28,6 +28,7 @@ import datetime as dt
 import re
 import secrets
 
+from sqlalchemy import bindparam
 from sqlmodel import Session, col, select, update
 
 from activities.idempotency import step_idempotency_key
@@ -87,17 +88,20 @@ def cancelled(session: Session, run_id: str) -> None:
     )
 
 
+_GRANT_AND_KEY = (
+    select(RunGrant, ApiKey)
+    .join(ApiKey, col(ApiKey.id) == col(RunGrant.key_id))
+    .where(col(RunGrant.grant_hash) == bindparam("grant_hash"))
+)  # built once: every step's call reads it
+
+
 def lookup(session: Session, secret: str) -> tuple[RunGrant, ApiKey]:
     """The grant and the key of the run that `secret` was minted for.
 
     Raises:
         Unauthorized: no run of this api holds that grant.
     """
-    found = session.exec(
-        select(RunGrant, ApiKey)
-        .join(ApiKey, col(ApiKey.id) == col(RunGrant.key_id))
-        .where(col(RunGrant.grant_hash) == hash_secret(secret))
-    ).first()
+    found = session.exec(_GRANT_AND_KEY, params={"grant_hash": hash_secret(secret)}).first()
     if found is None:
         raise Unauthorized(
             f"{GRANT_HEADER} is not the grant of any run this api started, so the call is refused: "

@@ -1,46 +1,55 @@
-"""The api's HTTP/1.1 client to its nodes: keep-alive connections, one request at a time on each.
+"""A lean HTTP/1.1 client for the platform's own busiest requests: the api's calls to its nodes and the
+routine worker's step calls to the api. Keep-alive connections, one request at a time on each.
 
-A call's request to a node is the api's busiest outbound path, and a general client's layers (httpx:
-its request and response models, cookies, auth and redirect hooks, transports) took about a fifth of
-the api's CPU per call. This client does only what that path needs: POST a body with the given
-headers, read the status, headers and body (parsed by httptools, the parser uvicorn uses), keep the
-connection for the next request unless either side closes it. It never follows redirects.
+A general client's layers (httpx: its request and response models, cookies, auth and redirect hooks,
+transports) were about a fifth of the api's CPU per call and of the worker's in a burst of runs. This
+client does only what those paths need: POST a body with the given headers, read the status, headers
+and body (parsed by httptools, the parser uvicorn uses), keep the connection for the next request
+unless either side closes it. It never follows redirects; https is verified with the system's
+certificates.
 
-Failures are raised as `NodeHttpError` with `kind`: "connect" (refused, unreachable, no name),
-"timeout" (connecting or answering took too long) or "transport" (the connection broke mid-way, the
-answer was not HTTP or was larger than `MAX_ANSWER_BYTES`).
+Failures are raised as `Http1Error`: `ConnectFailed` (refused, unreachable, no such name: nothing was
+sent), `TimedOut` (connecting or answering took too long) or `TransportFailed` (the connection broke
+mid-way, the answer was not HTTP or was larger than `MAX_ANSWER_BYTES`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import ssl
 import time
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import urlsplit
 
 import httptools
 
 MAX_ANSWER_BYTES = 16 * 1024 * 1024
-"""A node's answer is at most its stdout (1 MiB) and output files (256 KiB) in JSON; anything far past
-that is not an answer."""
+"""Far past any answer these paths expect (a node's: its stdout, 1 MiB, and output files, 256 KiB, in
+JSON; the api's: a step's output)."""
 IDLE_S = 4.0
-"""A kept connection idle longer than this is closed rather than reused: the node's server closes its
-idle connections after 5 s (uvicorn's default), and a request written as it closes would be lost."""
+"""A kept connection idle longer than this is closed rather than reused: uvicorn closes idle connections
+after 5 s, and a request written as the server closes would be lost."""
 MAX_IDLE_PER_ORIGIN = 50
 READ_CHUNK = 65536
 
-Kind = Literal["connect", "timeout", "transport"]
+
+class Http1Error(Exception):
+    """A request that got no complete answer."""
 
 
-class NodeHttpError(Exception):
-    """A request that got no complete answer; `kind` says why."""
+class ConnectFailed(Http1Error):
+    """No connection: nothing was sent."""
 
-    def __init__(self, kind: Kind, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
+
+class TimedOut(Http1Error):
+    """Connecting or answering took longer than allowed."""
+
+
+class TransportFailed(Http1Error):
+    """The connection broke, or what came back was not an answer."""
 
 
 class Headers(dict[str, str]):
@@ -57,12 +66,19 @@ class Headers(dict[str, str]):
 
 
 @dataclass(frozen=True)
-class NodeResponse:
-    """A node's answer: status, headers and body."""
+class Response:
+    """An answer: status, headers and body (named as httpx names them)."""
 
-    status: int
+    status_code: int
     headers: Headers
-    body: bytes
+    content: bytes
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", errors="replace")
+
+    def json(self) -> Any:
+        return json.loads(self.content)
 
 
 class _Parsed:
@@ -77,11 +93,11 @@ class _Parsed:
         self.keep_alive = False
         self.parser = httptools.HttpResponseParser(self)
 
-    def on_headers_complete(self) -> None:
-        self.keep_alive = self.parser.should_keep_alive()  # after the message, llhttp no longer knows
-
     def on_header(self, name: bytes, value: bytes) -> None:
         dict.__setitem__(self.headers, name.decode("latin-1").lower(), value.decode("latin-1"))
+
+    def on_headers_complete(self) -> None:
+        self.keep_alive = self.parser.should_keep_alive()  # after the message, llhttp no longer knows
 
     def on_body(self, body: bytes) -> None:
         self.size += len(body)
@@ -107,21 +123,23 @@ class _Connection:
             self.writer.close()
 
 
-class NodeHttp:
-    """Keep-alive HTTP/1.1 connections to the nodes, by origin (scheme, host, port)."""
+class Http1:
+    """Keep-alive HTTP/1.1 connections by origin (scheme, host, port); `base_url` prefixes relative paths."""
 
-    def __init__(self) -> None:
+    def __init__(self, base_url: str = "") -> None:
+        self._base = base_url.rstrip("/")
         self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
         self._tls: ssl.SSLContext | None = None
 
     async def post(
         self, url: str, *, content: bytes, headers: dict[str, str], timeout_s: float, connect_s: float
-    ) -> NodeResponse:
-        """POST `content` to `url` and read the whole answer within `timeout_s` (connecting within
-        `connect_s`, which counts towards it)."""
-        parts = urlsplit(url)
+    ) -> Response:
+        """POST `content` to `url` (or to `base_url` + `url` when it starts with `/`) and read the whole
+        answer within `timeout_s` (connecting within `connect_s`, which counts towards it)."""
+        full = self._base + url if url.startswith("/") else url
+        parts = urlsplit(full)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise NodeHttpError("connect", f"not an http(s) URL: {url!r}")
+            raise ConnectFailed(f"not an http(s) URL: {full!r}")
         origin = (parts.scheme, parts.hostname, parts.port or (443 if parts.scheme == "https" else 80))
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         head = [f"POST {target} HTTP/1.1", f"Host: {parts.netloc}", f"Content-Length: {len(content)}"]
@@ -136,7 +154,7 @@ class NodeHttp:
                     conn.close()
                     raise
         except TimeoutError:
-            raise NodeHttpError("timeout", "no answer in time") from None
+            raise TimedOut(f"no answer from {parts.netloc} within {timeout_s:g} s") from None
         if keep:
             self._release(origin, conn)
         else:
@@ -157,9 +175,9 @@ class NodeHttp:
             async with asyncio.timeout(connect_s):
                 reader, writer = await asyncio.open_connection(host, port, ssl=tls, limit=READ_CHUNK)
         except TimeoutError:
-            raise NodeHttpError("timeout", f"could not connect to {host}:{port} in time") from None
+            raise TimedOut(f"could not connect to {host}:{port} within {connect_s:g} s") from None
         except (OSError, ssl.SSLError) as exc:
-            raise NodeHttpError("connect", f"could not connect to {host}:{port}: {exc}") from None
+            raise ConnectFailed(f"could not connect to {host}:{port}: {exc}") from None
         return _Connection(reader, writer)
 
     def _release(self, origin: tuple[str, str, int], conn: _Connection) -> None:
@@ -183,23 +201,22 @@ class NodeHttp:
                 conn.close()
 
 
-async def _exchange(conn: _Connection, request: bytes) -> tuple[NodeResponse, bool]:
+async def _exchange(conn: _Connection, request: bytes) -> tuple[Response, bool]:
     """Write one request and read its answer; whether the connection may carry another."""
     parsed = _Parsed()
-    parser = parsed.parser
     try:
         conn.writer.write(request)
         await conn.writer.drain()
         while not parsed.complete:
             data = await conn.reader.read(READ_CHUNK)
             if not data:
-                raise NodeHttpError("transport", "the connection closed before the answer was complete")
-            parser.feed_data(data)
+                raise TransportFailed("the connection closed before the answer was complete")
+            parsed.parser.feed_data(data)
             if parsed.too_large:
-                raise NodeHttpError("transport", f"the answer was larger than {MAX_ANSWER_BYTES} bytes")
+                raise TransportFailed(f"the answer was larger than {MAX_ANSWER_BYTES} bytes")
     except (OSError, ssl.SSLError) as exc:
-        raise NodeHttpError("transport", f"the connection failed ({type(exc).__name__})") from None
+        raise TransportFailed(f"the connection failed ({type(exc).__name__})") from None
     except httptools.HttpParserError as exc:
-        raise NodeHttpError("transport", f"the answer was not HTTP ({type(exc).__name__})") from None
-    response = NodeResponse(parser.get_status_code(), parsed.headers, b"".join(parsed.chunks))
+        raise TransportFailed(f"the answer was not HTTP ({type(exc).__name__})") from None
+    response = Response(parsed.parser.get_status_code(), parsed.headers, b"".join(parsed.chunks))
     return response, parsed.keep_alive
