@@ -6,7 +6,8 @@ transports) were about a fifth of the api's CPU per call and of the worker's in 
 client does only what those paths need: POST a body with the given headers, read the status, headers
 and body (parsed by httptools, the parser uvicorn uses), keep the connection for the next request
 unless either side closes it. It never follows redirects; https is verified with the system's
-certificates.
+certificates (as the SDK does); `HTTP(S)_PROXY` is not used: these are the platform's own hops between
+its processes.
 
 Failures are raised as `Http1Error`: `ConnectFailed` (refused, unreachable, no such name: nothing was
 sent), `TimedOut` (connecting or answering took too long) or `TransportFailed` (the connection broke
