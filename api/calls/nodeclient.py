@@ -77,7 +77,7 @@ async def send_call(client: Http1, *, node: NodeTarget, body: dict[str, Any], ti
     ):
         return NodeAnswer(status=0, failure=f"the answer did not carry the proof of node {node.node_id}")
     try:
-        result = json.loads(response.content)
+        result = response.json()
     except ValueError:
         result = None
     if not isinstance(result, dict):
@@ -103,7 +103,7 @@ async def send_cancel(client: Http1, *, node: NodeTarget, call_id: str) -> str:
             body=response.content,
             headers=response.headers,
         )
-        state = json.loads(response.content).get("state") if response.status_code == 200 and proven else None
+        state = response.json().get("state") if response.status_code == 200 and proven else None
     except (Http1Error, ValueError, AttributeError):
         return "unreachable"
     return state if isinstance(state, str) else "unreachable"
