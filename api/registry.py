@@ -127,6 +127,8 @@ def resolve_known(
     else:
         listed = session.exec(_VERSIONS_OF, params={"pack": ref.pack}).all()
 
+    read: dict[str, tuple[Manifest, dict[str, Any]]] = {}  # this resolution's, whatever `known` drops
+
     def manifest_of(version: str) -> Manifest:
         found = known.get((ref.pack, version))
         if found is None:
@@ -134,10 +136,11 @@ def resolve_known(
             if len(known) >= KNOWN_MAX:  # a bound, not an eviction policy: any registry's working set fits
                 known.clear()
             found = known[(ref.pack, version)] = (typed(row), row.manifest)
+        read[version] = found
         return found[0]
 
     resolved = resolving.resolve(ref, listed, manifest_of)
-    return resolved, known[(ref.pack, resolved.version)][1]
+    return resolved, read[resolved.version][1]
 
 
 def actions_of(manifest: dict[str, Any]) -> list[dict[str, Any]]:

@@ -33,7 +33,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 from anyio import to_thread
-from sqlalchemy import Engine
+from sqlalchemy import Engine, bindparam
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 from temporalio.api.common.v1 import Payload
@@ -192,6 +192,16 @@ def routine_hash(source: str) -> str:
     return "sha256:" + hashlib.sha256(source.encode()).hexdigest()
 
 
+_CURRENT_SOURCE = select(RoutineRecord.version, RoutineRecord.source).where(
+    col(RoutineRecord.org_id) == bindparam("org_id"), col(RoutineRecord.name) == bindparam("name")
+)
+_STARTS_SINCE = (
+    select(RunRecord.created_at)
+    .where(col(RunRecord.org_id) == bindparam("org_id"), col(RunRecord.created_at) > bindparam("since"))
+    .order_by(col(RunRecord.created_at))
+)  # built once, as _CURRENT_SOURCE: every start reads them
+
+
 class RunsService:
     """Routines and runs of every organization, over one database engine and one Temporal client."""
 
@@ -208,6 +218,7 @@ class RunsService:
         self._kept: set[tuple[str, str, str]] = set()
         self._routines: dict[tuple[str, str, str], Routine] = {}
         self._routines_bytes = 0  # the YAML sizes of the routines kept
+        self._versions: registry.KnownVersions = {}  # pack versions read for pins (immutable, as routines)
         # per workflow id: (run id, history length) and the progress answered at that length
         self._progress: OrderedDict[str, tuple[tuple[str, int], RunRoutineResult]] = OrderedDict()
 
@@ -379,8 +390,15 @@ class RunsService:
         """The routine's current version with these inputs, read when the start is made ready (NotFound)."""
 
         def read() -> _Version:
-            record = self.get_routine(org_id=org_id, name=name)
-            return _Version(name, record.version, self._current_version(record), inputs)
+            with read_session(self._engine) as session:  # the YAML's hash, not the stored routine's JSON
+                found = session.exec(_CURRENT_SOURCE, params={"org_id": org_id, "name": name}).first()
+            if found is None:
+                raise NotFound(f"Your organization has no routine named {name[:100]!r}.", field="name")
+            number, source = found
+            version = routine_hash(source)
+            if (org_id, name, version) not in self._kept:
+                version = self._current_version(self.get_routine(org_id=org_id, name=name))
+            return _Version(name, number, version, inputs)
 
         return read
 
@@ -593,7 +611,8 @@ class RunsService:
                 if step.uses in pins:
                     continue
                 try:
-                    resolved, _ = registry.resolve(session, ref=parse_ref(step.uses))
+                    ref = parse_ref(step.uses)
+                    resolved, _ = registry.resolve_known(session, ref=ref, known=self._versions)
                 except ResolveError as exc:
                     raise InvalidRequest(
                         f"Routine {name!r}, step {step.id!r}: uses: cannot resolve {step.uses}: {exc}",
@@ -607,11 +626,7 @@ class RunsService:
         limit = self._settings.run_starts_per_minute
         since = utcnow() - timedelta(seconds=60)
         with read_session(self._engine) as session:
-            started = session.exec(
-                select(RunRecord.created_at)
-                .where(col(RunRecord.org_id) == org_id, col(RunRecord.created_at) > since)
-                .order_by(col(RunRecord.created_at))
-            ).all()
+            started = session.exec(_STARTS_SINCE, params={"org_id": org_id, "since": since}).all()
         if len(started) >= limit:
             frees_at = started[len(started) - limit] + timedelta(seconds=60)
             raise RateLimited(
