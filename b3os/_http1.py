@@ -95,7 +95,7 @@ class _Parsed:
         self.parser = httptools.HttpResponseParser(self)
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        dict.__setitem__(self.headers, name.decode("latin-1").lower(), value.decode("latin-1"))
+        self.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
 
     def on_headers_complete(self) -> None:
         self.keep_alive = self.parser.should_keep_alive()  # after the message, llhttp no longer knows

@@ -351,7 +351,7 @@ class RunsService:
                 select(RoutineRecord).where(RoutineRecord.org_id == org_id, RoutineRecord.name == name)
             ).first()
         if row is None:
-            raise NotFound(f"Your organization has no routine named {name[:100]!r}.", field="name")
+            raise _no_routine(name)
         return row
 
     def list_routines(self, *, org_id: str) -> list[RoutineRecord]:
@@ -393,7 +393,7 @@ class RunsService:
             with read_session(self._engine) as session:  # the YAML's hash, not the stored routine's JSON
                 found = session.exec(_CURRENT_SOURCE, params={"org_id": org_id, "name": name}).first()
             if found is None:
-                raise NotFound(f"Your organization has no routine named {name[:100]!r}.", field="name")
+                raise _no_routine(name)
             number, source = found
             version = routine_hash(source)
             if (org_id, name, version) not in self._kept:
@@ -588,7 +588,7 @@ class RunsService:
         with read_session(self._engine) as session:
             kept = session.get(RoutineVersion, key)
         if kept is None:
-            raise NotFound(f"Your organization has no routine named {name[:100]!r}.", field="name")
+            raise _no_routine(name)
         routine = Routine.model_validate(kept.routine)
         size = len(kept.source)
         if self._routines_bytes + size > ROUTINES_KEPT_BYTES:
@@ -611,7 +611,7 @@ class RunsService:
                 if step.uses in pins:
                     continue
                 try:
-                    ref = parse_ref(step.uses)
+                    ref = parse_ref(step.uses)  # a malformed one is refused here too
                     resolved, _ = registry.resolve_known(session, ref=ref, known=self._versions)
                 except ResolveError as exc:
                     raise InvalidRequest(
@@ -977,6 +977,10 @@ def _legacy_hash(value: Any) -> str:
 def _quoted(value: str) -> str:
     """A string literal of a visibility query (ids never hold a quote; one would be dropped)."""
     return "'" + value.replace("'", "") + "'"
+
+
+def _no_routine(name: str) -> NotFound:
+    return NotFound(f"Your organization has no routine named {name[:100]!r}.", field="name")
 
 
 def _search_attributes(row: RunRecord) -> list[SearchAttributePair[str]]:
