@@ -13,8 +13,10 @@ import hmac
 import secrets
 import string
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from sqlalchemy import bindparam
+from sqlalchemy import Connection, bindparam
+from sqlalchemy import select as select_columns
 from sqlmodel import Session, col, select
 
 from api.errors import RateLimited
@@ -83,21 +85,51 @@ def find_key(session: Session, *, secret: str) -> ApiKey | None:
     return key
 
 
+@dataclass(frozen=True, slots=True)
+class FoundKey:
+    """What a request needs of the key it came with (`find_key_of_org`)."""
+
+    id: str
+    org_id: str
+    scopes: list[str]
+    monthly_spend_cap_microusd: int | None
+    revoked_at: dt.datetime | None
+    is_operator: bool
+    """Whether the key's organization is the operator's."""
+
+
 _KEY_OF_ORG = (
-    select(ApiKey, Organization.is_operator)
+    select_columns(
+        col(ApiKey.id),
+        col(ApiKey.org_id),
+        col(ApiKey.scopes),
+        col(ApiKey.monthly_spend_cap_microusd),
+        col(ApiKey.revoked_at),
+        col(ApiKey.key_hash),
+        col(Organization.is_operator),
+    )
     .outerjoin(Organization, col(Organization.id) == col(ApiKey.org_id))
     .where(col(ApiKey.prefix) == bindparam("prefix"))
 )  # built once: every request reads it
 
 
-def find_key_of_org(session: Session, *, secret: str) -> tuple[ApiKey, bool] | None:
-    """`find_key` and whether its organization is the operator's, in one query (every request asks)."""
+def find_key_of_org(connection: Connection, *, secret: str) -> FoundKey | None:
+    """`find_key` (revoked keys included) and whether its organization is the operator's, in one query
+    on a plain connection: every request asks, and an ORM session and entity cost it more than the
+    read itself."""
     if not secret.startswith(KEY_PREFIX) or len(secret) < PREFIX_LEN + 1:
         return None
-    found = session.exec(_KEY_OF_ORG, params={"prefix": secret[:PREFIX_LEN]}).first()
-    if found is None or not hmac.compare_digest(found[0].key_hash, hash_secret(secret)):
+    row = connection.execute(_KEY_OF_ORG, {"prefix": secret[:PREFIX_LEN]}).first()
+    if row is None or not hmac.compare_digest(row.key_hash, hash_secret(secret)):
         return None
-    return found[0], bool(found[1])
+    return FoundKey(
+        id=row.id,
+        org_id=row.org_id,
+        scopes=list(row.scopes),
+        monthly_spend_cap_microusd=row.monthly_spend_cap_microusd,
+        revoked_at=row.revoked_at,
+        is_operator=bool(row.is_operator),
+    )
 
 
 def list_api_keys(session: Session, *, org_id: str) -> list[ApiKey]:

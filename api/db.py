@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
-from sqlalchemy import Engine, create_engine, event, make_url
+from sqlalchemy import Connection, Engine, create_engine, event, make_url
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlmodel import Session
 from starlette.requests import Request
@@ -191,6 +191,11 @@ def read_session(engine: Engine) -> Session:
     hold the write lock. Keep writes out of it (a write would have to upgrade the lock mid-transaction,
     which is what `BEGIN IMMEDIATE` exists to avoid)."""
     return Session(_reader(engine), expire_on_commit=False)
+
+
+def read_connection(engine: Engine) -> Connection:
+    """A plain connection for reads only (as `read_session`), for a hot read that needs no ORM."""
+    return _reader(engine).connect()
 
 
 async def run_reading(engine: Engine, fn: Callable[[], T]) -> T:

@@ -18,7 +18,7 @@ from api.accounts import find_key_of_org
 from api.authlimit import AuthLimiter
 from api.checker import Checkers
 from api.config import Settings, get_settings
-from api.db import get_session, read_session
+from api.db import get_session, read_connection
 from api.errors import Forbidden, Unauthorized
 from api.node_credentials import find_credential
 from api.scopes import BY_NAME_ONLY, grants
@@ -85,20 +85,19 @@ def _principal_for(request: Request, token: str) -> Principal:
     limiter: AuthLimiter = request.app.state.auth_limiter
     address = request.client.host if request.client else "unknown"
     limiter.check(address, token)
-    # A session of its own, closed at once: the request's session must not hold a transaction
+    # A connection of its own, closed at once: the request's session must not hold a transaction
     # (on SQLite, a write lock) for the whole request just because the key was looked up.
-    with read_session(request.app.state.engine) as session:
-        found = find_key_of_org(session, secret=token)
-        if found is None:
-            limiter.failed(address)
-            raise Unauthorized("The API key is not valid.")
-        key, is_operator = found
-        if key.revoked_at is not None:
-            limiter.failed(address)
-            raise Unauthorized("This API key was revoked.")
-        limiter.succeeded(token)
-        request.state.api_key = key  # the call surfaces read it again (api.calls.auth): no second lookup
-        return Principal(key_id=key.id, org_id=key.org_id, scopes=tuple(key.scopes), is_operator=is_operator)
+    with read_connection(request.app.state.engine) as connection:
+        key = find_key_of_org(connection, secret=token)
+    if key is None:
+        limiter.failed(address)
+        raise Unauthorized("The API key is not valid.")
+    if key.revoked_at is not None:
+        limiter.failed(address)
+        raise Unauthorized("This API key was revoked.")
+    limiter.succeeded(token)
+    request.state.api_key = key  # the call surfaces read it again (api.calls.auth): no second lookup
+    return Principal(key_id=key.id, org_id=key.org_id, scopes=tuple(key.scopes), is_operator=key.is_operator)
 
 
 def current_principal(request: Request) -> Principal:

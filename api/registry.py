@@ -125,7 +125,8 @@ def resolve_known(
     if ref.is_exact and (ref.pack, ref.version) in known:
         listed: Sequence[str] = [ref.version]
     else:
-        listed = session.exec(_VERSIONS_OF, params={"pack": ref.pack}).all()
+        # A plain column read on the session's connection: the ORM's execution costs more than the read.
+        listed = session.connection().execute(_VERSIONS_OF, {"pack": ref.pack}).scalars().all()
 
     read: dict[str, tuple[Manifest, dict[str, Any]]] = {}  # this resolution's, whatever `known` drops
 

@@ -12,7 +12,9 @@ stays open while the call runs.
 
 from __future__ import annotations
 
+import datetime as dt
 import hmac
+from typing import Protocol
 
 from fastapi import Request
 
@@ -26,6 +28,22 @@ from api.scopes import ACTIONS_CALL
 from api.scopes import grants as scope_grants
 
 ON_BEHALF_OF = "X-B3OS-On-Behalf-Of"
+
+
+class CallingKey(Protocol):
+    """What a call needs of its key: the row a step's grant names, or the key a request came with
+    (`api.accounts.FoundKey`)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def org_id(self) -> str: ...
+    @property
+    def scopes(self) -> list[str]: ...
+    @property
+    def monthly_spend_cap_microusd(self) -> int | None: ...
+    @property
+    def revoked_at(self) -> dt.datetime | None: ...
 
 
 def is_worker_token(expected: str | None, token: str) -> bool:
@@ -48,7 +66,7 @@ def caller_for(request: Request, *, surface: str, cancelling: bool = False) -> C
     token = bearer_token(request)
     if not is_worker_token(request.app.state.settings.worker_token, token):
         key_id = current_principal(request).key_id
-        key: ApiKey | None = getattr(request.state, "api_key", None)  # the row the key was found by
+        key: CallingKey | None = getattr(request.state, "api_key", None)  # as the key was found
         if key is None:
             with read_session(request.app.state.engine) as session:
                 key = session.get(ApiKey, key_id)
@@ -76,7 +94,7 @@ def caller_for(request: Request, *, surface: str, cancelling: bool = False) -> C
     return _caller(key, surface="routine", run_key=run_key)
 
 
-def _caller(key: ApiKey | None, *, surface: str, run_key: str | None) -> Caller:
+def _caller(key: CallingKey | None, *, surface: str, run_key: str | None) -> Caller:
     if key is None:
         raise Unauthorized("The API key is not valid.")
     if key.revoked_at is not None:
