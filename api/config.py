@@ -140,7 +140,7 @@ class Settings(BaseSettings):
         return (self.blob_dir or self.data_dir / "blobs").resolve()
 
 
-def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> Settings:
     """The settings the running app was built with (a dependency)."""
     settings: Settings = request.app.state.settings
     return settings

@@ -7,7 +7,7 @@ credential (`b3n_...`, api.node_credentials) instead and becomes a `NodeCaller` 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -18,7 +18,7 @@ from api.accounts import find_key_of_org
 from api.authlimit import AuthLimiter
 from api.checker import Checkers
 from api.config import Settings, get_settings
-from api.db import get_session, read_connection
+from api.db import get_session, read_connection, run_reading
 from api.errors import Forbidden, Unauthorized
 from api.node_credentials import find_credential
 from api.scopes import BY_NAME_ONLY, grants
@@ -28,7 +28,7 @@ SessionDep = Annotated[Session, Depends(get_session)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 
 
-def get_checkers(request: Request) -> Checkers:
+async def get_checkers(request: Request) -> Checkers:
     """The app's checker processes (api.checker)."""
     checkers: Checkers = request.app.state.checkers
     return checkers
@@ -100,18 +100,24 @@ def _principal_for(request: Request, token: str) -> Principal:
     return Principal(key_id=key.id, org_id=key.org_id, scopes=tuple(key.scopes), is_operator=key.is_operator)
 
 
-def current_principal(request: Request) -> Principal:
-    """The API key calling (any scope)."""
+def principal_of(request: Request) -> Principal:
+    """The API key calling (any scope), from code that may read the database where it runs."""
     return _principal_for(request, bearer_token(request))
+
+
+async def current_principal(request: Request) -> Principal:
+    """The API key calling (any scope): a dependency, its read where `api.db.run_reading` puts reads
+    (on SQLite the event loop: a sync dependency would cost a thread hop on every request)."""
+    return await run_reading(request.app.state.engine, lambda: principal_of(request))
 
 
 PrincipalDep = Annotated[Principal, Depends(current_principal)]
 
 
-def require(*scopes: str) -> Callable[..., Principal]:
+def require(*scopes: str) -> Callable[..., Awaitable[Principal]]:
     """A dependency: the calling key, which must hold every one of `scopes`."""
 
-    def dependency(principal: PrincipalDep) -> Principal:
+    async def dependency(principal: PrincipalDep) -> Principal:
         principal.check(*scopes)
         return principal
 

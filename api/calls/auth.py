@@ -20,7 +20,7 @@ from fastapi import Request
 
 from api.calls.service import Caller
 from api.db import read_session
-from api.deps import bearer_token, current_principal
+from api.deps import bearer_token, principal_of
 from api.errors import Forbidden, Unauthorized
 from api.models import ApiKey
 from api.runs import grants
@@ -65,7 +65,7 @@ def caller_for(request: Request, *, surface: str, cancelling: bool = False) -> C
     """
     token = bearer_token(request)
     if not is_worker_token(request.app.state.settings.worker_token, token):
-        key_id = current_principal(request).key_id
+        key_id = principal_of(request).key_id
         key: CallingKey | None = getattr(request.state, "api_key", None)  # as the key was found
         if key is None:
             with read_session(request.app.state.engine) as session:

@@ -32,7 +32,7 @@ Runner = Annotated[Principal, Depends(require(ROUTINES_RUN))]
 Reader = Annotated[Principal, Depends(require(ROUTINES_READ))]
 
 
-def runs_service(request: Request) -> RunsService:
+async def runs_service(request: Request) -> RunsService:
     """The app's runs service, made on first use."""
     service: RunsService | None = getattr(request.app.state, "runs", None)
     if service is None:
@@ -45,7 +45,7 @@ def runs_service(request: Request) -> RunsService:
 Runs = Annotated[RunsService, Depends(runs_service)]
 
 
-def schedules_service(request: Request, runs: Runs) -> SchedulesService:
+async def schedules_service(request: Request, runs: Runs) -> SchedulesService:
     """The app's schedules service, made on first use."""
     service: SchedulesService | None = getattr(request.app.state, "schedules", None)
     if service is None:
