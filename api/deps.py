@@ -7,19 +7,21 @@ credential (`b3n_...`, api.node_credentials) instead and becomes a `NodeCaller` 
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Protocol, TypeVar
 
 from fastapi import Depends, Request
 from sqlmodel import Session
 
-from api.accounts import find_key_of_org
+from api.accounts import FoundKey, find_key_of_org
 from api.authlimit import AuthLimiter
 from api.checker import Checkers
 from api.config import Settings, get_settings
 from api.db import get_session, read_connection, run_reading
 from api.errors import Forbidden, Unauthorized
+from api.models import NodeCredential
 from api.node_credentials import find_credential
 from api.scopes import BY_NAME_ONLY, grants
 from node.credential import is_node_secret
@@ -81,21 +83,50 @@ def bearer_token(request: Request) -> str:
     return token.strip()
 
 
-def _principal_for(request: Request, token: str) -> Principal:
+class _Revocable(Protocol):
+    @property
+    def revoked_at(self) -> dt.datetime | None: ...
+
+
+R = TypeVar("R", bound=_Revocable)
+
+
+def _authenticated(
+    request: Request, token: str, find: Callable[[], R | None], *, invalid: str, revoked: Callable[[R], str]
+) -> R:
+    """What `find` found for `token`, each try counted by the app's auth limiter.
+
+    Raises:
+        Unauthorized: `invalid` when nothing was found, `revoked(found)` when it was revoked.
+    """
     limiter: AuthLimiter = request.app.state.auth_limiter
     address = request.client.host if request.client else "unknown"
     limiter.check(address, token)
-    # A connection of its own, closed at once: the request's session must not hold a transaction
-    # (on SQLite, a write lock) for the whole request just because the key was looked up.
-    with read_connection(request.app.state.engine) as connection:
-        key = find_key_of_org(connection, secret=token)
-    if key is None:
+    found = find()
+    if found is None:
         limiter.failed(address)
-        raise Unauthorized("The API key is not valid.")
-    if key.revoked_at is not None:
+        raise Unauthorized(invalid)
+    if found.revoked_at is not None:
         limiter.failed(address)
-        raise Unauthorized("This API key was revoked.")
+        raise Unauthorized(revoked(found))
     limiter.succeeded(token)
+    return found
+
+
+def _principal_for(request: Request, token: str) -> Principal:
+    def find() -> FoundKey | None:
+        # A connection of its own, closed at once: the request's session must not hold a transaction
+        # (on SQLite, a write lock) for the whole request just because the key was looked up.
+        with read_connection(request.app.state.engine) as connection:
+            return find_key_of_org(connection, secret=token)
+
+    key = _authenticated(
+        request,
+        token,
+        find,
+        invalid="The API key is not valid.",
+        revoked=lambda _: "This API key was revoked.",
+    )
     request.state.api_key = key  # the call surfaces read it again (api.calls.auth): no second lookup
     return Principal(key_id=key.id, org_id=key.org_id, scopes=tuple(key.scopes), is_operator=key.is_operator)
 
@@ -125,18 +156,17 @@ def require(*scopes: str) -> Callable[..., Awaitable[Principal]]:
 
 
 def _node_for(request: Request, token: str) -> NodeCaller:
-    limiter: AuthLimiter = request.app.state.auth_limiter
-    address = request.client.host if request.client else "unknown"
-    limiter.check(address, token)
-    with Session(request.app.state.engine) as session:
-        credential = find_credential(session, secret=token)
-    if credential is None:
-        limiter.failed(address)
-        raise Unauthorized("The node credential is not valid (issue one with b3os node credential issue).")
-    if credential.revoked_at is not None:
-        limiter.failed(address)
-        raise Unauthorized(f"The credential of node {credential.node_id} was revoked.")
-    limiter.succeeded(token)
+    def find() -> NodeCredential | None:
+        with Session(request.app.state.engine) as session:
+            return find_credential(session, secret=token)
+
+    credential = _authenticated(
+        request,
+        token,
+        find,
+        invalid="The node credential is not valid (issue one with b3os node credential issue).",
+        revoked=lambda c: f"The credential of node {c.node_id} was revoked.",
+    )
     return NodeCaller(node_id=credential.node_id)
 
 
