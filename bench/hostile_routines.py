@@ -456,6 +456,8 @@ def main(argv: list[str]) -> int:
     from temporalio.contrib.pydantic import pydantic_data_converter
     from temporalio.testing import WorkflowEnvironment
 
+    from engine.temporal_server import dev_server_args
+
     stack_env = RoutineStack.env
 
     def env(self: RoutineStack, **extra: str) -> dict[str, str]:
@@ -471,6 +473,7 @@ def main(argv: list[str]) -> int:
             dev_server_existing_path=temporal,
             data_converter=pydantic_data_converter,
             search_attributes=[SearchAttributeKey.for_keyword(n) for n in ("B3osRoutine", "B3osOrg")],
+            dev_server_extra_args=dev_server_args(),
         )
         root = Path(tempfile.mkdtemp(prefix="b3os-bench-hostile-"))
         stack = start_routine_stack(root, env)

@@ -25,12 +25,15 @@ async def routine_stack(name: str) -> AsyncIterator[Any]:
     from temporalio.contrib.pydantic import pydantic_data_converter
     from temporalio.testing import WorkflowEnvironment
 
+    from engine.temporal_server import dev_server_args
+
     calls.stack.ROUTINE_ADMISSION_WAIT_S = None  # the api's default, not the tests' 429-at-once
     temporal = shutil.which("temporal") or str(Path(sys.executable).parent / "temporal")
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal,
         data_converter=pydantic_data_converter,
         search_attributes=[SearchAttributeKey.for_keyword(n) for n in ("B3osRoutine", "B3osOrg")],
+        dev_server_extra_args=dev_server_args(),
     )
     root = Path(tempfile.mkdtemp(prefix=f"b3os-bench-{name}-"))
     stack = start_routine_stack(root, env)

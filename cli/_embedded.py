@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING
 import httpx
 
 from cli.stack import Stack, StackError, port_taken
+from engine.temporal_server import dev_server_args
 
 if TYPE_CHECKING:
     from cli._http import ApiConfig
@@ -292,6 +293,7 @@ def start_embedded(
             "--ui-disable-news-fetch",
             "--log-level",
             "warn",
+            *dev_server_args(),
         ],  # fmt: skip
         env=env,
         umask=0o077,  # temporal.db: runs' inputs and outputs, readable by this user only

@@ -17,6 +17,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from engine.runs import SEARCH_ATTRIBUTES
+from engine.temporal_server import dev_server_args
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -43,6 +44,7 @@ async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
         dev_server_existing_path=binary,
         data_converter=pydantic_data_converter,
         search_attributes=[SearchAttributeKey.for_keyword(n) for n in SEARCH_ATTRIBUTES],
+        dev_server_extra_args=dev_server_args(),  # the server as `b3os dev` starts it
     )
     yield env
     await env.shutdown()

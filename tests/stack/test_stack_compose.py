@@ -17,6 +17,7 @@ from api.calls.settings import CallSettings
 from api.config import Settings as ApiSettings
 from cli.main import build_parser
 from egress.config import EgressSettings
+from engine.temporal_server import DYNAMIC_CONFIG
 from engine.worker import TemporalSettings
 from node.config import Settings as NodeSettings
 
@@ -179,3 +180,15 @@ def test_temporal_is_reached_by_the_apis_and_the_workers_only(services: dict[str
     on_temporal = {name for name, s in services.items() if "temporal" in (s.get("networks") or [])}
     assert on_temporal == {"postgresql", "temporal", "temporal-ui", "api-1", "api-2", "worker-1", "worker-2"}
     assert services["temporal"]["networks"] == ["temporal"] == services["temporal-ui"]["networks"]
+
+
+def test_temporal_runs_with_the_dynamic_config_the_dev_server_gets(services: dict[str, Any]) -> None:
+    # a run's tasks reach its worker as fast on the cluster as on `b3os dev` (engine/temporal_server.py)
+    temporal = services["temporal"]
+    path = temporal["environment"]["DYNAMIC_CONFIG_FILE_PATH"]
+    source, target, mode = next(v.split(":") for v in temporal["volumes"] if v.split(":")[1] == path)
+    assert mode == "ro"
+    config = yaml.safe_load((REPO / source).read_text())
+    assert {key: [v["value"] for v in values] for key, values in config.items()} == {
+        key: [value] for key, value in DYNAMIC_CONFIG.items()
+    }
