@@ -14,6 +14,7 @@ import secrets
 import string
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import Connection, bindparam
 from sqlalchemy import select as select_columns
@@ -98,19 +99,33 @@ class FoundKey:
     """Whether the key's organization is the operator's."""
 
 
+FOUND_KEY_COLUMNS = (
+    col(ApiKey.id),
+    col(ApiKey.org_id),
+    col(ApiKey.scopes),
+    col(ApiKey.monthly_spend_cap_microusd),
+    col(ApiKey.revoked_at),
+    col(Organization.is_operator),
+)
+"""The columns `found_key` reads, with `Organization` outer-joined on the key's organization."""
+
 _KEY_OF_ORG = (
-    select_columns(
-        col(ApiKey.id),
-        col(ApiKey.org_id),
-        col(ApiKey.scopes),
-        col(ApiKey.monthly_spend_cap_microusd),
-        col(ApiKey.revoked_at),
-        col(ApiKey.key_hash),
-        col(Organization.is_operator),
-    )
+    select_columns(*FOUND_KEY_COLUMNS, col(ApiKey.key_hash))
     .outerjoin(Organization, col(Organization.id) == col(ApiKey.org_id))
     .where(col(ApiKey.prefix) == bindparam("prefix"))
 )  # built once: every request reads it
+
+
+def found_key(row: Any) -> FoundKey:
+    """The `FoundKey` of a row holding `FOUND_KEY_COLUMNS`."""
+    return FoundKey(
+        id=row.id,
+        org_id=row.org_id,
+        scopes=list(row.scopes),
+        monthly_spend_cap_microusd=row.monthly_spend_cap_microusd,
+        revoked_at=row.revoked_at,
+        is_operator=bool(row.is_operator),
+    )
 
 
 def find_key_of_org(connection: Connection, *, secret: str) -> FoundKey | None:
@@ -122,14 +137,7 @@ def find_key_of_org(connection: Connection, *, secret: str) -> FoundKey | None:
     row = connection.execute(_KEY_OF_ORG, {"prefix": secret[:PREFIX_LEN]}).first()
     if row is None or not hmac.compare_digest(row.key_hash, hash_secret(secret)):
         return None
-    return FoundKey(
-        id=row.id,
-        org_id=row.org_id,
-        scopes=list(row.scopes),
-        monthly_spend_cap_microusd=row.monthly_spend_cap_microusd,
-        revoked_at=row.revoked_at,
-        is_operator=bool(row.is_operator),
-    )
+    return found_key(row)
 
 
 def list_api_keys(session: Session, *, org_id: str) -> list[ApiKey]:

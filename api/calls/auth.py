@@ -19,7 +19,7 @@ from typing import Protocol
 from fastapi import Request
 
 from api.calls.service import Caller
-from api.db import read_session
+from api.db import read_connection, read_session
 from api.deps import bearer_token, principal_of
 from api.errors import Forbidden, Unauthorized
 from api.models import ApiKey
@@ -80,8 +80,8 @@ def caller_for(request: Request, *, surface: str, cancelling: bool = False) -> C
             f"({grants.GRANT_HEADER}), which the api gives a run when it starts it; start runs with "
             "POST /v1/routines/{name}/runs."
         )
-    with read_session(request.app.state.engine) as session:
-        grant, key = grants.lookup(session, secret)
+    with read_connection(request.app.state.engine) as connection:
+        grant = grants.lookup(connection, secret)
     run_key = grants.check(
         grant,
         step=request.headers.get(grants.STEP_HEADER, ""),
@@ -91,7 +91,7 @@ def caller_for(request: Request, *, surface: str, cancelling: bool = False) -> C
     named = request.headers.get(ON_BEHALF_OF, "").strip()
     if named and named != grant.key_id:
         raise Forbidden(f"{ON_BEHALF_OF} names another key than the one that started run {grant.run_id}.")
-    return _caller(key, surface="routine", run_key=run_key)
+    return _caller(grant.key, surface="routine", run_key=run_key)
 
 
 def _caller(key: CallingKey | None, *, surface: str, run_key: str | None) -> Caller:

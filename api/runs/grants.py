@@ -27,14 +27,16 @@ from __future__ import annotations
 import datetime as dt
 import re
 import secrets
+from dataclasses import dataclass
 
-from sqlalchemy import bindparam
-from sqlmodel import Session, col, select, update
+from sqlalchemy import Connection, bindparam
+from sqlalchemy import select as select_columns
+from sqlmodel import Session, col, update
 
 from activities.idempotency import step_idempotency_key
-from api.accounts import hash_secret
+from api.accounts import FOUND_KEY_COLUMNS, FoundKey, found_key, hash_secret
 from api.errors import Forbidden, Unauthorized
-from api.models import ApiKey, utcnow
+from api.models import ApiKey, Organization, utcnow
 from api.runs.tables import RunGrant
 
 GRANT_HEADER = "X-B3OS-Run-Grant"
@@ -88,29 +90,59 @@ def cancelled(session: Session, run_id: str) -> None:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class FoundGrant:
+    """What a step's call needs of its run's grant (`lookup`), and the key that started the run."""
+
+    run_id: str
+    workflow_id: str
+    key_id: str
+    expires_at: dt.datetime
+    cancelled_at: dt.datetime | None
+    ended_at: dt.datetime | None
+    key: FoundKey
+
+
 _GRANT_AND_KEY = (
-    select(RunGrant, ApiKey)
+    select_columns(
+        col(RunGrant.run_id),
+        col(RunGrant.workflow_id),
+        col(RunGrant.key_id),
+        col(RunGrant.expires_at),
+        col(RunGrant.cancelled_at),
+        col(RunGrant.ended_at),
+        *FOUND_KEY_COLUMNS,
+    )
     .join(ApiKey, col(ApiKey.id) == col(RunGrant.key_id))
+    .outerjoin(Organization, col(Organization.id) == col(ApiKey.org_id))
     .where(col(RunGrant.grant_hash) == bindparam("grant_hash"))
-)  # built once: every step's call reads it
+)  # built once, run on a plain connection: every step's call reads it
 
 
-def lookup(session: Session, secret: str) -> tuple[RunGrant, ApiKey]:
-    """The grant and the key of the run that `secret` was minted for.
+def lookup(connection: Connection, secret: str) -> FoundGrant:
+    """The grant of the run that `secret` was minted for, with the key that started the run.
 
     Raises:
         Unauthorized: no run of this api holds that grant.
     """
-    found = session.exec(_GRANT_AND_KEY, params={"grant_hash": hash_secret(secret)}).first()
-    if found is None:
+    row = connection.execute(_GRANT_AND_KEY, {"grant_hash": hash_secret(secret)}).first()
+    if row is None:
         raise Unauthorized(
             f"{GRANT_HEADER} is not the grant of any run this api started, so the call is refused: "
             f"{_START_RUNS}."
         )
-    return found
+    return FoundGrant(
+        run_id=row.run_id,
+        workflow_id=row.workflow_id,
+        key_id=row.key_id,
+        expires_at=row.expires_at,
+        cancelled_at=row.cancelled_at,
+        ended_at=row.ended_at,
+        key=found_key(row),
+    )
 
 
-def check(grant: RunGrant, *, step: str, idempotency_key: str | None, cancelling: bool) -> str:
+def check(grant: FoundGrant, *, step: str, idempotency_key: str | None, cancelling: bool) -> str:
     """Refuse a step's call (or cancel) that its run's grant does not cover.
 
     Args:
