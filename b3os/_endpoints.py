@@ -173,8 +173,8 @@ def schedule_action(name: str, schedule_id: str, action: str) -> ApiRequest:
     return ApiRequest("POST", f"{_schedules(name)}/{segment(schedule_id)}/{action}")
 
 
-def get_run(run_id: str) -> ApiRequest:
-    return ApiRequest("GET", f"/v1/runs/{segment(run_id)}")
+def get_run(run_id: str, wait_s: float | None = None) -> ApiRequest:
+    return ApiRequest("GET", f"/v1/runs/{segment(run_id)}", params={"wait_s": wait_s})
 
 
 def list_runs(routine: str | None, limit: int | None) -> ApiRequest:

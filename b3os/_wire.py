@@ -126,7 +126,7 @@ class ApiRequest:
 
     method: str
     path: str
-    params: Mapping[str, str | int | None] | None = None
+    params: Mapping[str, str | int | float | None] | None = None
     json: Any = None
     content: bytes | None = None
     idempotency_key: str | None = None

@@ -20,8 +20,17 @@ from b3os.errors import WaitTimedOut
 
 OnStep = Callable[[str, dict[str, Any]], Any]
 """Called as `on_step(step_id, step)` once for each step when it has finished (or was skipped)."""
-DEFAULT_POLL_S = 0.25
+DEFAULT_POLL_S = 1.0
+MAX_WAIT_S = 60.0
+"""The longest one read of a running run may wait for its end (the api's bound on `wait_s`)."""
 UNFINISHED = ("pending", "running")
+
+
+def next_wait(poll_interval_s: float, deadline: float | None) -> float:
+    """How long the next read of a running run may wait for its end: `poll_interval_s` (at most
+    `MAX_WAIT_S`), or less to meet `deadline` (a `time.monotonic()` value; None: none)."""
+    wait_s = min(poll_interval_s, MAX_WAIT_S)
+    return wait_s if deadline is None else max(0.0, min(wait_s, deadline - time.monotonic()))
 
 
 def newly_finished(run: dict[str, Any], shown: set[str]) -> builtins.list[tuple[str, dict[str, Any]]]:
@@ -40,13 +49,14 @@ class Runs:
     def __init__(self, send: Send) -> None:
         self._send = send
 
-    def get(self, run_id: str) -> dict[str, Any]:
-        """One run as it is now.
+    def get(self, run_id: str, *, wait_s: float | None = None) -> dict[str, Any]:
+        """One run as it is now; with `wait_s`, a running run once it has ended or `wait_s` seconds (at most
+        60) have passed, whichever comes first.
 
         Raises:
             NotFound: no run of this organization has that id.
         """
-        return self._send(endpoints.get_run(run_id))
+        return self._send(endpoints.get_run(run_id, wait_s))
 
     def wait(
         self,
@@ -62,7 +72,8 @@ class Runs:
             run_id: The run.
             on_step: Called as `on_step(step_id, step)` once per step, when the step has finished
                 (`succeeded`, `failed`, `cancelled` or `skipped`), in the run's step order.
-            poll_interval_s: Seconds between two reads of the run.
+            poll_interval_s: The longest one read of the run waits for its end (`get(wait_s=...)`), so
+                the run's end is seen at once and its finished steps every `poll_interval_s` (at most 60).
             timeout_s: Give up after this many seconds (default: wait as long as the run runs).
 
         Returns:
@@ -73,8 +84,10 @@ class Runs:
         """
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         shown: set[str] = set()
+        wait_s = 0.0  # the first read answers at once
         while True:
-            run: dict[str, Any] = self.get(run_id)
+            asked = time.monotonic()
+            run: dict[str, Any] = self.get(run_id, wait_s=wait_s or None)
             for step_id, step in newly_finished(run, shown):
                 if on_step is not None:
                     on_step(step_id, step)
@@ -82,7 +95,8 @@ class Runs:
                 return run
             if deadline is not None and time.monotonic() >= deadline:
                 raise WaitTimedOut(run_id, run, timeout_s or 0.0)
-            time.sleep(poll_interval_s)
+            time.sleep(max(0.0, asked + wait_s - time.monotonic()))  # an api that did not wait: wait here
+            wait_s = next_wait(poll_interval_s, deadline)
 
     def cancel(self, run_id: str) -> dict[str, Any]:
         """Cancel a running run: `{"run_id", "status": "cancelling"}`; it ends as `cancelled`.
@@ -115,9 +129,9 @@ class AsyncRuns:
     def __init__(self, send: AsyncSend) -> None:
         self._send = send
 
-    async def get(self, run_id: str) -> dict[str, Any]:
+    async def get(self, run_id: str, *, wait_s: float | None = None) -> dict[str, Any]:
         """As `Runs.get`."""
-        return await self._send(endpoints.get_run(run_id))
+        return await self._send(endpoints.get_run(run_id, wait_s))
 
     async def wait(
         self,
@@ -130,8 +144,10 @@ class AsyncRuns:
         """As `Runs.wait`; `on_step` may be a coroutine function."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         shown: set[str] = set()
+        wait_s = 0.0
         while True:
-            run: dict[str, Any] = await self.get(run_id)
+            asked = time.monotonic()
+            run: dict[str, Any] = await self.get(run_id, wait_s=wait_s or None)
             for step_id, step in newly_finished(run, shown):
                 if on_step is not None and inspect.isawaitable(said := on_step(step_id, step)):
                     await said
@@ -139,7 +155,8 @@ class AsyncRuns:
                 return run
             if deadline is not None and time.monotonic() >= deadline:
                 raise WaitTimedOut(run_id, run, timeout_s or 0.0)
-            await asyncio.sleep(poll_interval_s)
+            await asyncio.sleep(max(0.0, asked + wait_s - time.monotonic()))
+            wait_s = next_wait(poll_interval_s, deadline)
 
     async def cancel(self, run_id: str) -> dict[str, Any]:
         """As `Runs.cancel`."""

@@ -101,7 +101,8 @@ def run_routine(client: B3OS, name: str, source: str, stack: Stack) -> dict[str,
     print(f"run {run_id} of {name} started", flush=True)
     shown: set[str] = set()
     while True:  # runs.wait, but stopping when the stack is asked to stop
-        current = client.runs.get(run_id)
+        asked = time.monotonic()
+        current = client.runs.get(run_id, wait_s=POLL_S)
         for step_id, step in newly_finished(current, shown):
             print(step_line(step_id, step), flush=True)
         if current["status"] != "running":
@@ -110,7 +111,7 @@ def run_routine(client: B3OS, name: str, source: str, stack: Stack) -> dict[str,
             with contextlib.suppress(Conflict):  # it had ended
                 client.runs.cancel(run_id)
             raise StackError(f"stopped: run {run_id} cancelled")
-        time.sleep(POLL_S)
+        time.sleep(max(0.0, asked + POLL_S - time.monotonic()))
     if current["status"] == "succeeded":
         print("outputs:")
         print(json.dumps(current["outputs"], indent=2, ensure_ascii=False))

@@ -120,9 +120,11 @@ class RoutineStack(Stack):
         run_id = await self.start_run(org, stored.json()["name"], inputs)
         return await self.final(org, run_id)
 
-    async def read(self, org: Org, run_id: str, *, url: str | None = None) -> dict[str, Any]:
-        async with loopback.async_client(base_url=url or self.url, timeout=30) as http:
-            r = await http.get(f"/v1/runs/{run_id}", headers=org.headers)
+    async def read(
+        self, org: Org, run_id: str, *, url: str | None = None, wait_s: float = 0
+    ) -> dict[str, Any]:
+        async with loopback.async_client(base_url=url or self.url, timeout=30 + wait_s) as http:
+            r = await http.get(f"/v1/runs/{run_id}", headers=org.headers, params={"wait_s": wait_s})
         assert r.status_code == 200, r.text
         body: dict[str, Any] = r.json()
         return body
@@ -130,14 +132,15 @@ class RoutineStack(Stack):
     async def final(
         self, org: Org, run_id: str, *, url: str | None = None, timeout_s: float = 60
     ) -> dict[str, Any]:
-        """Poll GET /v1/runs/{id} until the run has ended."""
+        """Read GET /v1/runs/{id}, each read waiting up to 5 s for its end, until the run has ended."""
         deadline = time.monotonic() + timeout_s
         while True:
-            run = await self.read(org, run_id, url=url)
+            asked = time.monotonic()
+            run = await self.read(org, run_id, url=url, wait_s=min(5.0, max(0.0, deadline - asked)))
             if run["status"] != "running":
                 return run
             assert time.monotonic() < deadline, f"run {run_id} still running: {run}"
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(max(0.0, asked + 0.1 - time.monotonic()))  # at most 10 reads a second
 
     async def history(self, workflow_id: str) -> list[HistoryEvent]:
         """The run's Temporal history events."""

@@ -12,6 +12,7 @@ from api.errors import error_responses
 from api.params import IdempotencyKey
 from api.routes.routines import Runs, require_call_scope
 from api.runs.models import CancelAccepted, RerunCreate, RunList, RunPublic
+from api.runs.waiting import MAX_WAIT_S
 from api.scopes import ROUTINES_READ, ROUTINES_RUN
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
@@ -30,10 +31,24 @@ async def list_runs(
     return RunList(runs=await runs.list_runs(org_id=principal.org_id, routine=routine, limit=limit))
 
 
-@router.get("/{run_id}", response_model=RunPublic, responses=error_responses(403, 404, 503))
-async def get_run(run_id: str, principal: Reader, runs: Runs) -> RunPublic:
+@router.get("/{run_id}", response_model=RunPublic, responses=error_responses(400, 403, 404, 503))
+async def get_run(
+    run_id: str,
+    principal: Reader,
+    runs: Runs,
+    wait_s: Annotated[
+        float,
+        Query(
+            ge=0,
+            le=MAX_WAIT_S,
+            description="While the run runs, answer when it has ended or after this many seconds, whichever "
+            "comes first (default 0: at once). A client waiting for a run's end reads it once per wait "
+            "instead of polling.",
+        ),
+    ] = 0,
+) -> RunPublic:
     """A run: status, outputs, and each step's status, attempts, output or error."""
-    return await runs.read_run(org_id=principal.org_id, run_id=run_id)
+    return await runs.read_run(org_id=principal.org_id, run_id=run_id, wait_s=wait_s)
 
 
 @router.post(

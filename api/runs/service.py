@@ -74,6 +74,7 @@ from api.runs.models import RoutineVersionPublic, RunError, RunPublic, RunSummar
 from api.runs.progress import fill_outputs, note_retries
 from api.runs.rerun import kept_steps, rerun_point
 from api.runs.tables import RoutineRecord, RoutineVersion, RunRecord
+from api.runs.waiting import Waits
 from api.turns import Gates, org_turn
 from engine import payloads
 from engine.routine import Routine
@@ -221,6 +222,7 @@ class RunsService:
         self._versions: registry.KnownVersions = {}  # pack versions read for pins (immutable, as routines)
         # per workflow id: (run id, history length) and the progress answered at that length
         self._progress: OrderedDict[str, tuple[tuple[str, int], RunRoutineResult]] = OrderedDict()
+        self._waits = Waits()  # reads waiting for their run's end
 
     @asynccontextmanager
     async def _turn(self, org_id: str) -> AsyncIterator[None]:
@@ -773,10 +775,14 @@ class RunsService:
             return _public(row)
         return await self.read_run(org_id=row.org_id, run_id=row.id)
 
-    async def read_run(self, *, org_id: str, run_id: str) -> RunPublic:
-        """A run as it is now: from its row once finished, else from Temporal (status and progress)."""
+    async def read_run(self, *, org_id: str, run_id: str, wait_s: float = 0) -> RunPublic:
+        """A run as it is now: from its row once finished, else from Temporal (status and progress); a
+        running run after it has ended or `wait_s` seconds have passed, whichever comes first
+        (`api.runs.waiting`)."""
         row: RunRecord = await self._db(self._get_run, org_id, run_id)
         if row.status not in FINAL:
+            if wait_s > 0:
+                await self._waits.until_closed(await self.client(), row.workflow_id, wait_s)
             await self._refresh(row)
         return _public(row)
 

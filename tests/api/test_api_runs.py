@@ -4,6 +4,7 @@ routines (their `uses:` resolved in the registry) also runs in process on SQLite
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -245,6 +246,32 @@ def test_uses_resolve_in_the_registry_of_the_apis_own_database(
         ]
     listed = client.get("/v1/routines", headers=org.headers).json()["routines"]
     assert [(r["name"], r["version"], r["steps"]) for r in listed] == [("one", 2, ["a"])]
+
+
+async def test_a_read_that_waits_answers_when_the_run_ends_or_when_its_wait_is_over(
+    routine_stack: RoutineStack,
+) -> None:
+    org = routine_stack.runner()
+    slow = f"name: slow\nsteps:\n  - id: s\n    uses: {FREE_FAIL}\n    with: {{mode: sleep, seconds: 2}}\n"
+    assert (await routine_stack.store(org, slow)).status_code == 201
+    run_id = await routine_stack.start_run(org, "slow")
+
+    # its step takes 2 s: a read that may wait 0.3 s gives the running run once those have passed
+    began = time.monotonic()
+    running = _get(routine_stack, f"/v1/runs/{run_id}", org.headers, wait_s=0.3)
+    assert running.status_code == 200 and running.json()["status"] == "running"
+    assert time.monotonic() - began >= 0.3
+    # one read that may wait longer than the run gives the ended run, its step's output included
+    ended = _get(routine_stack, f"/v1/runs/{run_id}", org.headers, wait_s=30)
+    assert ended.json()["status"] == "succeeded" and ended.json()["steps"]["s"]["status"] == "succeeded"
+    assert time.monotonic() - began < 30
+    # an ended run is answered at once, whatever the wait
+    assert _get(routine_stack, f"/v1/runs/{run_id}", org.headers, wait_s=60).json() == ended.json()
+
+    for bad in (-1, 61, "nan", "soon"):
+        refused = _get(routine_stack, f"/v1/runs/{run_id}", org.headers, wait_s=bad)
+        assert refused.status_code == 400, (bad, refused.text)
+        assert "wait_s" in refused.text
 
 
 async def test_runs_past_the_organizations_limit_at_once_are_refused_with_retry_after(

@@ -36,6 +36,13 @@ steps:
     uses: {FREE_FAIL}
     with: {{mode: sleep, seconds: 20}}
 """
+NAP = f"""\
+name: sdk-nap
+steps:
+  - id: nap
+    uses: {FREE_FAIL}
+    with: {{mode: sleep, seconds: 1}}
+"""
 CONNECTOR_SCOPES = ("connections:write", "connections:read")
 
 
@@ -72,6 +79,18 @@ def test_put_run_and_wait_tell_each_step_as_it_finishes(stack: RoutineStack) -> 
             b3os.routines.put("name: broken\nsteps: []\n")
         with pytest.raises(NotFound):
             b3os.routines.run("no-such-routine")
+
+
+def test_a_read_may_wait_for_the_runs_end_and_wait_sees_the_end_as_it_comes(stack: RoutineStack) -> None:
+    with B3OS(stack.url, stack.runner().key) as b3os:
+        b3os.routines.put(NAP)
+        first = b3os.routines.run("sdk-nap")["run_id"]
+        ended = b3os.runs.get(first, wait_s=30)  # one read, answered when the run has ended
+        assert ended["status"] == "succeeded" and ended["steps"]["nap"]["status"] == "succeeded"
+        second = b3os.routines.run("sdk-nap")["run_id"]
+        began = time.monotonic()
+        assert b3os.runs.wait(second, poll_interval_s=30)["status"] == "succeeded"
+        assert time.monotonic() - began < 20  # its end, not the 30 s between reads, ended the wait
 
 
 def test_a_running_run_is_cancelled_and_a_finished_one_is_a_conflict(stack: RoutineStack) -> None:
