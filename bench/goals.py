@@ -13,7 +13,9 @@ on both:
   the 2 api processes);
 - echo with a 6-byte file vs. echo without one (and the same two without the tool's own `run` phase);
 - HTTP actions: a direct GET of the stand-in vs. the runtime and proxy phases of the same action call;
-- a routine step's Temporal share: a one-step run's time minus its activity's own time (history);
+- a routine step's Temporal share: a one-step run's time minus its activity's own time (history), each
+  run waited for by Temporal's long poll, beside the same share of workflows of the bare SDK whose one
+  activity does nothing (`bench.temporal_floor`);
 - 100 one-step routines of 25 organizations started at once: until the last has ended, beside 100
   workflows of the bare SDK whose one activity does nothing (`bench.temporal_floor`);
 - 3 routines of one organization, each a foreach of 4 items of a 2 s tool, started together;
