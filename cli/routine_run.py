@@ -20,9 +20,10 @@ import sys
 import time
 from typing import Any
 
-POLL_S = 1.0
+POLL_S = 0.5
 """The longest one read of a running run waits for its end (`GET /v1/runs/{id}?wait_s=`): the end shows
-at once, finished steps and retries within a second."""
+at once, finished steps and retries within half a second (a retry waits at least its 1 s Retry-After, so
+each attempt is seen)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
