@@ -39,6 +39,9 @@ outputs:
   count: ${{{{ size(steps.again.output) }}}}
 """
 
+SLOW = f"name: slow\nsteps:\n  - id: s\n    uses: {FREE_FAIL}\n    with: {{mode: sleep, seconds: 2}}\n"
+"""One step that sleeps 2 s."""
+
 
 def _get(stack: RoutineStack, path: str, headers: dict[str, str], **params: Any) -> httpx.Response:
     return httpx.get(f"{stack.url}{path}", headers=headers, params=params, timeout=30)
@@ -252,8 +255,7 @@ async def test_a_read_that_waits_answers_when_the_run_ends_or_when_its_wait_is_o
     routine_stack: RoutineStack,
 ) -> None:
     org = routine_stack.runner()
-    slow = f"name: slow\nsteps:\n  - id: s\n    uses: {FREE_FAIL}\n    with: {{mode: sleep, seconds: 2}}\n"
-    assert (await routine_stack.store(org, slow)).status_code == 201
+    assert (await routine_stack.store(org, SLOW)).status_code == 201
     run_id = await routine_stack.start_run(org, "slow")
 
     # its step takes 2 s: a read that may wait 0.3 s gives the running run once those have passed
@@ -280,12 +282,9 @@ async def test_runs_past_the_organizations_limit_at_once_are_refused_with_retry_
     url, proc = routine_stack.start_api(extra_env={"B3OS_RUNS_PER_ORG": "1"}, listed=False)
     try:
         org, other = routine_stack.runner(), routine_stack.runner()
-        slow = (
-            f"name: slow\nsteps:\n  - id: s\n    uses: {FREE_FAIL}\n    with: {{mode: sleep, seconds: 2}}\n"
-        )
         fast = f"name: fast\nsteps:\n  - id: e\n    uses: {FREE_ECHO}\n    with: {{text: hi}}\n"
         for who in (org, other):
-            assert (await routine_stack.store(who, slow, url=url)).status_code == 201
+            assert (await routine_stack.store(who, SLOW, url=url)).status_code == 201
             assert (await routine_stack.store(who, fast, url=url)).status_code == 201
         first = await routine_stack.start_run(org, "slow", url=url)
         refused = httpx.post(f"{url}/v1/routines/fast/runs", headers=org.headers, json={}, timeout=30)

@@ -29,20 +29,16 @@ steps:
 outputs:
   said: ${{{{ steps.twice.output.text }}}}
 """
-SLOW = f"""\
-name: sdk-slow
-steps:
-  - id: nap
-    uses: {FREE_FAIL}
-    with: {{mode: sleep, seconds: 20}}
-"""
-NAP = f"""\
-name: sdk-nap
-steps:
-  - id: nap
-    uses: {FREE_FAIL}
-    with: {{mode: sleep, seconds: 1}}
-"""
+
+
+def _napping(name: str, seconds: int) -> str:
+    """A routine `name` of one step, `nap`, that sleeps `seconds`."""
+    step = f"  - id: nap\n    uses: {FREE_FAIL}\n    with: {{mode: sleep, seconds: {seconds}}}\n"
+    return f"name: {name}\nsteps:\n{step}"
+
+
+SLOW = _napping("sdk-slow", 20)
+NAP = _napping("sdk-nap", 1)
 CONNECTOR_SCOPES = ("connections:write", "connections:read")
 
 
