@@ -39,8 +39,14 @@ outputs:
   count: ${{{{ size(steps.again.output) }}}}
 """
 
-SLOW = f"name: slow\nsteps:\n  - id: s\n    uses: {FREE_FAIL}\n    with: {{mode: sleep, seconds: 2}}\n"
-"""One step that sleeps 2 s."""
+
+def _sleeping(name: str, seconds: int) -> str:
+    """A routine `name` of one step, `s`, that sleeps `seconds`."""
+    step = f"  - id: s\n    uses: {FREE_FAIL}\n    with: {{mode: sleep, seconds: {seconds}}}\n"
+    return f"name: {name}\nsteps:\n{step}"
+
+
+SLOW = _sleeping("slow", 2)
 
 
 def _get(stack: RoutineStack, path: str, headers: dict[str, str], **params: Any) -> httpx.Response:
@@ -255,10 +261,10 @@ async def test_a_read_that_waits_answers_when_the_run_ends_or_when_its_wait_is_o
     routine_stack: RoutineStack,
 ) -> None:
     org = routine_stack.runner()
-    assert (await routine_stack.store(org, SLOW)).status_code == 201
-    run_id = await routine_stack.start_run(org, "slow")
+    assert (await routine_stack.store(org, _sleeping("nap", 4))).status_code == 201
+    run_id = await routine_stack.start_run(org, "nap")
 
-    # its step takes 2 s: a read that may wait 0.3 s gives the running run once those have passed
+    # its step takes 4 s: a read that may wait 0.3 s gives the running run once those have passed
     began = time.monotonic()
     running = _get(routine_stack, f"/v1/runs/{run_id}", org.headers, wait_s=0.3)
     assert running.status_code == 200 and running.json()["status"] == "running"
