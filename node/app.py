@@ -38,7 +38,7 @@ from node.runner import InvalidCall, Runner
 from node.sync import RegistrySync
 from node.template import rootfs_path
 from node.vm.base import VmDriver
-from node.vm.bwrap import BwrapDriver, VmLimits
+from node.vm.bwrap import BwrapDriver, HostShare, VmLimits
 from telemetry import logs, tracing
 from telemetry.config import TelemetrySettings
 from telemetry.scrape import install_metrics
@@ -63,6 +63,7 @@ def make_driver(settings: Settings) -> VmDriver:
         pool_size=settings.pool_size,
         slots=settings.slots,
         uid_base=settings.vm_uid_base,
+        host_share=HostShare(settings.vm_weight, settings.host_reserve_cpus),
     )
 
 

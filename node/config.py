@@ -7,6 +7,8 @@ from pathlib import Path
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from node.vm.bwrap import HostShare
+
 B3OS_HOME = Path.home() / ".b3os"
 
 
@@ -47,6 +49,17 @@ class Settings(BaseSettings):
     memory_mb: int = Field(default=512, ge=16, description="Memory of one VM, swap included.")
     vcpu: int = Field(default=1, ge=1, le=8, description="vCPUs of one VM (CFS quota).")
     pids_max: int = Field(default=64, ge=8, description="Processes and threads in one VM.")
+    vm_weight: float = Field(
+        default=HostShare.weight,
+        ge=1,
+        le=64,
+        description="The VMs together weigh this many times another service of the host when CPU is busy.",
+    )
+    host_reserve_cpus: float = Field(
+        default=HostShare.reserve_cpus,
+        ge=0,
+        description="CPUs the VMs never take together: the node and the host keep them (0: none).",
+    )
     work_mb: int = Field(default=64, ge=1, description="Size of /work (tmpfs).")
     in_kb: int = Field(
         default=2048, ge=16, description="Size of /in (tmpfs); files that do not fit: tool_unavailable/copy."

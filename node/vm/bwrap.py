@@ -74,6 +74,27 @@ MAX_REMOVING = 16  # VMs whose processes are dead but whose mounts and cgroup th
 
 
 @dataclass(frozen=True)
+class HostShare:
+    """The node's VMs together against the rest of the host (the node's own process, other services).
+
+    A node host is there to run its VMs: when its CPU is contended they weigh `weight` times what a
+    process session or another service weighs (a cgroup or an autogroup at its default), so a call's tool
+    is not slowed by whatever else the host runs. Together they never use more than the host's CPUs less
+    `reserve_cpus`: the node's own process (it starts, feeds and reaps the VMs) and the host keep that
+    much whatever the tools do. Between tenants the runner's weights apply (one VM's weight a tenant).
+    """
+
+    weight: float = 8.0
+    reserve_cpus: float = 0.5
+
+    def cap_cpus(self) -> float | None:
+        """The VMs' CPUs together: the host's less the reserve (at least a tenth of one); None: no cap."""
+        if self.reserve_cpus <= 0:
+            return None
+        return max(0.1, len(os.sched_getaffinity(0)) - self.reserve_cpus)
+
+
+@dataclass(frozen=True)
 class VmLimits:
     """The size of one VM."""
 
@@ -101,12 +122,14 @@ class BwrapDriver(VmDriver):
         pool_size: int = 2,
         slots: int = 8,
         uid_base: int = UID_BASE,
+        host_share: HostShare = HostShare(),  # noqa: B008 (frozen)
     ) -> None:
         """Set up the node's directory, mounts, launcher and cgroup, and start filling the pool.
 
         Args:
             slots: calls at once (the runner's slots): with `pool_size`, how many VMs can be alive at once,
                 so how many host uids from `uid_base` up the VMs use.
+            host_share: the VMs' weight and cap against the rest of the host.
 
         Raises:
             VmError: reason "no_slot" when bwrap, the base template, a C compiler, cgroups or the uid range
@@ -161,6 +184,7 @@ class BwrapDriver(VmDriver):
             mounts.bind(self.launcher_dir, self.launcher_dir, read_only=True)
             mounts.overlay(base_rootfs, self.node_dir / "empty", self.node_dir / "base")
             self.cgroups = NodeCgroups.open(f"b3os-node-{os.getpid()}")
+            self.cgroups.weigh(host_share.weight, host_share.cap_cpus())
             self._hold_namespace()
         except (mounts.MountError, CgroupError, LauncherError, SetupError) as exc:
             self._stop_holder()

@@ -11,7 +11,9 @@ on v2). `NodeCgroups.create_call(id, limits)` makes `<own>/<name>/<id>` with the
 
 `CallCgroup.set_cpu_share(fraction)` weighs a VM against the node's other VMs when the CPU is contended
 (v1 `cpu.shares` of 1024, v2 `cpu.weight` of 100, times the fraction): the runner gives the VMs of one
-tenant a whole VM's weight between them.
+tenant a whole VM's weight between them. `NodeCgroups.weigh(times, cpus)` weighs the node's VMs together
+against the host's other work (`times` a group at its default: a process session, another service) and
+caps them together at `cpus` (a CFS quota on the node's group).
 
 CPU used is read from `cpuacct.usage` (v1, ns) or `cpu.stat` `usage_usec` (v2); memory from
 `memory.usage_in_bytes` / `memory.current` and the peak from `memory.max_usage_in_bytes` / `memory.peak`.
@@ -274,6 +276,21 @@ class NodeCgroups:
         node.mkdir(exist_ok=True)
         _write(node / "cgroup.subtree_control", wanted)
         return node
+
+    def weigh(self, times: float, cpus: float | None) -> None:
+        """Weigh the node's VMs together at `times` a group at its default when the host's CPU is contended,
+        and let them use at most `cpus` CPUs together (None: no cap)."""
+        _set_share(self.version, self.dirs["cpu"], times)
+        quota = -1 if cpus is None else max(1000, round(CFS_PERIOD_US * cpus))
+        if self.version == 1:
+            _write(self.dirs["cpu"] / "cpu.cfs_period_us", str(CFS_PERIOD_US))
+            _write(self.dirs["cpu"] / "cpu.cfs_quota_us", str(quota))
+        else:
+            _write(self.dirs["cpu"] / "cpu.max", f"{'max' if quota < 0 else quota} {CFS_PERIOD_US}")
+
+    def cpu_ns(self) -> int:
+        """CPU time used by all the node's VMs so far, in nanoseconds."""
+        return CallCgroup(self.version, self.dirs).cpu_ns()
 
     def create_call(self, call: str, limits: CgroupLimits) -> CallCgroup:
         """Make the group of one VM with its limits set."""

@@ -161,13 +161,19 @@ def wait_running(text: str, *, vms: int = 1, timeout_s: float = 10.0) -> bool:
         time.sleep(0.01)
 
 
-def wait_started(text: str, *, vms: int, timeout_s: float = 10.0) -> bool:
-    """Wait until `vms` VMs of this process have run a process whose command line holds `text`, together
-    or one after another (a tool that fails fast may end before the next one starts)."""
+def wait_started(driver: BwrapDriver, text: str, *, vms: int, timeout_s: float = 10.0) -> bool:
+    """Wait until `vms` VMs of `driver` have run a process whose command line holds `text`, together or one
+    after another (a tool that fails fast may end before the next one starts). Only the VMs' cgroups are
+    read, not all of /proc: the VMs come before this process for the CPU, and a slow look can miss a tool
+    that lives 0.3 s."""
     deadline = time.monotonic() + timeout_s
     seen: set[str] = set()
     while len(seen) < vms:
-        seen |= {_vm_of(pid) for pid in vm_processes() if text in cmdline(pid)} - {""}
+        for name in driver.cgroups.children():
+            with contextlib.suppress(OSError):
+                procs = (driver.cgroups.dirs["pids"] / name / "cgroup.procs").read_text().split()
+                if any(text in cmdline(int(pid)) for pid in procs):
+                    seen.add(name)
         if time.monotonic() > deadline:
             return False
         time.sleep(0.005)

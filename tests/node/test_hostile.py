@@ -129,7 +129,7 @@ def test_a_tool_sees_no_host_file_no_node_secret_and_no_other_process(
     assert out["fds"] == [0, 1, 2, 3]  # stdin, stdout, stderr and the listing's own: nothing of the node
 
 
-def test_other_calls_keep_running_while_hostile_tools_misbehave(runner: Runner) -> None:
+def test_other_calls_keep_running_while_hostile_tools_misbehave(runner: Runner, driver: BwrapDriver) -> None:
     results: dict[str, NodeCallResult] = {}
 
     def run(name: str, timeout_ms: int) -> None:
@@ -142,7 +142,7 @@ def test_other_calls_keep_running_while_hostile_tools_misbehave(runner: Runner) 
     for t in threads:
         t.start()
     # the fork bomb ends within ~0.3 s of its start, maybe before the third VM starts
-    assert wait_started("/tool/run", vms=3), "the hostile tools did not start"
+    assert wait_started(driver, "/tool/run", vms=3), "the hostile tools did not start"
     for _ in range(5):
         noop = runner.call(echo_call("noop", {}))
         assert noop.ok, noop.error

@@ -1,17 +1,20 @@
-"""Calls of one tenant share one VM's CPU weight on the node, in their VMs' real cgroups."""
+"""Calls of one tenant share one VM's CPU weight on the node, in their VMs' real cgroups; the VMs together
+come before the host's other work, within a cap that leaves the host its reserve."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
-from nodetest import echo_call, leftovers, wait_running
+from nodetest import echo_call, hostile_call, leftovers, wait_running
 
 from node.models import NodeCall, NodeCallResult
 from node.runner import Runner
-from node.vm.bwrap import BwrapDriver
+from node.vm.bwrap import BwrapDriver, HostShare
 from node.vm.cgroups import FULL_SHARE
 
 
@@ -64,3 +67,29 @@ def test_each_of_a_tenants_running_vms_weighs_one_over_how_many_it_runs(
 def test_a_tenant_is_a_plain_name() -> None:
     with pytest.raises(ValueError, match="tenant"):
         _sleep(0, "../../cpu")
+
+
+def test_the_vms_weigh_more_than_the_hosts_other_work_but_leave_it_its_reserve(
+    runner: Runner, driver: BwrapDriver
+) -> None:
+    name, full, _, _ = FULL_SHARE[driver.cgroups.version]
+    share = HostShare()
+    assert int((driver.cgroups.dirs["cpu"] / name).read_text()) == round(full * share.weight)
+    cap = share.cap_cpus()
+    assert cap is not None and cap < len(os.sched_getaffinity(0))
+    # two tenants' tools, each spinning two processes: they would take every CPU of the host
+    calls = [hostile_call("spin", timeout_ms=3000).model_copy(update={"tenant": t}) for t in ("a", "b")]
+    results: list[NodeCallResult] = []
+    threads = [threading.Thread(target=lambda c=c: results.append(runner.call(c))) for c in calls]
+    for thread in threads:
+        thread.start()
+    try:
+        assert wait_running("/tool/run", vms=2), "the tools did not start"
+        began, used = time.monotonic(), driver.cgroups.cpu_ns()
+        time.sleep(1.0)
+        cpus = (driver.cgroups.cpu_ns() - used) / 1e9 / (time.monotonic() - began)
+        assert cpus <= cap * 1.1, f"the VMs used {cpus:.2f} CPUs, more than their {cap:.2f}"
+    finally:
+        for thread in threads:
+            thread.join(timeout=30)
+    assert [r.error.code if r.error else None for r in results] == ["tool_timed_out"] * 2
