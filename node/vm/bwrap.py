@@ -87,11 +87,24 @@ class HostShare:
     weight: float = 8.0
     reserve_cpus: float = 0.5
 
-    def cap_cpus(self) -> float | None:
-        """The VMs' CPUs together: the host's less the reserve (at least a tenth of one); None: no cap."""
+    def cap_cpus(self, above: float | None = None) -> float | None:
+        """The VMs' CPUs together: the host's (or `above`, a quota of a group above the node's, when fewer)
+        less the reserve; None: no cap.
+
+        Raises:
+            ValueError: the reserve leaves the VMs less than a tenth of a CPU (the message says how much).
+        """
         if self.reserve_cpus <= 0:
             return None
-        return max(0.1, len(os.sched_getaffinity(0)) - self.reserve_cpus)
+        cpus = float(len(os.sched_getaffinity(0)))
+        if above is not None:
+            cpus = min(cpus, above)
+        if cpus - self.reserve_cpus < 0.1:
+            raise ValueError(
+                f"B3OS_HOST_RESERVE_CPUS={self.reserve_cpus:g} leaves the VMs no CPU of the {cpus:g} here: "
+                f"give at most {cpus - 0.1:g} (0: no cap)"
+            )
+        return cpus - self.reserve_cpus
 
 
 @dataclass(frozen=True)
@@ -184,7 +197,16 @@ class BwrapDriver(VmDriver):
             mounts.bind(self.launcher_dir, self.launcher_dir, read_only=True)
             mounts.overlay(base_rootfs, self.node_dir / "empty", self.node_dir / "base")
             self.cgroups = NodeCgroups.open(f"b3os-node-{os.getpid()}")
-            self.cgroups.weigh(host_share.weight, host_share.cap_cpus())
+            try:
+                cap = host_share.cap_cpus(self.cgroups.cpus_above())
+            except ValueError as exc:
+                if not self.cgroups.children():  # this node's alone (a test process may hold another driver)
+                    self.cgroups.remove()
+                raise SetupError(str(exc)) from exc
+            try:
+                self.cgroups.weigh(host_share.weight, cap)
+            except CgroupError as exc:
+                log.warning("the VMs keep the host's default CPU weight, without a cap: %s", exc)
             self._hold_namespace()
         except (mounts.MountError, CgroupError, LauncherError, SetupError) as exc:
             self._stop_holder()

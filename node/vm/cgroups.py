@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import math
 import os
 import signal
 import time
@@ -114,6 +115,17 @@ def _read_int(path: Path) -> int:
 def _set_share(version: int, cpu_dir: Path, times: float) -> None:
     name, full, least, most = FULL_SHARE[version]
     _write(cpu_dir / name, str(min(most, max(least, round(full * times)))))
+
+
+def _cpu_max(group: Path) -> tuple[int, int]:
+    """A v2 group's CPU quota and period (`cpu.max`); (0, 0) when it has none."""
+    try:
+        text = (group / "cpu.max").read_text().split()
+    except OSError:
+        return 0, 0
+    if len(text) != 2 or text[0] == "max":
+        return 0, 0
+    return int(text[0]), int(text[1])
 
 
 def _rmdir(path: Path, tries: int = 50) -> None:
@@ -277,16 +289,42 @@ class NodeCgroups:
         _write(node / "cgroup.subtree_control", wanted)
         return node
 
+    def cpus_above(self) -> float | None:
+        """The fewest CPUs a quota of a group above the node's allows (a container's `--cpus`), None: none.
+
+        A group's quota may not exceed its parent's on v1 (the kernel refuses it), and on v2 the smaller
+        one applies anyway."""
+        cpus: float | None = None
+        cpu_dir = self.dirs["cpu"]
+        mount = next(p for p in cpu_dir.parents if p.is_mount() or p == Path("/"))
+        for group in cpu_dir.parents:
+            if not group.is_relative_to(mount):
+                break
+            if self.version == 1:
+                quota, period = _read_int(group / "cpu.cfs_quota_us"), _read_int(group / "cpu.cfs_period_us")
+            else:
+                quota, period = _cpu_max(group)
+            if quota > 0 and period > 0:
+                cpus = min(quota / period, cpus if cpus is not None else math.inf)
+            if group == mount:
+                break
+        return cpus
+
     def weigh(self, times: float, cpus: float | None) -> None:
-        """Weigh the node's VMs together at `times` a group at its default when the host's CPU is contended,
-        and let them use at most `cpus` CPUs together (None: no cap)."""
-        _set_share(self.version, self.dirs["cpu"], times)
+        """Cap the node's VMs together at `cpus` CPUs (None: no cap), then weigh them at `times` a group at
+        its default when the host's CPU is contended. The weight is left at the default when the cap cannot
+        be set: a weight without it could let the tools take the node's own process's CPU.
+
+        Raises:
+            CgroupError: the cap or the weight could not be written (the message names the file).
+        """
         quota = -1 if cpus is None else max(1000, round(CFS_PERIOD_US * cpus))
         if self.version == 1:
             _write(self.dirs["cpu"] / "cpu.cfs_period_us", str(CFS_PERIOD_US))
             _write(self.dirs["cpu"] / "cpu.cfs_quota_us", str(quota))
         else:
             _write(self.dirs["cpu"] / "cpu.max", f"{'max' if quota < 0 else quota} {CFS_PERIOD_US}")
+        _set_share(self.version, self.dirs["cpu"], times)
 
     def cpu_ns(self) -> int:
         """CPU time used by all the node's VMs so far, in nanoseconds."""

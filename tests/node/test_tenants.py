@@ -4,7 +4,10 @@ come before the host's other work, within a cap that leaves the host its reserve
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -15,7 +18,7 @@ from nodetest import echo_call, hostile_call, leftovers, wait_running
 from node.models import NodeCall, NodeCallResult
 from node.runner import Runner
 from node.vm.bwrap import BwrapDriver, HostShare
-from node.vm.cgroups import FULL_SHARE
+from node.vm.cgroups import FULL_SHARE, CallCgroup, NodeCgroups
 
 
 @pytest.fixture(autouse=True)
@@ -29,14 +32,15 @@ def _sleep(seconds: float, tenant: str | None) -> NodeCall:
 
 
 def _weights(driver: BwrapDriver) -> list[int]:
-    """The CPU weight of every VM group of the node now (the prepared ones' too), smallest first; a group
-    made or removed meanwhile (the pool's) is left out."""
+    """The CPU weight of every live VM group of the node now (the prepared ones' too), smallest first; a group
+    made or removed meanwhile (the pool's), or whose VM has ended and waits for the remover, is left out."""
     name = FULL_SHARE[driver.cgroups.version][0]
-    cpu = driver.cgroups.dirs["cpu"]
+    cpu, pids = driver.cgroups.dirs["cpu"], driver.cgroups.dirs["pids"]
     weights = []
     for child in driver.cgroups.children():
         with contextlib.suppress(OSError, ValueError):
-            weights.append(int((cpu / child / name).read_text()))
+            if (pids / child / "cgroup.procs").read_text().split():
+                weights.append(int((cpu / child / name).read_text()))
     return sorted(weights)
 
 
@@ -93,3 +97,56 @@ def test_the_vms_weigh_more_than_the_hosts_other_work_but_leave_it_its_reserve(
         for thread in threads:
             thread.join(timeout=30)
     assert [r.error.code if r.error else None for r in results] == ["tool_timed_out"] * 2
+
+
+def test_a_node_in_a_group_with_a_cpu_quota_caps_its_vms_within_it() -> None:
+    # a container started with --cpus 0.8: its group's quota is below the host's CPUs, and the kernel
+    # refuses a child's quota above its parent's (v1)
+    parent = NodeCgroups.open(f"b3os-test-container-{os.getpid()}")
+    container = CallCgroup(parent.version, parent.dirs)
+    try:
+        if parent.version == 1:
+            (parent.dirs["cpu"] / "cpu.cfs_quota_us").write_text("80000")
+        else:
+            (parent.dirs["cpu"] / "cpu.max").write_text("80000 100000")
+        argv = [sys.executable, "-c", _NODE_IN_CONTAINER]
+        node = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        container.add(node.pid)
+        out, _ = node.communicate("go\n", timeout=30)
+        assert node.returncode == 0, out
+        weight = round(FULL_SHARE[parent.version][1] * HostShare().weight)
+        assert json.loads(out) == {"above": 0.8, "cap": 0.3, "weight": weight}
+    finally:
+        container.remove()
+
+
+_NODE_IN_CONTAINER = """
+import json, os, sys
+from node.vm.bwrap import HostShare
+from node.vm.cgroups import FULL_SHARE, NodeCgroups
+sys.stdin.readline()  # moved into the container's group meanwhile
+node = NodeCgroups.open(f"b3os-node-{os.getpid()}")
+try:
+    above = node.cpus_above()
+    node.weigh(HostShare().weight, HostShare().cap_cpus(above))
+    cpu = node.dirs["cpu"]
+    if node.version == 1:
+        quota = int((cpu / "cpu.cfs_quota_us").read_text()) / int((cpu / "cpu.cfs_period_us").read_text())
+    else:
+        q, p = (cpu / "cpu.max").read_text().split()
+        quota = int(q) / int(p)
+    weight = int((cpu / FULL_SHARE[node.version][0]).read_text())
+    print(json.dumps({"above": above, "cap": round(quota, 3), "weight": weight}))
+finally:
+    node.remove()
+"""
+
+
+def test_a_reserve_that_leaves_the_vms_no_cpu_is_refused_with_the_setting_named() -> None:
+    cpus = len(os.sched_getaffinity(0))
+    with pytest.raises(
+        ValueError, match=rf"B3OS_HOST_RESERVE_CPUS={cpus} leaves the VMs no CPU of the {cpus} here"
+    ):
+        HostShare(reserve_cpus=cpus).cap_cpus()
+    assert HostShare(reserve_cpus=0.5).cap_cpus(above=0.8) == pytest.approx(0.3)
+    assert HostShare(reserve_cpus=0).cap_cpus() is None
