@@ -31,6 +31,23 @@ def _sleep(seconds: float, tenant: str | None) -> NodeCall:
     return echo_call("fail", {"mode": "sleep", "seconds": seconds}, timeout_ms=20_000, tenant=tenant)
 
 
+@contextlib.contextmanager
+def _calling(
+    runner: Runner, calls: list[NodeCall]
+) -> Iterator[tuple[list[threading.Thread], list[NodeCallResult]]]:
+    """The calls made at once, each in a thread of its own: the threads and the results as they come; every
+    thread is waited for on the way out."""
+    results: list[NodeCallResult] = []
+    threads = [threading.Thread(target=lambda c=c: results.append(runner.call(c))) for c in calls]
+    for thread in threads:
+        thread.start()
+    try:
+        yield threads, results
+    finally:
+        for thread in threads:
+            thread.join(timeout=30)
+
+
 def _weights(driver: BwrapDriver) -> list[int]:
     """The CPU weight of every live VM group of the node now (the prepared ones' too), smallest first; a group
     made or removed meanwhile (the pool's), or whose VM has ended and waits for the remover, is left out."""
@@ -49,11 +66,7 @@ def test_each_of_a_tenants_running_vms_weighs_one_over_how_many_it_runs(
 ) -> None:
     _, full, _, _ = FULL_SHARE[driver.cgroups.version]
     calls = [_sleep(1, "org-a"), _sleep(4, "org-a"), _sleep(4, "org-b"), _sleep(4, None)]
-    results: list[NodeCallResult] = []
-    threads = [threading.Thread(target=lambda c=c: results.append(runner.call(c))) for c in calls]
-    for thread in threads:
-        thread.start()
-    try:
+    with _calling(runner, calls) as (threads, results):
         assert wait_running("sleep 4 ", vms=3), "the calls did not start in their VMs"
         assert wait_running("sleep 1 ", vms=1), "the calls did not start in their VMs"
         weights = _weights(driver)
@@ -62,9 +75,6 @@ def test_each_of_a_tenants_running_vms_weighs_one_over_how_many_it_runs(
         threads[0].join(timeout=10)
         assert wait_running("sleep 4 ", vms=3, timeout_s=0)
         assert _weights(driver).count(full // 2) == 0  # org-a's other call weighs a whole VM again
-    finally:
-        for thread in threads:
-            thread.join(timeout=30)
     assert len(results) == 4 and all(r.ok for r in results), [r.error for r in results]
 
 
@@ -83,19 +93,12 @@ def test_the_vms_weigh_more_than_the_hosts_other_work_but_leave_it_its_reserve(
     assert cap is not None and cap < len(os.sched_getaffinity(0))
     # two tenants' tools, each spinning two processes: they would take every CPU of the host
     calls = [hostile_call("spin", timeout_ms=3000).model_copy(update={"tenant": t}) for t in ("a", "b")]
-    results: list[NodeCallResult] = []
-    threads = [threading.Thread(target=lambda c=c: results.append(runner.call(c))) for c in calls]
-    for thread in threads:
-        thread.start()
-    try:
+    with _calling(runner, calls) as (_, results):
         assert wait_running("/tool/run", vms=2), "the tools did not start"
         began, used = time.monotonic(), driver.cgroups.cpu_ns()
         time.sleep(1.0)
         cpus = (driver.cgroups.cpu_ns() - used) / 1e9 / (time.monotonic() - began)
         assert cpus <= cap * 1.1, f"the VMs used {cpus:.2f} CPUs, more than their {cap:.2f}"
-    finally:
-        for thread in threads:
-            thread.join(timeout=30)
     assert [r.error.code if r.error else None for r in results] == ["tool_timed_out"] * 2
 
 
