@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import math
 import os
 import signal
 import time
@@ -115,6 +114,16 @@ def _read_int(path: Path) -> int:
 def _set_share(version: int, cpu_dir: Path, times: float) -> None:
     name, full, least, most = FULL_SHARE[version]
     _write(cpu_dir / name, str(min(most, max(least, round(full * times)))))
+
+
+def _set_quota(version: int, cpu_dir: Path, cpus: float | None) -> None:
+    """Let a group use at most `cpus` CPUs (a CFS quota per `CFS_PERIOD_US`); None: no cap."""
+    quota = -1 if cpus is None else max(1000, round(CFS_PERIOD_US * cpus))
+    if version == 1:
+        _write(cpu_dir / "cpu.cfs_period_us", str(CFS_PERIOD_US))
+        _write(cpu_dir / "cpu.cfs_quota_us", str(quota))
+    else:
+        _write(cpu_dir / "cpu.max", f"{'max' if quota < 0 else quota} {CFS_PERIOD_US}")
 
 
 def _cpu_max(group: Path) -> tuple[int, int]:
@@ -294,21 +303,17 @@ class NodeCgroups:
 
         A group's quota may not exceed its parent's on v1 (the kernel refuses it), and on v2 the smaller
         one applies anyway."""
-        cpus: float | None = None
-        cpu_dir = self.dirs["cpu"]
-        mount = next(p for p in cpu_dir.parents if p.is_mount() or p == Path("/"))
-        for group in cpu_dir.parents:
-            if not group.is_relative_to(mount):
-                break
+        quotas = []
+        for group in self.dirs["cpu"].parents:
             if self.version == 1:
                 quota, period = _read_int(group / "cpu.cfs_quota_us"), _read_int(group / "cpu.cfs_period_us")
             else:
                 quota, period = _cpu_max(group)
             if quota > 0 and period > 0:
-                cpus = min(quota / period, cpus if cpus is not None else math.inf)
-            if group == mount:
+                quotas.append(quota / period)
+            if group.is_mount():  # the hierarchy's root
                 break
-        return cpus
+        return min(quotas, default=None)
 
     def weigh(self, times: float, cpus: float | None) -> None:
         """Cap the node's VMs together at `cpus` CPUs (None: no cap), then weigh them at `times` a group at
@@ -318,12 +323,7 @@ class NodeCgroups:
         Raises:
             CgroupError: the cap or the weight could not be written (the message names the file).
         """
-        quota = -1 if cpus is None else max(1000, round(CFS_PERIOD_US * cpus))
-        if self.version == 1:
-            _write(self.dirs["cpu"] / "cpu.cfs_period_us", str(CFS_PERIOD_US))
-            _write(self.dirs["cpu"] / "cpu.cfs_quota_us", str(quota))
-        else:
-            _write(self.dirs["cpu"] / "cpu.max", f"{'max' if quota < 0 else quota} {CFS_PERIOD_US}")
+        _set_quota(self.version, self.dirs["cpu"], cpus)
         _set_share(self.version, self.dirs["cpu"], times)
 
     def cpu_ns(self) -> int:
@@ -341,13 +341,11 @@ class NodeCgroups:
                 _write(dirs["memory"] / "memory.limit_in_bytes", str(limits.memory_bytes))
                 if (dirs["memory"] / "memory.memsw.limit_in_bytes").exists():
                     _write(dirs["memory"] / "memory.memsw.limit_in_bytes", str(limits.memory_bytes))
-                _write(dirs["cpu"] / "cpu.cfs_period_us", str(CFS_PERIOD_US))
-                _write(dirs["cpu"] / "cpu.cfs_quota_us", str(CFS_PERIOD_US * limits.vcpu))
             else:
                 _write(dirs["memory"] / "memory.max", str(limits.memory_bytes))
                 with contextlib.suppress(CgroupError):
                     _write(dirs["memory"] / "memory.swap.max", "0")
-                _write(dirs["cpu"] / "cpu.max", f"{CFS_PERIOD_US * limits.vcpu} {CFS_PERIOD_US}")
+            _set_quota(self.version, dirs["cpu"], limits.vcpu)
             _write(dirs["pids"] / "pids.max", str(limits.pids_max))
         except (OSError, CgroupError) as exc:
             with contextlib.suppress(CgroupError):
