@@ -50,7 +50,7 @@ class CgroupLimits:
     """The limits of one VM."""
 
     memory_bytes: int
-    vcpu: int
+    vcpu: float
     pids_max: int
 
 
@@ -249,6 +249,7 @@ class NodeCgroups:
     def __init__(self, version: int, dirs: dict[str, Path]) -> None:
         self.version = version
         self.dirs = dirs
+        self.cap: float | None = None  # the most CPUs the VMs together may use (`weigh`), None: none
 
     @classmethod
     def open(cls, name: str) -> NodeCgroups:
@@ -324,6 +325,7 @@ class NodeCgroups:
             CgroupError: the cap or the weight could not be written (the message names the file).
         """
         _set_quota(self.version, self.dirs["cpu"], cpus)
+        self.cap = cpus
         _set_share(self.version, self.dirs["cpu"], times)
 
     def cpu_ns(self) -> int:
@@ -345,7 +347,8 @@ class NodeCgroups:
                 _write(dirs["memory"] / "memory.max", str(limits.memory_bytes))
                 with contextlib.suppress(CgroupError):
                     _write(dirs["memory"] / "memory.swap.max", "0")
-            _set_quota(self.version, dirs["cpu"], limits.vcpu)
+            # a VM has at most the VMs' cap (on v1 the kernel refuses a quota above its parent's)
+            _set_quota(self.version, dirs["cpu"], min(limits.vcpu, self.cap or limits.vcpu))
             _write(dirs["pids"] / "pids.max", str(limits.pids_max))
         except (OSError, CgroupError) as exc:
             with contextlib.suppress(CgroupError):

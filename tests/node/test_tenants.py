@@ -11,10 +11,12 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from nodetest import echo_call, hostile_call, leftovers, wait_running
+from nodetest import REPO, echo_call, hostile_call, leftovers, wait_running
 
+from node.cache import InstallCache
 from node.models import NodeCall, NodeCallResult
 from node.runner import Runner
 from node.vm.bwrap import BwrapDriver, HostShare
@@ -153,3 +155,52 @@ def test_a_reserve_that_leaves_the_vms_no_cpu_is_refused_with_the_setting_named(
         HostShare(reserve_cpus=cpus).cap_cpus()
     assert HostShare(reserve_cpus=0.5).cap_cpus(above=0.8) == pytest.approx(0.3)
     assert HostShare(reserve_cpus=0).cap_cpus() is None
+
+
+def test_a_node_whose_vms_cap_is_below_one_vms_vcpu_still_runs_calls(
+    base_rootfs: Path, run_dir: Path, cache: InstallCache
+) -> None:
+    # a host of one CPU: the VMs' cap (the CPU less the reserve) is half a VM's vCPU, and on v1 the kernel
+    # refuses a VM's quota above its parent's; a node process of its own (its own cgroup)
+    reserve = len(os.sched_getaffinity(0)) - 0.5
+    argv = [
+        sys.executable,
+        "-c",
+        _NODE_OF_ONE_CPU,
+        str(base_rootfs),
+        str(run_dir),
+        str(cache.root),
+        str(reserve),
+    ]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"ok": True, "output": {"text": "hi"}, "vm_cpus": 0.5}
+
+
+_NODE_OF_ONE_CPU = """
+import contextlib, json, sys
+from pathlib import Path
+sys.path.insert(0, "tests/node")
+from nodetest import VM_UID_BASE, echo_call
+from node.cache import InstallCache
+from node.runner import Runner
+from node.vm.bwrap import BwrapDriver, HostShare
+
+base, run_dir, cache, reserve = sys.argv[1:]
+driver = BwrapDriver(base_rootfs=Path(base), run_dir=Path(run_dir), pool_size=1, slots=1,
+                     uid_base=VM_UID_BASE + 32, host_share=HostShare(reserve_cpus=float(reserve)))
+try:
+    result = Runner(driver, InstallCache(Path(cache))).call(echo_call("echo", {"text": "hi"}))
+    quota = None
+    for vm in driver.cgroups.children():  # the pool's next VM (the call's may be gone meanwhile)
+        group = driver.cgroups.dirs["cpu"] / vm
+        with contextlib.suppress(OSError):
+            if driver.cgroups.version == 1:
+                q, p = ((group / name).read_text() for name in ("cpu.cfs_quota_us", "cpu.cfs_period_us"))
+            else:
+                q, p = (group / "cpu.max").read_text().split()
+            quota = int(q) / int(p)
+    print(json.dumps({"ok": result.ok, "output": result.output, "vm_cpus": quota and round(quota, 3)}))
+finally:
+    driver.close()
+"""
