@@ -65,12 +65,25 @@ def p95(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))] if ordered else float("nan")
 
 
+def cpu_ms(pid: int) -> float:
+    """CPU a process has used so far (user and system, not its children's), ms."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
 def rss_mib(pid: int) -> float:
     """A process's resident memory (VmRSS), MiB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def _idle(frames: list[str]) -> bool:
+    """A sample of an idle event loop or of a worker thread waiting for work."""
+    if any("select" in f and "selectors" in f for f in frames[-2:]) or "epoll" in frames[-1]:
+        return True
+    return frames[-1].startswith(("Condition.wait (threading", "wait (threading"))
 
 
 class Profiler:
@@ -131,8 +144,8 @@ class Profiler:
                     continue
                 n = int(count)
                 frames = stack.split(";")
-                if any("select" in f and "selectors" in f for f in frames[-2:]) or "epoll" in frames[-1]:
-                    continue  # an idle event loop
+                if _idle(frames):
+                    continue
                 samples += n
                 own[frames[-1]] += n
                 for frame in set(frames):
@@ -223,10 +236,10 @@ def bench_calls(stack: Any, args: argparse.Namespace, out: dict[str, Any], profi
             _post(client, call_url, org.headers, noop)
             _post(client, call_url, org.headers, echo_file)
             _node_post(client, node, _node_body(-i - 1))
-        profiler = None
-        if profile_dir is not None:
-            pids = {p.name: p.popen.pid for p in stack.procs if p.name.startswith(("api-", "node-a"))}
-            profiler = Profiler(profile_dir, pids, "noop")
+        served = (f"api-{stack.url.rsplit(':', 1)[1]}", "node-a")  # the api the calls go to, its node
+        pids = {p.name: p.popen.pid for p in stack.procs if p.name in served}
+        profiler = None if profile_dir is None else Profiler(profile_dir, pids, "noop")
+        api_cpu_before = cpu_ms(pids[served[0]])
         for i in range(args.calls):
             if i % 25 == 0:
                 org = stack.org()  # far from 120 starts a minute
@@ -240,6 +253,7 @@ def bench_calls(stack: Any, args: argparse.Namespace, out: dict[str, Any], profi
             rows["api"].append(ms)
             rows["api_node_phases"].append(phases)
             rows["api_share"].append(ms - phases)
+        out["api_cpu_per_call_ms"] = (cpu_ms(pids[served[0]]) - api_cpu_before) / args.calls
         if profiler is not None:
             profiler.stop()
             profiler.summary()
@@ -572,6 +586,8 @@ def rows_of(r: dict[str, Any]) -> list[tuple[str, str, str, str, bool | None]]:
             "<= 3 ms",
             r["api_share_ms"] <= 3,
         )
+        if "api_cpu_per_call_ms" in r:
+            add("  the api's CPU per noop call", f"{r['api_cpu_per_call_ms']:.2f} ms", "", "", None)
         ratio = r["noop_api_ms"] / r["noop_bare_ms"]
         add(
             "noop over POST /v1/actions/call, p50",
