@@ -178,7 +178,7 @@ def test_a_node_whose_vms_cap_is_below_one_vms_vcpu_still_runs_calls(
 
 
 _NODE_OF_ONE_CPU = """
-import contextlib, json, sys
+import contextlib, json, sys, time
 from pathlib import Path
 sys.path.insert(0, "tests/node")
 from nodetest import VM_UID_BASE, echo_call
@@ -191,15 +191,17 @@ driver = BwrapDriver(base_rootfs=Path(base), run_dir=Path(run_dir), pool_size=1,
                      uid_base=VM_UID_BASE + 32, host_share=HostShare(reserve_cpus=float(reserve)))
 try:
     result = Runner(driver, InstallCache(Path(cache))).call(echo_call("echo", {"text": "hi"}))
-    quota = None
-    for vm in driver.cgroups.children():  # the pool's next VM (the call's may be gone meanwhile)
-        group = driver.cgroups.dirs["cpu"] / vm
-        with contextlib.suppress(OSError):
-            if driver.cgroups.version == 1:
-                q, p = ((group / name).read_text() for name in ("cpu.cfs_quota_us", "cpu.cfs_period_us"))
-            else:
-                q, p = (group / "cpu.max").read_text().split()
-            quota = int(q) / int(p)
+    quota, end = None, time.monotonic() + 10
+    while quota is None and time.monotonic() < end:  # the pool's next VM (the call's may be gone)
+        for vm in driver.cgroups.children():
+            group = driver.cgroups.dirs["cpu"] / vm
+            with contextlib.suppress(OSError, ValueError):
+                if driver.cgroups.version == 1:
+                    q, p = ((group / name).read_text() for name in ("cpu.cfs_quota_us", "cpu.cfs_period_us"))
+                else:
+                    q, p = (group / "cpu.max").read_text().split()
+                quota = int(q) / int(p)
+        time.sleep(0.05)
     print(json.dumps({"ok": result.ok, "output": result.output, "vm_cpus": quota and round(quota, 3)}))
 finally:
     driver.close()
