@@ -1,0 +1,49 @@
+"""A VM's group is killed whole: every process in it and what it forks meanwhile, with pidfds or without."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import time
+
+import pytest
+
+from node.vm.cgroups import CgroupLimits, NodeCgroups
+
+
+@pytest.mark.parametrize("pidfds", [True, False], ids=["pidfds", "no-pidfds"])
+def test_killing_a_group_ends_every_process_in_it_and_what_it_forks_meanwhile(
+    pidfds: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    node = NodeCgroups.open(f"b3os-test-kill-{os.getpid()}")
+    try:
+        group = node.create_call("vm", CgroupLimits(memory_bytes=256 << 20, vcpu=1, pids_max=64))
+        # a shell forking sleepers as fast as it can, up to the group's pids limit and on, once it is in
+        # the group (as a VM's init waits for its group)
+        forker = subprocess.Popen(
+            ["sh", "-c", "read go; while :; do sleep 60 & done"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        assert forker.stdin is not None
+        group.add(forker.pid)
+        forker.stdin.write(b"go\n")
+        forker.stdin.close()
+        end = time.monotonic() + 10
+        while len(group.pids()) < 20 and time.monotonic() < end:
+            time.sleep(0.01)
+        assert len(group.pids()) >= 20
+        if not pidfds:  # a kernel without pidfd_open: the group is read again every millisecond
+
+            def no_pidfd(pid: int, flags: int = 0) -> int:
+                raise OSError(errno.ENOSYS, "no pidfd_open")
+
+            monkeypatch.setattr(os, "pidfd_open", no_pidfd)
+        assert group.kill() is True
+        assert group.pids() == []
+        assert forker.wait(timeout=5) == -9
+    finally:
+        monkeypatch.undo()
+        node.remove()
