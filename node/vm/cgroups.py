@@ -99,7 +99,7 @@ def _join(point: str, root: str, path: str) -> Path:
 
 def _write(path: Path, value: str) -> None:
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)  # three system calls, as `_read`
+        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)  # three system calls (see `_read`)
         try:
             os.write(fd, value.encode())
         finally:
@@ -109,13 +109,14 @@ def _write(path: Path, value: str) -> None:
 
 
 def _read(path: Path) -> str:
-    """A cgroup file's text in three system calls where `Path.read_text` makes nine, each a turn of the
-    interpreter's lock that the node's other threads may take (these are read on every call's path)."""
+    """A cgroup file's text in four system calls where `Path.read_text` makes nine, each a turn of the
+    interpreter's lock that the node's other threads may take (these are read on every call's path).
+    Read to the end of the file: a kernel file may answer a read with less than it holds."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        chunks = [os.read(fd, 65536)]
-        while len(chunks[-1]) == 65536:
-            chunks.append(os.read(fd, 65536))
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
     finally:
         os.close(fd)
     return b"".join(chunks).decode()
