@@ -16,12 +16,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, bindparam
+from sqlalchemy import bindparam
 from sqlalchemy import select as select_columns
 from sqlmodel import Session, col, select
 
 from api.errors import RateLimited
 from api.models import ApiKey, Organization, utcnow
+from api.rawsql import Reads
 
 _ALPHABET = string.ascii_letters + string.digits
 _ID_ALPHABET = string.ascii_lowercase + string.digits
@@ -128,13 +129,13 @@ def found_key(row: Any) -> FoundKey:
     )
 
 
-def find_key_of_org(connection: Connection, *, secret: str) -> FoundKey | None:
+def find_key_of_org(reads: Reads, *, secret: str) -> FoundKey | None:
     """`find_key` (revoked keys included) and whether its organization is the operator's, in one query
-    on a plain connection: every request asks, and an ORM session and entity cost it more than the
-    read itself."""
+    on the driver: every request asks, and SQLAlchemy's execution costs it more than the read itself
+    (api.rawsql)."""
     if not secret.startswith(KEY_PREFIX) or len(secret) < PREFIX_LEN + 1:
         return None
-    row = connection.execute(_KEY_OF_ORG, {"prefix": secret[:PREFIX_LEN]}).first()
+    row = reads.run(_KEY_OF_ORG, {"prefix": secret[:PREFIX_LEN]}).first()
     if row is None or not hmac.compare_digest(row.key_hash, hash_secret(secret)):
         return None
     return found_key(row)

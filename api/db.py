@@ -7,8 +7,10 @@ instead of failing with "database is locked" when a read turns into a write; wit
 queue in order (`_WriterGate`) before they ask SQLite. The price: on SQLite an
 open transaction holds the write lock, so end transactions (commit or close the session) before any
 slow wait. A session that only reads (`read_session`) begins a deferred transaction instead and
-never waits for, nor holds, the write lock. PostgreSQL goes
-through psycopg 3 (`postgresql+psycopg://`).
+never waits for, nor holds, the write lock. A session of the `now_or_never` engine begins its write
+transaction only if the writers' turn is free at that moment, else raises `WriterBusy` having waited
+for nothing: a short write may run on the event loop, and waits in a worker thread only when it must.
+PostgreSQL goes through psycopg 3 (`postgresql+psycopg://`).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
-from sqlalchemy import Connection, Engine, create_engine, event, make_url
+from sqlalchemy import Engine, create_engine, event, make_url
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlmodel import Session
 from starlette.requests import Request
@@ -86,7 +88,7 @@ def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
     dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
     # busy_timeout first: switching a new file to WAL takes a lock another starter may hold at that moment
-    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
     _switch_to_wal(cursor)
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.execute("PRAGMA foreign_keys=ON")
@@ -108,8 +110,15 @@ def _switch_to_wal(cursor: Any) -> None:
 
 
 _READS_ONLY = "b3os_reads_only"
+_NOW_OR_NEVER = "b3os_now_or_never"
 
 
+class WriterBusy(Exception):
+    """The writers' turn was not free at that moment (a `now_or_never` engine's transaction did not begin)."""
+
+
+BUSY_TIMEOUT_MS = 30_000
+"""How long SQLite waits for a lock another connection holds before it answers "database is locked"."""
 GATE_WAIT_S = 30.0
 """How long a writer waits for its turn in the process (and again between processes) before it asks SQLite
 anyway (its busy timeout)."""
@@ -143,9 +152,12 @@ class _WriterGate:
             self.file = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o600)
 
     def begin(self, connection: Any) -> None:
-        reads_only = connection.get_execution_options().get(_READS_ONLY, False)
-        if reads_only:
+        options = connection.get_execution_options()
+        if options.get(_READS_ONLY, False):
             connection.exec_driver_sql("BEGIN")
+            return
+        if options.get(_NOW_OR_NEVER, False):
+            self._begin_now(connection)
             return
         if self._lock.acquire(timeout=GATE_WAIT_S):
             self._holder = connection
@@ -154,6 +166,31 @@ class _WriterGate:
             connection.exec_driver_sql("BEGIN IMMEDIATE")
         except BaseException:
             self._release(connection)
+            raise
+
+    def _begin_now(self, connection: Any) -> None:
+        """Begin at once holding the writers' turn, or raise `WriterBusy` having waited for nothing."""
+        if not self._lock.acquire(blocking=False):
+            raise WriterBusy
+        self._holder = connection
+        try:
+            if self.file is not None:
+                fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._holder = None
+            self._lock.release()
+            raise WriterBusy from None
+        driver = connection.connection.driver_connection
+        try:
+            driver.execute("PRAGMA busy_timeout=0")  # a writer outside the turn (a migration): no wait
+            try:
+                driver.execute("BEGIN IMMEDIATE")
+            finally:
+                driver.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        except BaseException as exc:
+            self._release(connection)
+            if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
+                raise WriterBusy from None
             raise
 
     def end(self, connection: Any) -> None:
@@ -186,16 +223,22 @@ def _reader(engine: Engine) -> Engine:
     return engine.execution_options(**{_READS_ONLY: True})
 
 
+@functools.lru_cache(maxsize=32)
+def now_or_never(engine: Engine) -> Engine | None:
+    """On SQLite, the engine whose write transactions begin only when the writers' turn is free at that
+    moment (else `WriterBusy`, before anything ran): a short write may then run where it is (the event
+    loop) rather than wait for its turn in a worker thread. None elsewhere: a PostgreSQL write is a
+    network round trip and stays off the loop."""
+    if engine.dialect.name != "sqlite":
+        return None
+    return engine.execution_options(**{_NOW_OR_NEVER: True})
+
+
 def read_session(engine: Engine) -> Session:
     """A session for reads only: on SQLite its transactions begin deferred, so they neither wait for nor
     hold the write lock. Keep writes out of it (a write would have to upgrade the lock mid-transaction,
     which is what `BEGIN IMMEDIATE` exists to avoid)."""
     return Session(_reader(engine), expire_on_commit=False)
-
-
-def read_connection(engine: Engine) -> Connection:
-    """A plain connection for reads only (as `read_session`), for a hot read that needs no ORM."""
-    return _reader(engine).connect()
 
 
 async def run_reading(engine: Engine, fn: Callable[[], T]) -> T:

@@ -19,10 +19,11 @@ from api.accounts import FoundKey, find_key_of_org
 from api.authlimit import AuthLimiter
 from api.checker import Checkers
 from api.config import Settings, get_settings
-from api.db import get_session, read_connection, run_reading
+from api.db import get_session, run_reading
 from api.errors import Forbidden, Unauthorized
 from api.models import NodeCredential
 from api.node_credentials import find_credential
+from api.rawsql import Reads
 from api.scopes import BY_NAME_ONLY, grants
 from node.credential import is_node_secret
 
@@ -117,8 +118,8 @@ def _principal_for(request: Request, token: str) -> Principal:
     def find() -> FoundKey | None:
         # A connection of its own, closed at once: the request's session must not hold a transaction
         # (on SQLite, a write lock) for the whole request just because the key was looked up.
-        with read_connection(request.app.state.engine) as connection:
-            return find_key_of_org(connection, secret=token)
+        with Reads(request.app.state.engine) as reads:
+            return find_key_of_org(reads, secret=token)
 
     key = _authenticated(
         request,

@@ -14,16 +14,19 @@ import datetime as dt
 import ipaddress
 import socket
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 from sqlalchemy import bindparam
+from sqlalchemy import select as sa_select
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from api.config import IPNetwork
 from api.errors import InvalidRequest
 from api.models import Node, NodeCredential, NodeHeartbeat, PackVersion, SigningKey, utcnow
+from api.rawsql import Reads
 
 
 def check_node_url(url: str, *, networks: Sequence[IPNetwork]) -> None:
@@ -88,26 +91,43 @@ def mark_unreachable(session: Session, *, node_id: str, at: dt.datetime) -> None
         session.commit()
 
 
+@dataclass(frozen=True)
+class LiveNode:
+    """A live node as a call needs it: its address, load and installed versions, and the key of its calls
+    (what the api presents to it)."""
+
+    node_id: str
+    url: str
+    slots_total: int
+    slots_free: int
+    installed: list[str]
+    last_seen: dt.datetime
+    call_key: str
+
+
+_N = Node.__table__  # type: ignore[attr-defined]
+_C = NodeCredential.__table__  # type: ignore[attr-defined]
 _LIVE = (
-    select(Node, NodeCredential.call_key)
-    .join(NodeCredential, col(NodeCredential.node_id) == col(Node.node_id))
-    .where(col(Node.last_seen) >= bindparam("since"), col(NodeCredential.revoked_at).is_(None))
-    .order_by(col(Node.slots_free).desc(), col(Node.node_id))
-)  # built once: every call reads it
+    sa_select(
+        _N.c.node_id,
+        _N.c.url,
+        _N.c.slots_total,
+        _N.c.slots_free,
+        _N.c.installed,
+        _N.c.last_seen,
+        _C.c.call_key,
+    )
+    .join(_C, _C.c.node_id == _N.c.node_id)
+    .where(_N.c.last_seen >= bindparam("since"), _C.c.revoked_at.is_(None))
+    .order_by(_N.c.slots_free.desc(), _N.c.node_id)
+)  # built once: every call reads it (api.rawsql)
 
 
-def live_nodes_with_keys(
-    session: Session, *, max_age_s: float = 15.0, now: dt.datetime | None = None
-) -> list[tuple[Node, str]]:
+def live_nodes(reads: Reads, *, max_age_s: float = 15.0, now: dt.datetime | None = None) -> list[LiveNode]:
     """Nodes heard from within `max_age_s` whose credential stands, the most free slots first, each with
-    its credential's call key (what the api presents to it), in one query."""
+    its credential's call key, in one query."""
     since = (now or utcnow()) - dt.timedelta(seconds=max_age_s)
-    return [(node, key) for node, key in session.exec(_LIVE, params={"since": since})]
-
-
-def live_nodes(session: Session, *, max_age_s: float = 15.0, now: dt.datetime | None = None) -> list[Node]:
-    """Nodes heard from within `max_age_s` whose credential stands, the most free slots first."""
-    return [node for node, _ in live_nodes_with_keys(session, max_age_s=max_age_s, now=now)]
+    return [LiveNode(*row) for row in reads.run(_LIVE, {"since": since}).rows]
 
 
 def registry_feed(session: Session, *, after: int, limit: int) -> tuple[list[dict[str, Any]], int]:

@@ -18,6 +18,7 @@ from sqlmodel import Session, col, select
 
 from api.errors import NotFound
 from api.models import PackVersion
+from api.rawsql import Reads
 from packs import resolve as resolving
 from packs.errors import ManifestError
 from packs.manifest import Manifest, parse_manifest
@@ -108,7 +109,7 @@ _VERSIONS_OF = select(PackVersion.version).where(col(PackVersion.pack) == bindpa
 
 
 def resolve_known(
-    session: Session, *, ref: ActionRef, known: KnownVersions
+    reads: Reads, *, ref: ActionRef, known: KnownVersions
 ) -> tuple[resolving.Resolved, dict[str, Any]]:
     """`resolve`, through a cache of the versions already read (the call path's; one per engine).
 
@@ -125,15 +126,15 @@ def resolve_known(
     if ref.is_exact and (ref.pack, ref.version) in known:
         listed: Sequence[str] = [ref.version]
     else:
-        # A plain column read on the session's connection: the ORM's execution costs more than the read.
-        listed = session.connection().execute(_VERSIONS_OF, {"pack": ref.pack}).scalars().all()
+        # A plain column read on the driver: SQLAlchemy's execution costs more than the read (api.rawsql).
+        listed = [row[0] for row in reads.run(_VERSIONS_OF, {"pack": ref.pack}).rows]
 
     read: dict[str, tuple[Manifest, dict[str, Any]]] = {}  # this resolution's, whatever `known` drops
 
     def manifest_of(version: str) -> Manifest:
         found = known.get((ref.pack, version))
         if found is None:
-            row = get_version(session, pack=ref.pack, version=version)
+            row = get_version(reads.session(), pack=ref.pack, version=version)
             if len(known) >= KNOWN_MAX:  # a bound, not an eviction policy: any registry's working set fits
                 known.clear()
             found = known[(ref.pack, version)] = (typed(row), row.manifest)

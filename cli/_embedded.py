@@ -410,14 +410,13 @@ class _NodeProbe:
         self.engine.dispose()
 
     def ready(self) -> bool:
-        from sqlmodel import Session
-
         from api.nodes import live_nodes
+        from api.rawsql import Reads
 
-        with Session(self.engine) as session:
-            for node in live_nodes(session, max_age_s=10.0):
+        with Reads(self.engine) as reads:
+            for node in live_nodes(reads, max_age_s=10.0):
                 if node.node_id == self.node_id:
-                    return all(tag in (node.installed or []) for tag in self.tags)
+                    return all(tag in node.installed for tag in self.tags)
         return False
 
 

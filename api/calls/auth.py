@@ -19,10 +19,11 @@ from typing import Protocol
 from fastapi import Request
 
 from api.calls.service import Caller
-from api.db import read_connection, read_session
+from api.db import read_session
 from api.deps import bearer_token, principal_of
 from api.errors import Forbidden, Unauthorized
 from api.models import ApiKey
+from api.rawsql import Reads
 from api.runs import grants
 from api.scopes import ACTIONS_CALL
 from api.scopes import grants as scope_grants
@@ -80,8 +81,8 @@ def caller_for(request: Request, *, surface: str, cancelling: bool = False) -> C
             f"({grants.GRANT_HEADER}), which the api gives a run when it starts it; start runs with "
             "POST /v1/routines/{name}/runs."
         )
-    with read_connection(request.app.state.engine) as connection:
-        grant = grants.lookup(connection, secret)
+    with Reads(request.app.state.engine) as reads:
+        grant = grants.lookup(reads, secret)
     run_key = grants.check(
         grant,
         step=request.headers.get(grants.STEP_HEADER, ""),

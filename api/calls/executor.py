@@ -22,13 +22,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from sqlmodel import Session
-
 from api.calls.costs import Cost
 from api.calls.errors import CallError
 from api.calls.inputs import CheckedInput
 from api.calls.tables import ToolCall
-from api.models import Node
+from api.nodes import LiveNode
+from api.rawsql import Reads
 from packs.resolve import Resolved
 
 HTTP_LANE = "http"
@@ -42,7 +41,7 @@ class Prepared:
     checked: CheckedInput
     price: int
     timeout_ms: int
-    nodes: list[Node] = field(default_factory=list)
+    nodes: list[LiveNode] = field(default_factory=list)
     state: Any = None
 
 
@@ -65,9 +64,9 @@ class Executor(Protocol):
 
     tier: str
 
-    def read(self, session: Session, prepared: Prepared, *, org_id: str) -> Prepared:
-        """Add what the call needs from the database (in the resolve's read session, in a thread), or raise
-        its `CallError` (nothing charged)."""
+    def read(self, reads: Reads, prepared: Prepared, *, org_id: str) -> Prepared:
+        """Add what the call needs from the database (in the resolve's reads, where `api.db.run_reading`
+        puts reads), or raise its `CallError` (nothing charged)."""
         ...
 
     async def prepare(self, prepared: Prepared, *, org_id: str) -> Prepared:

@@ -52,6 +52,7 @@ from api.calls.inputs import schema_errors
 from api.calls.metering import ACTION_CALL, PUBLISHER_MICROUSD
 from api.calls.tables import ToolCall
 from api.connections import service as connections
+from api.rawsql import Reads
 from b3os import retry_after_seconds
 from packs.manifest import HttpImpl
 from telemetry import tracing
@@ -95,7 +96,7 @@ class HttpExecutor:
         self._token = egress_token
         self._running: dict[str, asyncio.Task[Any]] = {}
 
-    def read(self, session: Session, prepared: Prepared, *, org_id: str) -> Prepared:
+    def read(self, reads: Reads, prepared: Prepared, *, org_id: str) -> Prepared:
         """Nothing: `prepare` reads the connections (only when the action needs some)."""
         return prepared
 

@@ -30,6 +30,7 @@ from sqlalchemy import bindparam, delete, insert, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col
 
+from api import rawsql
 from api.calls.errors import CallInvalid, IdempotencyKeyReused
 from api.calls.tables import DONE, RUNNING, IdempotencyRecord
 
@@ -65,7 +66,8 @@ class Claim:
 
 _RECORDS = IdempotencyRecord.__table__  # type: ignore[attr-defined]
 _THIS = (_RECORDS.c.org_id == bindparam("b_org"), _RECORDS.c.key == bindparam("b_key"))
-# Built once and run as Core on the session's connection: a keyed call (every routine step's) runs them.
+# Built once and run on the session's connection by the driver (api.rawsql): a keyed call (every
+# routine step's) runs them.
 _CLAIM = insert(_RECORDS)
 _STORE = (
     update(_RECORDS)
@@ -121,7 +123,7 @@ def _attempt(
         "expires_at": now + dt.timedelta(seconds=ttl_s),
     }
     try:
-        session.connection().execute(_CLAIM, claim)
+        rawsql.execute(session, _CLAIM, claim)
         session.commit()
         return Claim(owner=True)
     except IntegrityError:
@@ -170,19 +172,18 @@ def store(
     session: Session, *, org_id: str, key: str, status: int, body: dict[str, Any], call_id: str | None
 ) -> None:
     """Store the answer of a claimed key in the caller's transaction (which commits)."""
-    session.connection().execute(
-        _STORE, {"b_org": org_id, "b_key": key, "b_status": status, "b_body": body, "b_call": call_id}
-    )
+    params = {"b_org": org_id, "b_key": key, "b_status": status, "b_body": body, "b_call": call_id}
+    rawsql.execute(session, _STORE, params)
 
 
 def link_call(session: Session, *, org_id: str, key: str, call_id: str) -> None:
     """Name the admitted call of a running claim (in the caller's transaction), so a cancel finds it."""
-    session.connection().execute(_LINK, {"b_org": org_id, "b_key": key, "b_call": call_id})
+    rawsql.execute(session, _LINK, {"b_org": org_id, "b_key": key, "b_call": call_id})
 
 
 def release(session: Session, *, org_id: str, key: str) -> None:
     """Drop the claim of a key whose answer is not stored (429, 503) in the caller's transaction."""
-    session.connection().execute(_RELEASE, {"b_org": org_id, "b_key": key})
+    rawsql.execute(session, _RELEASE, {"b_org": org_id, "b_key": key})
 
 
 def purge(session: Session, *, now: dt.datetime) -> int:

@@ -26,35 +26,59 @@ Retry-After is computed from the state that refused the call:
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from sqlalchemy import bindparam, func, insert, or_, text, update
+from sqlalchemy import Select, bindparam, func, insert, or_, text, update
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
+from api import rawsql
 from api.calls.earnings import add_months
 from api.calls.errors import ConcurrencyLimited, QuotaExceeded, RateLimited, ToolUnavailable
 from api.calls.executor import HTTP_LANE
 from api.calls.settings import CallSettings
 from api.calls.tables import DONE, LOST, RUNNING, ToolCall
-from api.models import Node
 
 WINDOW = dt.timedelta(seconds=60)
+
+
+class Candidate(Protocol):
+    """A node a call may go to (`api.nodes.LiveNode`)."""
+
+    @property
+    def node_id(self) -> str: ...
+    @property
+    def slots_total(self) -> int: ...
+    @property
+    def slots_free(self) -> int: ...
+
+
 _CALLS = ToolCall.__table__  # type: ignore[attr-defined]
-# Built once and run on the session's connection as Core: every call's admission runs them.
+# Built once and run on the session's connection by the driver (api.rawsql): every call's admission
+# runs them.
 _ADD_CALL = insert(_CALLS)
-_LOAD = (
-    sa_select(_CALLS.c.node_id, _CALLS.c.org_id, func.count())
-    .where(
-        _CALLS.c.state == RUNNING,
-        _CALLS.c.lease_expires_at > bindparam("now"),
-        or_(_CALLS.c.org_id == bindparam("org"), _CALLS.c.node_id.in_(bindparam("nodes", expanding=True))),
+
+
+@functools.cache  # one per count of candidate nodes
+def _load_of(nodes: int) -> Select[Any]:
+    """The running calls of an organization or of `nodes` candidate nodes (`node_0`...), per node and
+    organization: one statement per count of candidates, each built once."""
+    on_nodes = [_CALLS.c.node_id == bindparam(f"node_{i}") for i in range(nodes)]
+    return (
+        sa_select(_CALLS.c.node_id, _CALLS.c.org_id, func.count())
+        .where(
+            _CALLS.c.state == RUNNING,
+            _CALLS.c.lease_expires_at > bindparam("now"),
+            or_(_CALLS.c.org_id == bindparam("org"), *on_nodes),
+        )
+        .group_by(_CALLS.c.node_id, _CALLS.c.org_id)
     )
-    .group_by(_CALLS.c.node_id, _CALLS.c.org_id)
-)
+
+
 _STARTS = sa_select(func.count()).where(
     _CALLS.c.org_id == bindparam("org"), _CALLS.c.started_at > bindparam("since")
 )
@@ -150,12 +174,13 @@ def _in_lane(adm: Admission, node_id: str) -> bool:
 
 
 def _load(
-    session: Session, adm: Admission, nodes: Sequence[Node], now: dt.datetime
+    session: Session, adm: Admission, nodes: Sequence[Candidate], now: dt.datetime
 ) -> tuple[int, dict[str, int]]:
     """In one statement: how many running calls hold the call's lane of its organization, and each
     candidate node's running calls (no rows loaded: a refusal reads them again for its Retry-After)."""
     node_ids = [n.node_id for n in nodes]
-    rows = session.connection().execute(_LOAD, {"now": now, "org": adm.org_id, "nodes": node_ids}).all()
+    params = {"now": now, "org": adm.org_id, **{f"node_{i}": node_id for i, node_id in enumerate(node_ids)}}
+    rows = rawsql.execute(session, _load_of(len(node_ids)), params).rows
     lane = 0
     per_node = dict.fromkeys(node_ids, 0)
     for node_id, org_id, count in rows:
@@ -182,9 +207,7 @@ def _check_org(
             details={"limit": limit},
         )
     in_window = (col(ToolCall.org_id) == adm.org_id, col(ToolCall.started_at) > now - WINDOW)
-    starts = int(
-        session.connection().execute(_STARTS, {"org": adm.org_id, "since": now - WINDOW}).scalar_one()
-    )
+    starts = int(rawsql.execute(session, _STARTS, {"org": adm.org_id, "since": now - WINDOW}).scalar())
     if starts >= settings.starts_per_minute:
         oldest_counted = session.execute(
             sa_select(col(ToolCall.started_at))
@@ -244,12 +267,12 @@ def _sum(session: Session, column: Any, where: Any, now: dt.datetime) -> int:
 
 def _pick_node(
     session: Session,
-    nodes: Sequence[Node],
+    nodes: Sequence[Candidate],
     per_node: dict[str, int],
     settings: CallSettings,
     now: dt.datetime,
-) -> Node:
-    loads: list[tuple[int, int, str, Node]] = []
+) -> Candidate:
+    loads: list[tuple[int, int, str, Candidate]] = []
     for node in nodes:
         capacity = min(settings.calls_per_node, node.slots_total or settings.calls_per_node)
         if per_node[node.node_id] < capacity:
@@ -268,7 +291,7 @@ def admit(
     session: Session,
     *,
     adm: Admission,
-    nodes: Sequence[Node],
+    nodes: Sequence[Candidate],
     settings: CallSettings,
     clock: Callable[[], dt.datetime],
     also: Callable[[Session], None] | None = None,
@@ -313,9 +336,8 @@ def admit(
             deadline_at=deadline,
             lease_expires_at=deadline + dt.timedelta(seconds=settings.lease_grace_s),
         )
-        # a Core INSERT on the session's connection, no ORM: this runs for every call (the row is
-        # returned as built)
-        session.connection().execute(_ADD_CALL, call.model_dump())
+        # an INSERT on the driver, no ORM: this runs for every call (the row is returned as built)
+        rawsql.execute(session, _ADD_CALL, call.model_dump())
         if also is not None:
             also(session)
         session.commit()

@@ -26,6 +26,7 @@ from sqlalchemy import bindparam, func, insert, update
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
+from api import rawsql
 from api.calls.costs import Cost
 from api.calls.tables import DONE, RUNNING, MeterEvent, ToolCall
 
@@ -53,8 +54,8 @@ class Outcome:
 
 _CALLS = ToolCall.__table__  # type: ignore[attr-defined]
 _EVENTS = MeterEvent.__table__  # type: ignore[attr-defined]
-# Built once, executed on the session's connection as Core (no ORM bulk-update or bulk-insert work, no
-# statement built per call): these run for every call.
+# Built once, run on the session's connection by the driver (api.rawsql: no ORM, no SQLAlchemy
+# execution, no statement built per call): these run for every call.
 _FINISH = (
     update(_CALLS)
     .where(_CALLS.c.id == bindparam("b_id"), _CALLS.c.state == RUNNING)
@@ -72,9 +73,9 @@ _ADD_EVENTS = insert(_EVENTS)
 
 def record(session: Session, *, call: ToolCall, outcome: Outcome, now: dt.datetime) -> None:
     """Finish a call's row (freeing its slots) and add its meter events, in the caller's transaction."""
-    connection = session.connection()
     cost = outcome.cost
-    connection.execute(
+    rawsql.execute(
+        session,
         _FINISH,
         {
             "b_id": call.id,
@@ -93,7 +94,8 @@ def record(session: Session, *, call: ToolCall, outcome: Outcome, now: dt.dateti
     )
     namespace = call.pack.split("/", 1)[0]
     if outcome.units:  # one executemany
-        connection.execute(
+        rawsql.execute(
+            session,
             _ADD_EVENTS,
             [
                 {

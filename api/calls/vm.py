@@ -29,7 +29,8 @@ from api.calls.nodeclient import NodeAnswer, NodeTarget, send_call, send_cancel
 from api.calls.outputs import check_output
 from api.calls.tables import RUNNING, ToolCall
 from api.models import Node, NodeCredential
-from api.nodes import live_nodes_with_keys, mark_unreachable
+from api.nodes import LiveNode, live_nodes, mark_unreachable
+from api.rawsql import Reads
 
 if TYPE_CHECKING:
     from api.calls.service import CallService
@@ -50,7 +51,7 @@ def _call_keys(session: Session, node_ids: list[str]) -> dict[str, str]:
     return {c.node_id: c.call_key for c in session.exec(stmt)}
 
 
-def next_report_s(live: list[Node], *, now: dt.datetime, heartbeat_s: float) -> float:
+def next_report_s(live: list[LiveNode], *, now: dt.datetime, heartbeat_s: float) -> float:
     """Seconds until the live nodes have synced and reported once more (two heartbeat periods)."""
     if not live:
         return 2 * heartbeat_s
@@ -66,16 +67,14 @@ class VmExecutor:
     def __init__(self, service: CallService) -> None:
         self._service = service
 
-    def read(self, session: Session, prepared: Prepared, *, org_id: str) -> Prepared:
-        """The live nodes that have the exact version installed (and their call keys, in `state`), or
+    def read(self, reads: Reads, prepared: Prepared, *, org_id: str) -> Prepared:
+        """The live nodes that have the exact version installed (with their call keys), or
         `503 pack_unavailable`."""
         settings, resolved = self._service.settings, prepared.resolved
         now = self._service.clock()
         tag = f"{resolved.pack}@{resolved.version}"
-        found = live_nodes_with_keys(session, now=now, max_age_s=settings.node_live_s)
-        live = [n for n, _ in found]
-        keys = {n.node_id: key for n, key in found}
-        nodes = [n for n in live if tag in (n.installed or [])]
+        live = live_nodes(reads, now=now, max_age_s=settings.node_live_s)
+        nodes = [n for n in live if tag in n.installed]
         if not nodes:
             raise PackUnavailable(
                 f"{resolved.ref}: no node has {resolved.pack} {resolved.version} installed yet "
@@ -83,7 +82,7 @@ class VmExecutor:
                 retry_after=next_report_s(live, now=now, heartbeat_s=settings.node_heartbeat_s),
                 details={"ref": str(resolved.ref)},
             )
-        return replace(prepared, nodes=nodes, state=keys)
+        return replace(prepared, nodes=nodes)
 
     async def prepare(self, prepared: Prepared, *, org_id: str) -> Prepared:
         """Nothing more: `read` found the nodes."""
@@ -122,7 +121,7 @@ class VmExecutor:
         }
         reply = await send_call(
             service.node_http,
-            node=NodeTarget(node.url, node.node_id, prepared.state[node.node_id]),
+            node=NodeTarget(node.url, node.node_id, node.call_key),
             body=body,
             timeout_s=call.timeout_ms / 1000 + service.settings.call_overhead_s,
         )

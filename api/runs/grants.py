@@ -29,7 +29,7 @@ import re
 import secrets
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, bindparam
+from sqlalchemy import bindparam
 from sqlalchemy import select as select_columns
 from sqlmodel import Session, col, update
 
@@ -37,6 +37,7 @@ from activities.idempotency import step_idempotency_key
 from api.accounts import FOUND_KEY_COLUMNS, FoundKey, found_key, hash_secret
 from api.errors import Forbidden, Unauthorized
 from api.models import ApiKey, Organization, utcnow
+from api.rawsql import Reads
 from api.runs.tables import RunGrant
 
 GRANT_HEADER = "X-B3OS-Run-Grant"
@@ -119,13 +120,13 @@ _GRANT_AND_KEY = (
 )  # built once, run on a plain connection: every step's call reads it
 
 
-def lookup(connection: Connection, secret: str) -> FoundGrant:
+def lookup(reads: Reads, secret: str) -> FoundGrant:
     """The grant of the run that `secret` was minted for, with the key that started the run.
 
     Raises:
         Unauthorized: no run of this api holds that grant.
     """
-    row = connection.execute(_GRANT_AND_KEY, {"grant_hash": hash_secret(secret)}).first()
+    row = reads.run(_GRANT_AND_KEY, {"grant_hash": hash_secret(secret)}).first()
     if row is None:
         raise Unauthorized(
             f"{GRANT_HEADER} is not the grant of any run this api started, so the call is refused: "

@@ -69,6 +69,7 @@ from api.config import Settings
 from api.db import read_session
 from api.errors import Conflict, InvalidRequest, NotFound, RateLimited, ServiceUnavailable
 from api.models import utcnow
+from api.rawsql import Reads
 from api.runs import grants
 from api.runs.models import RoutineVersionPublic, RunError, RunPublic, RunSummary
 from api.runs.progress import fill_outputs, note_retries
@@ -608,13 +609,13 @@ class RunsService:
             InvalidRequest: a `uses:` no longer resolves (its pack, version or action is gone).
         """
         pins: dict[str, str] = {}
-        with read_session(self._engine) as session:
+        with Reads(self._engine) as reads:
             for step in routine.steps:
                 if step.uses in pins:
                     continue
                 try:
                     ref = parse_ref(step.uses)  # a malformed one is refused here too
-                    resolved, _ = registry.resolve_known(session, ref=ref, known=self._versions)
+                    resolved, _ = registry.resolve_known(reads, ref=ref, known=self._versions)
                 except ResolveError as exc:
                     raise InvalidRequest(
                         f"Routine {name!r}, step {step.id!r}: uses: cannot resolve {step.uses}: {exc}",

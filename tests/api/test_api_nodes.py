@@ -15,6 +15,7 @@ from api import node_credentials
 from api.config import Settings
 from api.main import create_app
 from api.nodes import live_nodes
+from api.rawsql import Reads
 from cli.main import main
 
 IssueNode = Callable[[str], dict[str, str]]
@@ -39,11 +40,12 @@ def test_heartbeats_register_and_refresh_nodes_for_placement(
     client.post("/v1/nodes/heartbeat", headers=n2, json=_beat("n2", 7)).raise_for_status()
     r = client.post("/v1/nodes/heartbeat", headers=n1, json=_beat("n1", 8, ["com.example.tools/echo@1.0.0"]))
     assert r.json()["installed"] == ["com.example.tools/echo@1.0.0"]
-    with Session(app.state.engine) as session:
-        nodes = live_nodes(session)
+    with Reads(app.state.engine) as reads:
+        nodes = live_nodes(reads)
         assert [(n.node_id, n.slots_free) for n in nodes] == [("n1", 8), ("n2", 7)]
         assert nodes[0].url == "http://127.0.0.1:9800"
-        assert live_nodes(session, max_age_s=-1) == []
+        assert nodes[0].installed == ["com.example.tools/echo@1.0.0"]
+        assert live_nodes(reads, max_age_s=-1) == []
 
 
 def test_the_node_seam_takes_only_a_node_credential(
@@ -80,8 +82,8 @@ def test_a_heartbeat_for_another_node_is_403_and_changes_nothing(
         "field": "node_id",
         "value": "victim",
     }
-    with Session(app.state.engine) as session:
-        assert [(n.node_id, n.url) for n in live_nodes(session)] == [("victim", "http://127.0.0.1:9800")]
+    with Reads(app.state.engine) as reads:
+        assert [(n.node_id, n.url) for n in live_nodes(reads)] == [("victim", "http://127.0.0.1:9800")]
 
 
 @pytest.mark.parametrize(
@@ -107,8 +109,8 @@ def test_a_heartbeat_url_that_is_not_http_on_an_allowed_network_is_400_naming_it
     error = r.json()["error"]
     assert (error["code"], error["field"], error["value"]) == ("invalid_request", "url", url)
     assert error["message"].startswith(f"The node url {url!r} is refused: {why}")
-    with Session(app.state.engine) as session:
-        assert live_nodes(session) == []
+    with Reads(app.state.engine) as reads:
+        assert live_nodes(reads) == []
 
 
 def test_the_node_networks_are_the_operators_choice(tmp_path: object, database_url: str) -> None:
@@ -142,11 +144,13 @@ def test_a_revoked_node_is_refused_and_offered_no_calls(
 ) -> None:
     n1 = issue_node("n1")
     client.post("/v1/nodes/heartbeat", headers=n1, json=_beat("n1", 8)).raise_for_status()
+    with Reads(app.state.engine) as reads:
+        assert [n.node_id for n in live_nodes(reads)] == ["n1"]
     with Session(app.state.engine) as session:
-        assert [n.node_id for n in live_nodes(session)] == ["n1"]
         node_credentials.revoke_credential(session, node_id="n1")
         session.commit()
-        assert live_nodes(session) == []  # at once, though its last heartbeat is fresh
+    with Reads(app.state.engine) as reads:
+        assert live_nodes(reads) == []  # at once, though its last heartbeat is fresh
     r = client.post("/v1/nodes/heartbeat", headers=n1, json=_beat("n1", 8))
     assert r.status_code == 401 and r.json()["error"]["message"] == "The credential of node n1 was revoked."
     assert client.get("/v1/nodes/registry", headers=n1).status_code == 401

@@ -1,0 +1,249 @@
+"""The call path's statements on the driver (api.rawsql) on SQLite and PostgreSQL, and its short writes on
+the event loop only when the writers' turn is free (api.db.now_or_never)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from db.postgres import database_url, postgres_cluster  # noqa: F401
+from sqlalchemy import Engine, bindparam, select
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session, col
+
+from api import rawsql
+from api.calls import limits, metering
+from api.calls.costs import Cost
+from api.calls.service import CallService
+from api.calls.settings import CallSettings
+from api.calls.tables import DONE, ToolCall
+from api.db import WriterBusy, make_engine, now_or_never
+from api.migrations import migrate
+from api.models import Node, NodeCredential
+from api.nodes import live_nodes
+
+AT = dt.datetime(2026, 12, 3, 10, 30, 15, 123456, tzinfo=dt.UTC)
+
+
+@pytest.fixture
+def engine(database_url: str) -> Iterator[Engine]:  # noqa: F811
+    engine = make_engine(database_url)
+    migrate(engine)
+    yield engine
+    engine.dispose()
+
+
+def _call(call_id: str = "tcall_1") -> ToolCall:
+    return ToolCall(
+        id=call_id,
+        org_id="org",
+        key_id="key",
+        surface="http",
+        pack="com.example/p",
+        version="1.0.0",
+        action="a",
+        node_id="n1",
+        timeout_ms=1000,
+        price_microusd=7,
+        started_at=AT,
+        deadline_at=AT + dt.timedelta(seconds=1),
+        lease_expires_at=AT + dt.timedelta(seconds=31),
+    )
+
+
+def test_rows_written_on_the_driver_read_back_through_sqlalchemy_as_written(engine: Engine) -> None:
+    with Session(engine) as session:
+        rawsql.execute(session, limits._ADD_CALL, _call().model_dump())
+        outcome = metering.Outcome(
+            status=200, code=None, reason=None, ran=True, vcpu_ms=3, gib_ms=1, cost=Cost()
+        )
+        metering.record(session, call=_call(), outcome=outcome, now=AT + dt.timedelta(milliseconds=5))
+        session.commit()
+    with Session(engine) as session:
+        row = session.get(ToolCall, "tcall_1")
+        assert row is not None
+        assert (row.started_at, row.lease_expires_at) == (AT, AT + dt.timedelta(seconds=31))
+        assert (row.state, row.status, row.ran, row.vcpu_ms) == (DONE, 200, True, 3)
+        assert row.finished_at == AT + dt.timedelta(milliseconds=5) and row.finished_at.tzinfo is not None
+        assert row.code is None
+
+
+def test_rows_written_by_sqlalchemy_read_on_the_driver_as_sqlalchemy_reads_them(engine: Engine) -> None:
+    with Session(engine) as session:
+        session.add(
+            Node(node_id="n1", url="http://127.0.0.1:9", slots_total=8, slots_free=3, installed=["a/b@1.0.0"])
+        )
+        session.add(NodeCredential(node_id="n1", prefix="p1", secret_hash="h", call_key="k1"))
+        session.commit()
+        orm = session.get(Node, "n1")
+        assert orm is not None
+    with rawsql.Reads(engine) as reads:
+        (node,) = live_nodes(reads)
+        assert (node.node_id, node.url, node.slots_total, node.slots_free) == (
+            "n1",
+            "http://127.0.0.1:9",
+            8,
+            3,
+        )
+        assert node.installed == ["a/b@1.0.0"]
+        assert node.last_seen == orm.last_seen and node.last_seen.tzinfo is not None
+        assert node.call_key == "k1"
+        assert live_nodes(reads, now=orm.last_seen + dt.timedelta(seconds=16)) == []
+
+
+def test_a_driver_error_comes_out_as_sqlalchemys_and_the_session_goes_on(engine: Engine) -> None:
+    with Session(engine) as session:
+        rawsql.execute(session, limits._ADD_CALL, _call().model_dump())
+        session.commit()
+        with pytest.raises(IntegrityError):
+            rawsql.execute(session, limits._ADD_CALL, _call().model_dump())
+        session.rollback()
+        rawsql.execute(session, limits._ADD_CALL, _call("tcall_2").model_dump())
+        session.commit()
+    with rawsql.Reads(engine) as reads:
+        ids = select(col(ToolCall.id)).where(col(ToolCall.org_id) == bindparam("org"))
+        assert sorted(r.id for r in reads.run(ids, {"org": "org"}).rows) == ["tcall_1", "tcall_2"]
+
+
+def test_a_statement_whose_sql_depends_on_its_values_is_refused(engine: Engine) -> None:
+    expanding = select(col(ToolCall.id)).where(col(ToolCall.id).in_(bindparam("ids", expanding=True)))
+    with rawsql.Reads(engine) as reads, pytest.raises(ValueError, match="expanding parameter"):
+        reads.run(expanding, {"ids": ["a"]})
+
+
+# --- short writes on the loop (SQLite) ------------------------------------------------------------------
+
+
+@pytest.fixture
+def sqlite_engine(tmp_path: Path) -> Iterator[Engine]:
+    engine = make_engine(f"sqlite:///{tmp_path}/b3os.db")
+    migrate(engine)
+    yield engine
+    engine.dispose()
+
+
+def _add(session: Session, call_id: str) -> str:
+    rawsql.execute(session, limits._ADD_CALL, _call(call_id).model_dump())
+    session.commit()
+    return call_id
+
+
+def _ids(engine: Engine) -> list[str]:
+    with Session(engine) as session:
+        return sorted(session.scalars(select(col(ToolCall.id))).all())
+
+
+def test_a_write_begins_now_only_when_no_writer_of_this_process_holds_the_turn(
+    sqlite_engine: Engine,
+) -> None:
+    now = now_or_never(sqlite_engine)
+    assert now is not None
+    holding, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with Session(sqlite_engine) as session:
+            session.connection()  # BEGIN IMMEDIATE: the writers' turn
+            holding.set()
+            release.wait(10)
+            session.commit()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    holding.wait(10)
+    try:
+        started = time.monotonic()
+        with pytest.raises(WriterBusy), Session(now) as session:
+            _add(session, "tcall_busy")
+        assert time.monotonic() - started < 1.0  # it waited for nothing
+    finally:
+        release.set()
+        holder.join()
+    with Session(now) as session:
+        _add(session, "tcall_now")
+    assert _ids(sqlite_engine) == ["tcall_now"]
+
+
+_OTHER_PROCESS = """
+import sys, time
+from sqlmodel import Session, col
+from api.db import make_engine
+engine = make_engine(sys.argv[1])
+with Session(engine) as session:
+    session.connection()
+    print("holding", flush=True)
+    sys.stdin.readline()
+    session.commit()
+"""
+
+
+def test_a_write_does_not_begin_now_while_another_process_or_a_writer_outside_the_turn_writes(
+    sqlite_engine: Engine, tmp_path: Path
+) -> None:
+    now = now_or_never(sqlite_engine)
+    assert now is not None
+    url = str(sqlite_engine.url)
+    other = subprocess.Popen(
+        [sys.executable, "-c", _OTHER_PROCESS, url], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert other.stdout is not None and other.stdout.readline() == "holding\n"
+        with pytest.raises(WriterBusy), Session(now) as session:
+            _add(session, "tcall_1")
+    finally:
+        other.communicate("\n", timeout=30)
+    outside = sqlite3.connect(tmp_path / "b3os.db", isolation_level=None)
+    try:
+        outside.execute("BEGIN IMMEDIATE")  # a writer that does not take the turn (a migration, a tool)
+        started = time.monotonic()
+        with pytest.raises(WriterBusy), Session(now) as session:
+            _add(session, "tcall_1")
+        assert time.monotonic() - started < 1.0  # SQLite's busy wait was off for it
+        outside.execute("ROLLBACK")
+    finally:
+        outside.close()
+    with Session(now) as session:
+        _add(session, "tcall_1")
+    with Session(sqlite_engine) as session:  # the busy wait is back for every other transaction
+        assert session.connection().exec_driver_sql("PRAGMA busy_timeout").scalar() == 30_000
+
+
+async def test_a_calls_write_waits_for_its_turn_off_the_event_loop(sqlite_engine: Engine) -> None:
+    service = CallService(engine=sqlite_engine, settings=CallSettings())
+    holding, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with Session(sqlite_engine) as session:
+            session.connection()
+            holding.set()
+            release.wait(10)
+            session.commit()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    await asyncio.to_thread(holding.wait, 10)
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    ticker = asyncio.create_task(tick())
+    write = asyncio.create_task(service._write(lambda s: _add(s, "tcall_1")))
+    await asyncio.sleep(0.3)
+    assert not write.done() and ticks > 0  # the loop went on while the write waited for its turn
+    release.set()
+    assert await asyncio.wait_for(write, 10) == "tcall_1"
+    ticker.cancel()
+    holder.join()
+    await service.aclose()
+    assert _ids(sqlite_engine) == ["tcall_1"]
