@@ -92,6 +92,13 @@ def _compile(stmt: Executable, dialect: Dialect, keys: tuple[str, ...]) -> _Plan
     )
 
 
+def _wrapped(exc: Exception, dialect: Dialect, sql: str | None, invalidated: bool) -> BaseException:
+    """A driver's error as SQLAlchemy raises it (`OperationalError`, `IntegrityError`, ...)."""
+    return DBAPIError.instance(
+        sql, None, exc, dialect.loaded_dbapi.Error, connection_invalidated=invalidated, dialect=dialect
+    )
+
+
 @dataclass(frozen=True)
 class Outcome:
     """What a statement gave: its rows (named tuples of the selected columns) and the rows it changed."""
@@ -131,14 +138,7 @@ def run(
             invalidated = dialect.is_disconnect(exc, raw.driver_connection, cursor)
             if invalidated:
                 raw.invalidate(exc)
-            raise DBAPIError.instance(
-                plan.sql,
-                None,
-                exc,
-                dialect.loaded_dbapi.Error,
-                connection_invalidated=invalidated,
-                dialect=dialect,
-            ) from exc
+            raise _wrapped(exc, dialect, plan.sql, invalidated) from exc
         rowcount = cursor.rowcount
     finally:
         cursor.close()
@@ -174,7 +174,11 @@ class Reads:
         self._session: Session | None = None
 
     def __enter__(self) -> Reads:
-        self._raw = self.engine.raw_connection()
+        dialect = self.engine.dialect
+        try:
+            self._raw = self.engine.raw_connection()
+        except dialect.loaded_dbapi.Error as exc:  # the database cannot be reached
+            raise _wrapped(exc, dialect, None, True) from exc
         return self
 
     def __exit__(self, *_: object) -> None:
