@@ -9,11 +9,11 @@ and each type's conversion: `UTCDateTime`, JSON, booleans, exactly as SQLAlchemy
 and runs on the connection's DBAPI cursor. Driver errors come out as SQLAlchemy's (`IntegrityError`,
 `OperationalError`, ...), and a connection the database dropped is invalidated as SQLAlchemy would.
 
-Transactions stay SQLAlchemy's: `execute` runs a statement inside the transaction of the `Connection`
-it is given (a session's `session.connection()`: `BEGIN IMMEDIATE` and the writers' turn on SQLite,
-`api.db`), and `Reads` runs single-statement reads on a pooled driver connection without a transaction
-of their own (on SQLite each statement reads one consistent snapshot; a version, once published, never
-changes, so reads that span statements need no common one).
+Transactions stay SQLAlchemy's: `execute` runs a statement inside a session's transaction (on SQLite
+`BEGIN IMMEDIATE` after the writers' turn, `api.db`), and `Reads` runs single-statement reads on a
+pooled driver connection without a transaction of their own (on SQLite each statement reads one
+consistent snapshot; a version, once published, never changes, so reads that span statements need no
+common one).
 
 Statements with Python-side column defaults or expanding (`IN`) parameters are refused when first
 compiled: their SQL depends on each execution's values.
@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Engine
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql import Executable
@@ -55,11 +55,11 @@ class _Plan:
         return values if self.order is None else tuple(values[name] for name in self.order)
 
 
-_plans: dict[tuple[int, str, tuple[str, ...]], tuple[Executable, _Plan]] = {}
+_plans: dict[tuple[int, str, tuple[str, ...]], tuple[Executable, _Plan]] = {}  # per dialect and driver
 
 
 def _plan(stmt: Executable, dialect: Dialect, keys: tuple[str, ...]) -> _Plan:
-    cache_key = (id(stmt), dialect.name, keys)
+    cache_key = (id(stmt), f"{dialect.name}+{dialect.driver}", keys)
     found = _plans.get(cache_key)
     if found is not None and found[0] is stmt:
         return found[1]
@@ -152,14 +152,10 @@ def run(
     )
 
 
-def execute(
-    connection: Connection | Session, stmt: Executable, params: Params | Sequence[Params] | None = None
-) -> Outcome:
-    """Run `stmt` in the transaction of a connection or a session (which begins it now if it has not)."""
-    if isinstance(connection, Session):
-        connection = connection.connection()
-    if not connection.in_transaction():
-        connection.begin()
+def execute(session: Session, stmt: Executable, params: Params | Sequence[Params] | None = None) -> Outcome:
+    """Run `stmt` in the session's transaction (which begins now if it has not: on SQLite the writers'
+    turn and `BEGIN IMMEDIATE`, `api.db`)."""
+    connection = session.connection()
     return run(connection.connection, connection.dialect, stmt, params)
 
 
