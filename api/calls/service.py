@@ -404,7 +404,8 @@ class CallService:
 
     async def _prepare(self, caller: Caller, request: CallRequest) -> Prepared:
         """Resolve the ref, check the input, price and time the call, then its executor's preparation: the
-        database part in one read transaction and one thread hop, the rest (if any) on the loop."""
+        database part on one driver connection where `run_reading` puts reads, the rest (if any) on the
+        loop."""
         ref = parse_ref(request.ref)
 
         def read() -> Prepared:
