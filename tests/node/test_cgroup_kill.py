@@ -5,11 +5,24 @@ from __future__ import annotations
 import errno
 import os
 import subprocess
+import sys
 import time
 
 import pytest
 
 from node.vm.cgroups import CgroupLimits, NodeCgroups
+
+FORKER = """
+import os, sys, time
+sys.stdin.readline()
+while True:
+    try:
+        if os.fork() == 0:
+            time.sleep(60)
+            os._exit(0)
+    except OSError:  # the group's pids limit: again, as a fork bomb would
+        time.sleep(0.001)
+"""
 
 
 @pytest.mark.parametrize("pidfds", [True, False], ids=["pidfds", "no-pidfds"])
@@ -19,10 +32,10 @@ def test_killing_a_group_ends_every_process_in_it_and_what_it_forks_meanwhile(
     node = NodeCgroups.open(f"b3os-test-kill-{os.getpid()}")
     try:
         group = node.create_call("vm", CgroupLimits(memory_bytes=256 << 20, vcpu=1, pids_max=64))
-        # a shell forking sleepers as fast as it can, up to the group's pids limit and on, once it is in
-        # the group (as a VM's init waits for its group)
+        # a process forking sleepers as fast as it can, up to the group's pids limit and on, once it is
+        # in the group (as a VM's init waits for its group); a shell would give up at the limit
         forker = subprocess.Popen(
-            ["sh", "-c", "read go; while :; do sleep 60 & done"],
+            [sys.executable, "-c", FORKER],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
