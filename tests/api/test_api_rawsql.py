@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from db.postgres import database_url, postgres_cluster  # noqa: F401
+from db.postgres import database_url, migrated_engine, postgres_cluster  # noqa: F401
 from sqlalchemy import Engine, bindparam, select
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col
@@ -34,11 +34,8 @@ AT = dt.datetime(2026, 12, 3, 10, 30, 15, 123456, tzinfo=dt.UTC)
 
 
 @pytest.fixture
-def engine(database_url: str) -> Iterator[Engine]:  # noqa: F811
-    engine = make_engine(database_url)
-    migrate(engine)
-    yield engine
-    engine.dispose()
+def engine(migrated_engine: Engine) -> Engine:  # noqa: F811
+    return migrated_engine
 
 
 def _call(call_id: str = "tcall_1") -> ToolCall:

@@ -3,29 +3,23 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from db.postgres import database_url, postgres_cluster  # noqa: F401
+from db.postgres import database_url, migrated_engine, postgres_cluster  # noqa: F401
 from sqlalchemy import Engine
 from sqlmodel import Session
 
 from api.calls import idempotency
 from api.calls.errors import IdempotencyKeyReused
-from api.db import make_engine
-from api.migrations import migrate
 from api.models import utcnow
 
 DAY = 86_400
 
 
 @pytest.fixture
-def engine(database_url: str) -> Iterator[Engine]:  # noqa: F811
-    engine = make_engine(database_url)
-    migrate(engine)
-    yield engine
-    engine.dispose()
+def engine(migrated_engine: Engine) -> Engine:  # noqa: F811
+    return migrated_engine
 
 
 def _claim(engine: Engine, now: dt.datetime, digest: str = "sha256:a") -> idempotency.Claim:

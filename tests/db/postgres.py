@@ -5,7 +5,8 @@ temp dir, run as the `postgres` user through `runuser` (root cannot run postgres
 127.0.0.1 on a free port with durability off (tests only). It is stopped and deleted at the end.
 Each test gets a fresh database (`CREATE DATABASE`), dropped afterwards.
 
-Use in an area's conftest.py: `from db.postgres import database_url, postgres_cluster  # noqa: F401`.
+Use in an area's conftest.py: `from db.postgres import database_url, postgres_cluster  # noqa: F401`
+(and `migrated_engine` for the api's engine on it, migrated).
 """
 
 from __future__ import annotations
@@ -22,6 +23,10 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from sqlalchemy import Engine
+
+from api.db import make_engine
+from api.migrations import migrate
 
 PG_BIN = Path(os.environ.get("B3OS_TEST_PG_BIN", "/usr/lib/postgresql/15/bin"))
 
@@ -163,3 +168,12 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
         yield cluster.url(name)
     finally:
         cluster.drop_database(name)
+
+
+@pytest.fixture
+def migrated_engine(database_url: str) -> Iterator[Engine]:
+    """The api's engine on `database_url`, its schema migrated."""
+    engine = make_engine(database_url)
+    migrate(engine)
+    yield engine
+    engine.dispose()
