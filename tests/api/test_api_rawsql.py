@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from db.postgres import database_url, migrated_engine, postgres_cluster  # noqa: F401
 from sqlalchemy import Engine, bindparam, select
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col

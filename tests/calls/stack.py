@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ import httpx
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import Engine
 from sqlmodel import Session, col, select
+from workers import STACK_VM_UID_BASE, UIDS_PER_WORKER, free_port
 
 from api import accounts, node_credentials, publishers
 from api.db import make_engine
@@ -68,12 +68,6 @@ HTTP_PACKS = (
     REPO / "examples" / "packs" / "github",
     REPO / "tests" / "calls" / "packs" / "probe",
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -121,6 +115,7 @@ class Stack:
     egress: ProxyProcess | None = None
     upstreams: dict[str, Upstream] = field(default_factory=dict)
     node_secrets: dict[str, str] = field(default_factory=dict)
+    node_uid_ranges: dict[str, int] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
@@ -184,6 +179,7 @@ class Stack:
         os.chmod(run_dir, 0o711)
         env = self.env(
             B3OS_API_URL=api_url or self.url,
+            B3OS_VM_UID_BASE=str(self.vm_uid_base(node_id)),
             B3OS_NODE_ID=node_id,
             B3OS_NODE_CREDENTIAL=self.node_secret(node_id),
             B3OS_HEARTBEAT_S="0.5",
@@ -192,6 +188,12 @@ class Stack:
             **(extra_env or {}),
         )
         return self.start(node_id, [sys.executable, "-m", "cli", "node", "run", "--port", str(port)], env)
+
+    def vm_uid_base(self, node_id: str) -> int:
+        """The first VM uid of a node: 64 of this test worker's own for each node id (a node restarted keeps
+        its range), so that no two nodes' VMs share a uid."""
+        index = self.node_uid_ranges.setdefault(node_id, len(self.node_uid_ranges))
+        return STACK_VM_UID_BASE + 64 * (index % (UIDS_PER_WORKER // 2 // 64))
 
     def node_secret(self, node_id: str) -> str:
         """A node's credential, issued on first use (as `b3os node credential issue` does)."""

@@ -7,7 +7,6 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from db.postgres import database_url, postgres_cluster  # noqa: F401
 from sqlalchemy import Engine
 from sqlmodel import Session, col, func, select
 
@@ -17,16 +16,14 @@ from api.calls.errors import CallError
 from api.calls.settings import CallSettings
 from api.calls.tables import ToolCall
 from api.db import make_engine
-from api.migrations import migrate
 from api.models import Node, utcnow
 
 SETTINGS = CallSettings()
 
 
 @pytest.fixture
-def engine(database_url: str) -> Iterator[Engine]:  # noqa: F811
-    engine = make_engine(database_url)
-    migrate(engine)
+def engine(migrated_database_url: str) -> Iterator[Engine]:
+    engine = make_engine(migrated_database_url)
     with Session(engine) as session:
         for node_id in ("n1", "n2"):
             session.add(

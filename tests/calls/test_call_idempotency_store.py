@@ -6,7 +6,6 @@ import datetime as dt
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from db.postgres import database_url, migrated_engine, postgres_cluster  # noqa: F401
 from sqlalchemy import Engine
 from sqlmodel import Session
 

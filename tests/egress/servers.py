@@ -35,6 +35,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import trustme
+from workers import free_port
 
 from egress.sealing import connection_binding, seal
 
@@ -196,13 +197,6 @@ def sealed_credential(
 
 def basic_value(username: str, password: str) -> str:
     return "Basic " + base64.b64encode(f"{username}:{password}".encode()).decode()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @dataclass

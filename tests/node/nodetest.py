@@ -3,6 +3,7 @@ proof (node.credential)."""
 
 from __future__ import annotations
 
+from workers import TEST_VM_UID_BASE
 import contextlib
 import json
 import os
@@ -25,9 +26,10 @@ ECHO_TOOL = REPO / "examples" / "tools" / "echo" / "tool"
 HOSTILE = Path(__file__).resolve().parent / "tools"
 ECHO = "com.example.tools/echo"
 VERSION = "1.0.0"
-# The host uids of the test VMs: ones no other process uses, so a leftover process is easy to find. The
-# session's driver takes those from VM_UID_BASE, the nodes the tests start those from NODE_UID_BASE.
-VM_UID_BASE = 264_000
+# The host uids of the test VMs: ones no other process uses, so a leftover process is easy to find, and this
+# test worker's own (tests/workers.py). The session's driver takes those from VM_UID_BASE, the nodes the tests
+# start those from NODE_UID_BASE.
+VM_UID_BASE = TEST_VM_UID_BASE
 NODE_UID_BASE = VM_UID_BASE + 16
 VM_UIDS = range(VM_UID_BASE, VM_UID_BASE + 64)
 NODE_ID = "node-under-test"

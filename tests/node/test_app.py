@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -18,15 +17,10 @@ from typing import Any
 import httpx
 import pytest
 from nodetest import NODE_ENV, NODE_ID, NODE_SECRET, NODE_UID_BASE, REPO, echo_call, node_request
+from workers import free_port as _free_port
 
 from node.cache import InstallCache
 from node.credential import ANSWER_PROOF_HEADER, PROOF_HEADER, TIMESTAMP_HEADER, answer_is_proven, call_key
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -19,15 +18,10 @@ from pathlib import Path
 import httpx
 import pytest
 from nodetest import NODE_ENV, NODE_UID_BASE, REPO, VM_UIDS, echo_call, node_request
+from workers import free_port as _free_port
 
 from node.cache import InstallCache
 from node.vm import mounts
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Node:

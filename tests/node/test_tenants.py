@@ -180,7 +180,7 @@ def test_a_node_whose_vms_cap_is_below_one_vms_vcpu_still_runs_calls(
 _NODE_OF_ONE_CPU = """
 import contextlib, json, sys, time
 from pathlib import Path
-sys.path.insert(0, "tests/node")
+sys.path[:0] = ["tests", "tests/node"]
 from nodetest import VM_UID_BASE, echo_call
 from node.cache import InstallCache
 from node.runner import Runner

@@ -7,7 +7,6 @@ import contextlib
 import io
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from workers import DEV_VM_UID_BASE, free_port
 
 from cli._http import read_env_file
 from cli.main import main as b3os_main
@@ -30,15 +30,11 @@ ECHO_DIR = REPO / "examples" / "tools" / "echo"
 NAMESPACE = "com.example.tools"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def clean_env(**extra: str) -> dict[str, str]:
-    """This process's environment without any B3OS_* setting, plus `extra`."""
+    """This process's environment without any B3OS_* setting but this test worker's VM uids (for the nodes
+    the stacks start), plus `extra`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("B3OS_") and k != "DATABASE_URL"}
+    env["B3OS_VM_UID_BASE"] = str(DEV_VM_UID_BASE)
     env.update(extra)
     return env
 
