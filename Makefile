@@ -32,10 +32,10 @@ deb:
 	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
 	fi
 
+# One pip command: the platform (b3os-platform) depends on the SDK (b3os), which only sdk/python provides.
 $(STAMP): pyproject.toml sdk/python/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	# one command: the platform (b3os-platform) depends on the SDK (b3os), which only sdk/python provides
 	$(BIN)/pip install -q -e ./sdk/python -e '.[dev]'
 	touch $(STAMP)
 
