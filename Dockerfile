@@ -5,12 +5,17 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
 COPY pyproject.toml README.md ./
+COPY sdk/python ./sdk/python
 COPY packs ./packs
 COPY engine ./engine
 COPY activities ./activities
+COPY http1 ./http1
+COPY telemetry ./telemetry
+COPY egress ./egress
 COPY node ./node
 COPY api ./api
 COPY cli ./cli
 COPY examples ./examples
-RUN pip install --no-cache-dir .
+# One command: the platform (b3os-platform) depends on the SDK (b3os), which only ./sdk/python provides.
+RUN pip install --no-cache-dir ./sdk/python .
 ENV B3OS_KEYS_DIR=/data/keys

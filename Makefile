@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 DEB_PACKAGES := bubblewrap debootstrap postgresql iproute2 jq gcc libc6-dev chromium
 PYTHON ?= python3
 
-PACKAGES := activities api b3os bench cli egress engine node packs telemetry tests
+PACKAGES := activities api bench cli egress engine http1 node packs sdk/python/b3os telemetry tests
 
 .PHONY: run test setup deb bytecode lint typecheck bench clean
 
@@ -32,10 +32,11 @@ deb:
 	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
 	fi
 
-$(STAMP): pyproject.toml
+# One pip command: the platform (b3os-platform) depends on the SDK (b3os), which only sdk/python provides.
+$(STAMP): pyproject.toml sdk/python/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e ./sdk/python -e '.[dev]'
 	touch $(STAMP)
 
 lint: setup

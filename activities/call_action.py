@@ -25,8 +25,8 @@ from temporalio.exceptions import ApplicationError
 from activities.config import ActivitySettings
 from activities.errors import BENIGN, error_for_answer, error_for_response, is_wait, network_error
 from activities.idempotency import step_idempotency_key
-from b3os._http1 import Http1, Http1Error, Response
 from engine import payloads
+from http1.client import Http1, Http1Error, Response
 from telemetry import tracing
 
 CALL_PATH = "/v1/actions/call"

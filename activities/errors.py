@@ -30,7 +30,7 @@ import httpx
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from b3os import retry_after_seconds
-from b3os._http1 import ConnectFailed
+from http1.client import ConnectFailed
 
 # An answer of the api is an expected outcome, not a bug: the worker logs it as one line (call_action),
 # and the SDK logs a BENIGN failure without a traceback.
@@ -49,12 +49,6 @@ _DETAIL_FIELDS = (
     "connection",
     "upstream_status",
 )
-
-
-def parse_retry_after(value: str | None) -> float | None:
-    """Seconds from a `Retry-After` header (delay-seconds or an HTTP date), or None when absent or not
-    one: the SDK's one parser (`b3os.retry_after_seconds`)."""
-    return retry_after_seconds(value)
 
 
 def problem_fields(status: int, body: Any) -> dict[str, Any]:
@@ -87,7 +81,7 @@ def problem_fields(status: int, body: Any) -> dict[str, Any]:
 
 
 class HttpAnswer(Protocol):
-    """An HTTP answer as httpx and b3os._http1 both give it."""
+    """An HTTP answer as httpx and http1 both give it."""
 
     @property
     def status_code(self) -> int: ...
@@ -138,7 +132,7 @@ def error_for_answer(
     if key is not None:
         fields["idempotency_key"] = key
     code = fields["code"]
-    delay = parse_retry_after(retry_after)
+    delay = retry_after_seconds(retry_after)  # the SDK's one parser
     text = _sentence(fields)
     if status in (429, 503) or code == "idempotency_in_progress":
         if delay is not None:

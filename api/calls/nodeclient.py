@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from b3os import retry_after_seconds
-from b3os._http1 import ConnectFailed, Http1, Http1Error, TimedOut
+from http1.client import ConnectFailed, Http1, Http1Error, TimedOut
 from node.credential import PROOF_HEADER, answer_is_proven, signed_headers
 from telemetry import tracing
 

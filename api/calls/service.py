@@ -61,7 +61,7 @@ from api.calls.tables import ToolCall
 from api.db import WriterBusy, now_or_never, run_reading
 from api.models import utcnow
 from api.rawsql import Reads
-from b3os._http1 import Http1
+from http1.client import Http1
 from packs.resolve import Resolved, ResolveError
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""The lean HTTP/1.1 client of the api's calls to nodes and the worker's calls to the api (b3os._http1),
+"""The lean HTTP/1.1 client of the api's calls to nodes and the worker's calls to the api (http1),
 against real sockets on loopback: servers that answer well, keep or close their connections, answer in
 chunks, stall, break off, or say no HTTP."""
 
@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from b3os import _http1
-from b3os._http1 import ConnectFailed, Http1, TimedOut, TransportFailed
+from http1 import client as _http1
+from http1.client import ConnectFailed, Http1, TimedOut, TransportFailed
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
