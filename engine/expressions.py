@@ -45,8 +45,7 @@ from packs.templates import find_close
 OPEN = "${{"
 CLOSE = "}}"
 
-#: The names an expression may read at the top level, and where.
-ROOT_NAMES = frozenset({"inputs", "steps"})
+#: The names an expression may read beside `inputs` and `steps`, and where.
 FOREACH_NAMES = frozenset({"item", "index"})
 STEP_FIELDS = frozenset({"output", "status"})
 
