@@ -12,8 +12,6 @@ import argparse
 import os
 import sys
 
-from cli._http import DEV_ENV, read_env_file
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("files", nargs="+", metavar="FILE", help="routine YAML files")
@@ -29,6 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def api_settings() -> tuple[str, str] | None:
     """(api url, api key) from the environment, else from .b3os/dev.env, else None."""
+    from cli._http import DEV_ENV, read_env_file
+
     url, key = os.environ.get("B3OS_API_URL"), os.environ.get("B3OS_API_KEY")
     if not (url and key):
         env = read_env_file(DEV_ENV)
