@@ -46,6 +46,25 @@ def _timed(
     return elapsed, r.json()
 
 
+def api_throughput(stack: Any, noop: dict[str, Any], per_worker: int) -> tuple[int, float]:
+    """`noop` called by 8 threads at once, `per_worker` calls each, for two new organizations over the
+    stack's two api processes (half each): the calls answered 200 and the seconds they took."""
+    orgs = [stack.org() for _ in range(2)]
+
+    def worker(i: int) -> int:
+        done = 0
+        with httpx.Client(timeout=120) as c:
+            for _ in range(per_worker):
+                r = c.post(f"{stack.api_urls[i % 2]}/v1/actions/call", headers=orgs[i % 2].headers, json=noop)
+                done += r.status_code == 200
+        return done
+
+    began = time.perf_counter()
+    with ThreadPoolExecutor(8) as pool:
+        ok = sum(pool.map(worker, range(8)))
+    return ok, time.perf_counter() - began
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="bench api_calls")
     parser.add_argument("--calls", type=int, default=100, help="calls per measurement (default 100)")
@@ -87,23 +106,8 @@ def main(argv: list[str]) -> int:
             _timed(client, stack.url, headers, noop)
             replay = [_timed(client, stack.url, headers, noop)[0] for _ in range(args.calls)]
             print(f"idempotent replay:               {_stats(replay)}")
-        orgs = [stack.org() for _ in range(2)]
         per_worker = max(1, min(args.calls // 8, 14))  # 8 workers x 14 < 120 starts a minute per org
-
-        def worker(i: int) -> int:
-            done = 0
-            with httpx.Client(timeout=120) as c:
-                for _ in range(per_worker):
-                    r = c.post(
-                        f"{stack.api_urls[i % 2]}/v1/actions/call", headers=orgs[i % 2].headers, json=noop
-                    )
-                    done += r.status_code == 200
-            return done
-
-        began = time.perf_counter()
-        with ThreadPoolExecutor(8) as pool:
-            ok = sum(pool.map(worker, range(8)))
-        elapsed = time.perf_counter() - began
+        ok, elapsed = api_throughput(stack, noop, per_worker)
         print(
             f"throughput, 2 orgs x 4 at once over 2 api processes: {ok} calls in {elapsed:.2f} s = "
             f"{ok / elapsed:.1f} calls/s"

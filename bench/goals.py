@@ -49,6 +49,7 @@ from typing import Any
 import httpx
 
 from bench import burst
+from bench.api_calls import api_throughput
 
 REPO = Path(__file__).resolve().parent.parent
 PHASES = ("start", "copy", "unpack", "run", "collect", "delete")
@@ -299,22 +300,8 @@ def _throughput(
         return done / (time.perf_counter() - began)
 
     def api_round() -> float:
-        orgs = [stack.org() for _ in range(2)]
-
-        def one(w: int) -> int:
-            ok = 0
-            with httpx.Client(timeout=120) as c:
-                for _ in range(per_worker):
-                    r = c.post(
-                        f"{stack.api_urls[w % 2]}/v1/actions/call", headers=orgs[w % 2].headers, json=noop
-                    )
-                    ok += r.status_code == 200
-            return ok
-
-        began = time.perf_counter()
-        with ThreadPoolExecutor(8) as pool:
-            done = sum(pool.map(one, range(8)))
-        return done / (time.perf_counter() - began)
+        done, seconds = api_throughput(stack, noop, per_worker)
+        return done / seconds
 
     for _ in range(args.rounds):
         node_rates.append(node_round())

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dotenv import dotenv_values
+
 from b3os import B3OS, B3OSError, ConnectionFailed
 
 DEFAULT_URL = "http://127.0.0.1:8700"
@@ -27,18 +29,10 @@ class CliError(Exception):
 
 
 def read_env_file(path: Path) -> dict[str, str]:
-    """KEY=VALUE lines of a file (blank lines and # comments skipped); {} when absent."""
-    try:
-        lines = path.read_text().splitlines()
-    except (FileNotFoundError, NotADirectoryError):
-        return {}
-    out = {}
-    for line in lines:
-        line = line.strip()
-        if line and not line.startswith("#") and "=" in line:
-            name, _, value = line.partition("=")
-            out[name.strip()] = value.strip()
-    return out
+    """The KEY=VALUE settings of a dotenv file (`export`, quotes and # comments allowed, no `${VAR}`
+    expansion; a name with no `=` is left out); {} when absent."""
+    values = dotenv_values(path, interpolate=False, encoding="utf-8")
+    return {name: value for name, value in values.items() if value is not None}
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from b3os import B3OS, APIError, B3OSError, Retry
+from cli._args import add_api_arguments
 from cli._http import ApiConfig, CliError, connect, sentence
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -46,8 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-wait", type=float, default=300.0, help="longest Retry-After to wait, in seconds"
     )
-    parser.add_argument("--api-url", default=None, help="the api (default $B3OS_API_URL or .b3os/dev.env)")
-    parser.add_argument("--api-key", default=None, help="the key (default $B3OS_API_KEY or .b3os/dev.env)")
+    add_api_arguments(parser)
 
 
 def build_input(text: str) -> dict[str, Any]:

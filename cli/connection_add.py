@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn, TextIO
 
 from b3os import B3OS
+from cli._args import add_api_arguments
 from cli._http import ApiConfig, CliError, api
 
 
@@ -55,8 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a non-secret param; the value parses as JSON unless the schema says text; repeatable",
     )
     parser.add_argument("--params-json", default=None, metavar="JSON", help="the params as a JSON object")
-    parser.add_argument("--api-url", default=None, help="the api (default $B3OS_API_URL or .b3os/dev.env)")
-    parser.add_argument("--api-key", default=None, help="the key (default $B3OS_API_KEY or .b3os/dev.env)")
+    add_api_arguments(parser)
 
 
 def parse_secret(kind: str, text: str) -> str | dict[str, Any]:

@@ -11,6 +11,7 @@ import json
 import sys
 from typing import Any
 
+from cli._args import add_api_arguments
 from cli._http import ApiConfig, CliError, api
 
 COLUMNS = (("id", "ID"), ("pack", "PACK"), ("connection", "CONNECTION"), ("kind", "KIND"), ("hint", "HINT"))
@@ -18,8 +19,7 @@ COLUMNS = (("id", "ID"), ("pack", "PACK"), ("connection", "CONNECTION"), ("kind"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the api's JSON answer")
-    parser.add_argument("--api-url", default=None, help="the api (default $B3OS_API_URL or .b3os/dev.env)")
-    parser.add_argument("--api-key", default=None, help="the key (default $B3OS_API_KEY or .b3os/dev.env)")
+    add_api_arguments(parser)
 
 
 def render(items: list[dict[str, Any]]) -> str:

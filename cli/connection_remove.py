@@ -8,13 +8,13 @@ from __future__ import annotations
 import argparse
 import sys
 
+from cli._args import add_api_arguments
 from cli._http import ApiConfig, CliError, api
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("id", metavar="ID", help="the connection's id, conn_...")
-    parser.add_argument("--api-url", default=None, help="the api (default $B3OS_API_URL or .b3os/dev.env)")
-    parser.add_argument("--api-key", default=None, help="the key (default $B3OS_API_KEY or .b3os/dev.env)")
+    add_api_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:

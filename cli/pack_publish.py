@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from b3os import B3OS
+from cli._args import add_api_arguments
 from cli._http import ApiConfig, CliError, api, as_cli_errors
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("dir", type=Path, metavar="DIR", help="the built pack directory")
-    parser.add_argument("--api-url", default=None, help="the api (default $B3OS_API_URL or .b3os/dev.env)")
-    parser.add_argument("--api-key", default=None, help="the key (default $B3OS_API_KEY or .b3os/dev.env)")
+    add_api_arguments(parser)
 
 
 def publish_dir(client: B3OS, root: Path, *, say: Any = print) -> dict[str, Any]:

@@ -18,7 +18,10 @@ import json
 import math
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
+
+from cli._args import add_api_arguments
 
 POLL_S = 0.5
 """The longest one read of a running run waits for its end (`GET /v1/runs/{id}?wait_s=`): the end shows
@@ -37,8 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a run input; the value parses as JSON when it can, else it is text; repeatable",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object at the end, nothing else")
-    parser.add_argument("--api-url", default=None, help="the api (default $B3OS_API_URL or .b3os/dev.env)")
-    parser.add_argument("--api-key", default=None, help="the key (default $B3OS_API_KEY or .b3os/dev.env)")
+    add_api_arguments(parser)
 
 
 def parse_inputs(pairs: list[str]) -> dict[str, Any]:
@@ -61,7 +63,6 @@ def parse_inputs(pairs: list[str]) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from b3os import Conflict
     from cli._http import ApiConfig, CliError, api
     from engine.validate import RoutineError, load_routine_file
 
@@ -79,28 +80,60 @@ def run(args: argparse.Namespace) -> int:
         source = handle.read()
     from cli._embedded import stack_for_command
 
-    run_id: str | None = None
     try:
         with (
             stack_for_command(args.api_url) as embedded,
             api(embedded or ApiConfig.load(url=args.api_url, key=args.api_key)) as client,
         ):
-            try:
+
+            def start() -> dict[str, Any]:
                 client.routines.put(source)
-                run_id = client.routines.run(routine.name, inputs)["run_id"]
-                if not args.json:
-                    print(f"run {run_id} of {routine.name} started")
-                final = follow(client, run_id, quiet=args.json)
-            except KeyboardInterrupt:
-                if run_id is not None:
-                    with contextlib.suppress(Conflict):  # it had ended
-                        client.runs.cancel(run_id)
-                    print(f"run {run_id} cancelled", file=sys.stderr)
-                return 130
+                return client.routines.run(routine.name, inputs)
+
+            final = follow_new_run(
+                client, start, lambda run: f"run {run['run_id']} of {routine.name} started", quiet=args.json
+            )
     except CliError as exc:
         print(f"b3os routine run: {exc}", file=sys.stderr)
         return 1
-    return report(final, as_json=args.json)
+    return 130 if final is None else report(final, as_json=args.json)
+
+
+def follow_new_run(
+    client: Any,
+    start: Callable[[], dict[str, Any]],
+    started: Callable[[dict[str, Any]], str],
+    *,
+    quiet: bool,
+) -> dict[str, Any] | None:
+    """Start a run and follow it to its end (`follow`); Ctrl-C cancels it.
+
+    Used by `b3os run rerun` too.
+
+    Args:
+        client: the SDK client.
+        start: starts the run; the api's answer (with `run_id`).
+        started: the line printed once it started (unless `quiet`), from that answer.
+        quiet: print nothing while it runs.
+
+    Returns:
+        The ended run; None when Ctrl-C cancelled it (said on stderr).
+    """
+    from b3os import Conflict
+
+    run_id: str | None = None
+    try:
+        answer = start()
+        run_id = answer["run_id"]
+        if not quiet:
+            print(started(answer))
+        return follow(client, run_id, quiet=quiet)
+    except KeyboardInterrupt:
+        if run_id is not None:
+            with contextlib.suppress(Conflict):  # it had ended
+                client.runs.cancel(run_id)
+            print(f"run {run_id} cancelled", file=sys.stderr)
+        return None
 
 
 def report(final: dict[str, Any], *, as_json: bool) -> int:

@@ -13,6 +13,8 @@ import argparse
 import json
 import sys
 
+from cli._args import add_api_arguments
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", metavar="NAME", help="the stored routine")
@@ -25,8 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--overlap", choices=("skip", "buffer_one", "allow_all"), default=None)
     parser.add_argument("--json", action="store_true", help="print the api's JSON answer")
-    parser.add_argument("--api-url", default=None, help="the api (default $B3OS_API_URL or .b3os/dev.env)")
-    parser.add_argument("--api-key", default=None, help="the key (default $B3OS_API_KEY or .b3os/dev.env)")
+    add_api_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:

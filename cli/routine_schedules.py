@@ -11,14 +11,15 @@ import json
 import sys
 from typing import Any
 
+from cli._args import add_api_arguments
+
 COLUMNS = ("ID", "CRON", "TIMEZONE", "OVERLAP", "STATE", "FROM", "NEXT", "INPUTS")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", metavar="NAME", help="the stored routine")
     parser.add_argument("--json", action="store_true", help="print the api's JSON answer")
-    parser.add_argument("--api-url", default=None, help="the api (default $B3OS_API_URL or .b3os/dev.env)")
-    parser.add_argument("--api-key", default=None, help="the key (default $B3OS_API_KEY or .b3os/dev.env)")
+    add_api_arguments(parser)
 
 
 def render(name: str, items: list[dict[str, Any]]) -> str:

@@ -11,9 +11,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
-
-DEV_ENV = Path(".b3os") / "dev.env"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,27 +25,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--offline", action="store_true", help="do not resolve uses: at all")
 
 
-def read_env_file(path: Path) -> dict[str, str]:
-    """KEY=VALUE lines of a dotenv file (`export`, quotes and comments allowed); missing file: empty."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError:
-        return {}
-    values: dict[str, str] = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#") or "=" not in line:
-            continue
-        key, _, value = line.removeprefix("export ").partition("=")
-        value = value.strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
-            value = value[1:-1]
-        values[key.strip()] = value
-    return values
-
-
 def api_settings() -> tuple[str, str] | None:
     """(api url, api key) from the environment, else from .b3os/dev.env, else None."""
+    from cli._http import DEV_ENV, read_env_file
+
     url, key = os.environ.get("B3OS_API_URL"), os.environ.get("B3OS_API_KEY")
     if not (url and key):
         env = read_env_file(DEV_ENV)

@@ -11,6 +11,7 @@ import json
 import sys
 from typing import Any
 
+from cli._args import add_api_arguments
 from cli._http import ApiConfig, CliError, api
 
 
@@ -20,8 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--month", default=None, help="YYYY-MM (default: this month)")
     parser.add_argument("--json", action="store_true", help="print the api's JSON answer")
-    parser.add_argument("--api-url", default=None, help="the api (default $B3OS_API_URL or .b3os/dev.env)")
-    parser.add_argument("--api-key", default=None, help="the key (default $B3OS_API_KEY or .b3os/dev.env)")
+    add_api_arguments(parser)
 
 
 def usd(microusd: int) -> str:

@@ -15,12 +15,12 @@ import hashlib
 import json
 import re
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from urllib.parse import urlencode
 
 import httpcore
 import httpx
+from cachetools import LRUCache
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from egress.credentials import Credential, OAuth2Secret, Payload
@@ -30,6 +30,8 @@ from egress.sealing import seal
 SKEW_S = 30
 _HEADER_SAFE = re.compile(r"^[^\r\n\x00]+$")
 MAX_TOKEN_RESPONSE_BYTES = 64 * 1024
+REFRESHED_KEPT = 4096
+"""Refreshed tokens the cache keeps (least recently used first out)."""
 
 
 def _digest(sealed: str) -> str:
@@ -49,7 +51,6 @@ class TokenRefresher:
         pool: httpcore.AsyncConnectionPool,
         key: X25519PrivateKey,
         *,
-        cache_size: int = 4096,
         clock: Callable[[], float] = time.time,
     ) -> None:
         """Build the refresher.
@@ -57,13 +58,11 @@ class TokenRefresher:
         Args:
             pool: the guarded connection pool the token endpoint is reached through.
             key: the proxy's key; refreshed payloads are sealed to its public half.
-            cache_size: how many refreshed tokens the cache keeps.
             clock: unix seconds now.
         """
         self._pool = pool
         self._public = key.public_key()
-        self._cache: OrderedDict[tuple[str, str], tuple[str, Payload]] = OrderedDict()
-        self._cache_size = cache_size
+        self._cache: LRUCache[tuple[str, str], tuple[str, Payload]] = LRUCache(maxsize=REFRESHED_KEPT)
         self._locks: dict[str, asyncio.Lock] = {}
         self._clock = clock
 
@@ -95,13 +94,13 @@ class TokenRefresher:
         return self._locks.setdefault(connection_id, asyncio.Lock())
 
     def _follow(self, credential: Credential) -> None:
-        """Replace the credential by the newest token refreshed from it, if any."""
+        """Replace the credential by the newest token refreshed from it, if any (each entry read becomes the
+        most recently used)."""
         seen: set[str] = set()
         while (entry := self._cache.get((credential.id, _digest(credential.sealed)))) is not None:
             if credential.sealed in seen:  # cannot happen with fresh nonces; never loop anyway
                 break
             seen.add(credential.sealed)
-            self._cache.move_to_end((credential.id, _digest(credential.sealed)))
             credential.sealed, credential.payload = entry
 
     async def _refresh(self, credential: Credential) -> None:
@@ -151,8 +150,6 @@ class TokenRefresher:
         payload = credential.payload.model_copy(update={"secret": new_secret})
         sealed = seal(self._public, payload.model_dump(mode="json"), binding=credential.binding)
         self._cache[(credential.id, _digest(credential.sealed))] = (sealed, payload)
-        while len(self._cache) > self._cache_size:
-            self._cache.popitem(last=False)
         credential.sealed, credential.payload = sealed, payload
 
     async def _post(self, url: httpx.URL, form: bytes, connection_id: str) -> tuple[int, bytes]:

@@ -28,16 +28,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import celpy
-import celpy.evaluation
 import lark
 from celpy import celtypes
 from celpy.evaluation import Activation, CELEvalError, Evaluator
 
-# cel-python's evaluator spells `cast(Tuple[List[Result], Result], ...)` in every operator: typing then
-# hashes `Result`, a Union of twenty types, on each call (about 40% of an evaluation's time). `Result`
-# is read nowhere else at run time (only in casts and annotations already evaluated), so this alias
-# makes those casts cheap and changes nothing else.
-celpy.evaluation.Result = Any  # type: ignore[misc,assignment]
+from engine import cel_casts
 
 MAX_STEPS = 5_000
 MAX_VALUES = 50_000
@@ -320,7 +315,10 @@ FUNCTIONS: dict[str, Any] = {
 }
 """cel-python's standard functions replaced by ones that take only CEL's overloads."""
 
-_BASE = Activation(annotations=dict(celpy.googleapis), functions=FUNCTIONS)
+_FUNCTIONS = {**FUNCTIONS, "_in_": cel_casts.operator_in}
+"""The standard functions an evaluation finds before cel-python's own."""
+
+_BASE = Activation(annotations=dict(celpy.googleapis), functions=_FUNCTIONS)
 
 
 # --- the bounded evaluator -----------------------------------------------------------------------
@@ -328,7 +326,7 @@ _BASE = Activation(annotations=dict(celpy.googleapis), functions=FUNCTIONS)
 _MADE_BY_PRIMARY = frozenset({"ident_arg", "dot_ident_arg", "list_lit", "map_lit"})
 
 
-class _Evaluator(Evaluator):
+class _Evaluator(cel_casts.Evaluator):
     """cel-python's evaluator, counting each step and what it builds against a `Budget`."""
 
     def __init__(self, ast: lark.Tree, activation: Activation, budget: Budget) -> None:
@@ -425,5 +423,5 @@ def run(
     """
     base = _BASE
     if functions:
-        base = Activation(functions=ChainMap(dict(functions), FUNCTIONS), based_on=_BASE)
+        base = Activation(functions=ChainMap(dict(functions), _FUNCTIONS), based_on=_BASE)
     return _Evaluator(tree, base, budget).evaluate(dict(names))

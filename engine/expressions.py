@@ -26,13 +26,13 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import celpy
 import lark
+from cachetools import LRUCache, cached
 from celpy.evaluation import CELEvalError
 
 from engine import cel_runtime
@@ -45,8 +45,7 @@ from packs.templates import find_close
 OPEN = "${{"
 CLOSE = "}}"
 
-#: The names an expression may read at the top level, and where.
-ROOT_NAMES = frozenset({"inputs", "steps"})
+#: The names an expression may read beside `inputs` and `steps`, and where.
 FOREACH_NAMES = frozenset({"item", "index"})
 STEP_FIELDS = frozenset({"output", "status"})
 
@@ -201,9 +200,9 @@ class Compiled:
     status_calls: tuple[StatusCall, ...]
 
 
-_lock = threading.Lock()
 _env: celpy.Environment | None = None
-_programs: OrderedDict[str, Compiled] = OrderedDict()
+_parser_lock = threading.Lock()  # cel-python's parser is not thread-safe
+_programs: LRUCache[str, Compiled] = LRUCache(maxsize=CACHE_ENTRIES)
 
 
 def _environment() -> celpy.Environment:
@@ -213,16 +212,12 @@ def _environment() -> celpy.Environment:
     return _env
 
 
+@cached(_programs, key=lambda expr: expr, lock=threading.Lock())
 def _compiled(expr: str) -> Compiled:
-    with _lock:
-        found = _programs.get(expr)
-        if found is not None:
-            _programs.move_to_end(expr)
-            return found
     too_long = cel_syntax.length_problem(expr)
     if too_long is not None:
         raise _shape_error(expr, too_long)
-    with _lock:  # cel-python's parser is not thread-safe
+    with _parser_lock:
         try:
             tree = _environment().compile(expr)
         except celpy.CELParseError as exc:
@@ -234,18 +229,13 @@ def _compiled(expr: str) -> Compiled:
     refs = tuple(_references(tree, bound))
     # A name a macro binds may also be read free elsewhere in the expression: read it whole then.
     reads = [(r.root, r.path[0] if r.path else None) for r in refs] + [(name, None) for name in sorted(bound)]
-    found = Compiled(
+    return Compiled(
         tree=cel_syntax.runnable(tree),
         references=refs,
         functions=tuple(_functions(tree)),
         reads=tuple(dict.fromkeys(reads)),
         status_calls=tuple(_status_calls(tree)),
     )
-    with _lock:
-        _programs[expr] = found
-        while len(_programs) > CACHE_ENTRIES:
-            _programs.popitem(last=False)
-    return found
 
 
 def _shape_error(expr: str, shape: cel_syntax.ShapeProblem) -> ExpressionSyntaxError:

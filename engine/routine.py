@@ -10,8 +10,8 @@ step before it (the first step for none), so a routine without `needs:` runs its
 `direct_needs` and `transitive_needs` compute that graph for the workflow and the validator alike.
 
 The workflow receives only a validated `Routine` (parsing and validation happen at the edge, in
-engine.validate). This module imports only the standard library and pydantic, so the workflow
-sandbox can load it. The reference is docs/routines.md.
+engine.validate). This module imports only the standard library, pydantic and engine.schedules (the
+standard library only), so the workflow sandbox can load it. The reference is docs/routines.md.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from datetime import timedelta
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
+
+from engine.schedules import Overlap
 
 DURATION_PATTERN = r"^[0-9]{1,9}(ms|s|m|h)$"
 """A duration: a whole number and a unit, `500ms`, `30s`, `2m`, `1h`."""
@@ -245,7 +247,7 @@ class ScheduleTrigger(_Model):
         default_factory=dict,
         description="The inputs of each scheduled run (the routine's defaults fill the rest).",
     )
-    overlap: Literal["skip", "buffer_one", "allow_all"] = Field(
+    overlap: Overlap = Field(
         default="skip",
         description="When a run is due while the previous one still runs: skip it, run it after "
         "(buffer_one: at most one waits), or run both (allow_all).",

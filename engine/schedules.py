@@ -19,8 +19,6 @@ Overlap = Literal["skip", "buffer_one", "allow_all"]
 """What a schedule does when a run is due while its previous run still runs: skip the new one (the
 default), run it once the previous one has ended (at most one waits), or run both."""
 
-OVERLAPS: tuple[str, ...] = ("skip", "buffer_one", "allow_all")
-
 _FIELDS: tuple[tuple[str, int, int, dict[str, int]], ...] = (
     ("minute", 0, 59, {}),
     ("hour", 0, 23, {}),

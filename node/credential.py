@@ -21,11 +21,14 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import math
 import re
 import secrets
 import string
 import time
 from collections.abc import Callable, Mapping
+
+from cachetools import TTLCache
 
 PREFIX = "b3n_"
 LOOKUP_LEN = len(PREFIX) + 8
@@ -111,7 +114,7 @@ class ProofChecker:
         self.node_id = node_id
         self._key = call_key(secret)
         self._skew_s, self._clock = skew_s, clock
-        self._seen: dict[str, float] = {}
+        self._seen: TTLCache[str, bool] = TTLCache(maxsize=math.inf, ttl=2 * skew_s, timer=clock)
 
     def check(self, *, method: str, path: str, headers: Mapping[str, str], body: bytes) -> str | None:
         """None when the request is proven; else the sentence saying why it is refused."""
@@ -139,10 +142,9 @@ class ProofChecker:
         )
         if not hmac.compare_digest(proof.encode(), expected.encode()):
             return "The request's proof is not the api's for this node."
-        self._seen = {p: t for p, t in self._seen.items() if t > now}
         if proof in self._seen:
             return "The request was already received (a replay)."
-        self._seen[proof] = now + 2 * self._skew_s
+        self._seen[proof] = True
         return None
 
     def answer_headers(self, *, proof: str, status: int, body: bytes) -> dict[str, str]:

@@ -44,6 +44,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cachetools import TTLCache
+
 from node.cache import InstallCache
 from node.errors import NodeError
 from node.models import NodeCall, NodeCallError, NodeCallResult
@@ -138,7 +140,9 @@ class Runner:
         self._lock = threading.Lock()
         self._ids = itertools.count()
         self._held: dict[str, _Held] = {}
-        self._cancelled_early: dict[str, float] = {}
+        self._cancelled_early: TTLCache[str, bool] = TTLCache(
+            maxsize=math.inf, ttl=CANCEL_MEMORY_S, timer=time.monotonic
+        )
         self._tenants: dict[str, list[Vm]] = {}  # tenant -> its VMs running a call
 
     def cancel(self, call_id: str) -> str:
@@ -152,9 +156,7 @@ class Runner:
         with self._lock:
             held = self._held.get(call_id)
             if held is None:
-                now = time.monotonic()
-                self._cancelled_early = {k: t for k, t in self._cancelled_early.items() if t > now}
-                self._cancelled_early[call_id] = now + CANCEL_MEMORY_S
+                self._cancelled_early[call_id] = True
                 return "unknown"
             held.cancelled = True
             vm = held.vm
@@ -188,7 +190,7 @@ class Runner:
             )
             return NodeCallResult(ok=False, ran=False, error=_fail("pack_unavailable", None, message))
         with self._lock:
-            if self._cancelled_early.pop(call.call_id, 0.0) > time.monotonic():
+            if self._cancelled_early.pop(call.call_id, False):
                 message = "the call was cancelled before it reached this node"
                 error = _fail("tool_unavailable", "exec", message)
                 return NodeCallResult(ok=False, ran=False, error=error, cancelled=True)

@@ -7,7 +7,6 @@ manifest's camelCase names (`inputSchema`, `memoryMb`, `timeoutMs`), snake_case 
 
 from __future__ import annotations
 
-from decimal import Decimal
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -16,7 +15,6 @@ from pydantic.alias_generators import to_camel
 from packs.errors import ManifestError
 
 DEFAULT_TIMEOUT_MS = 30_000
-MICRO_PER_USD = 1_000_000
 
 
 class _Model(BaseModel):
@@ -33,13 +31,6 @@ class Pricing(_Model):
 
     model: Literal["free", "per_call"]
     usd: str | None = None
-
-    @property
-    def micro_usd(self) -> int:
-        """The price of one call in integer micro-USD (0 when free)."""
-        if self.model == "free" or self.usd is None:
-            return 0
-        return int(Decimal(self.usd) * MICRO_PER_USD)
 
 
 class Effects(_Model):
@@ -158,18 +149,6 @@ class Connection(_Model):
     params: dict[str, Any] | None = None
     inject: dict[str, str] | None = None
 
-    @property
-    def injected_header(self) -> str | None:
-        """The header the proxy sets for this connection (lowercase), or None (a query parameter)."""
-        if self.kind == "api_key":
-            return (self.inject or {}).get("header", "").lower() or None
-        return "authorization"
-
-    @property
-    def injected_query(self) -> str | None:
-        """The query parameter the proxy sets for this connection, or None."""
-        return (self.inject or {}).get("query") if self.kind == "api_key" else None
-
 
 class ArchiveInfo(_Model):
     sha256: str
@@ -264,12 +243,6 @@ class Manifest(_Model):
     def egress_hosts(self) -> list[str]:
         """The hosts of `egress`."""
         return [e.host for e in self.egress]
-
-    def price_micro_usd(self, key: str) -> int:
-        """The price of one call of action `key` in micro-USD: its own pricing, else the pack's."""
-        action = self.action(key)
-        pricing = (action.pricing if action else None) or self.pricing
-        return pricing.micro_usd if pricing else 0
 
 
 def parse_manifest(raw: Any) -> Manifest:

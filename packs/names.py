@@ -26,7 +26,6 @@ NAMESPACE_HINT = (
 NAME_HINT = (
     "lowercase letters, digits and hyphens, 1 to 64 characters, starting and ending with a letter or digit"
 )
-FILE_NAME_HINT = "a name matching ^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 
 
 def is_namespace(text: object) -> bool:

@@ -103,18 +103,3 @@ class ActionRef:
                 'such as "1" or an exact version such as "1.0.0"'
             )
         return cls(namespace=namespace, name=name, action=action, version=version)
-
-
-def split_pack_id(pack: str) -> tuple[str, str]:
-    """Split a pack id "ns/name" into namespace and name.
-
-    Raises:
-        RefError: when the id is not "<namespace>/<name>".
-    """
-    namespace, sep, name = pack.partition("/") if isinstance(pack, str) else ("", "", "")
-    if not sep or not is_namespace(namespace) or not is_name(name):
-        raise RefError(
-            f'pack {pack!r} is not accepted: use "<namespace>/<name>" such as "com.example.tools/echo", '
-            f"the namespace being {NAMESPACE_HINT} and the name {NAME_HINT}"
-        )
-    return namespace, name

@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import shutil
 import sys
-import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from hermetic import hermetic
 from temporalio.common import SearchAttributeKey
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Worker
 
 from engine.runs import SEARCH_ATTRIBUTES
 from engine.temporal_server import dev_server_args
@@ -66,23 +63,3 @@ async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
     )
     yield env
     await env.shutdown()
-
-
-@pytest.fixture
-def new_worker(temporal_env: WorkflowEnvironment) -> Callable[..., Worker]:
-    """Make a worker on a random task queue: `new_worker(workflows=[...], activities=[...])`."""
-
-    def make(
-        *,
-        workflows: Sequence[type] = (),
-        activities: Sequence[Callable[..., Any]] = (),
-        task_queue: str | None = None,
-    ) -> Worker:
-        return Worker(
-            temporal_env.client,
-            task_queue=task_queue or f"test-{uuid.uuid4()}",
-            workflows=workflows,
-            activities=activities,
-        )
-
-    return make

@@ -15,7 +15,6 @@ from packs.checks import CHECKS, run_checks
 ECHO = echo_manifest()
 OM = open_meteo_manifest()
 DELETE = object()
-XF = {"type": "object", "x-b3os-file": {"accept": ["text/plain"]}}
 
 
 def mutate(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:

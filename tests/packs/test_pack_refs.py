@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from packs.errors import RefError
-from packs.refs import ActionRef, split_pack_id
+from packs.refs import ActionRef
 
 
 def test_a_major_ref() -> None:
@@ -49,9 +49,3 @@ def test_a_bad_ref_is_refused_with_a_sentence(text: str, message: str) -> None:
     with pytest.raises(RefError) as err:
         ActionRef.parse(text)
     assert message in str(err.value)
-
-
-def test_pack_ids() -> None:
-    assert split_pack_id("com.example.tools/echo") == ("com.example.tools", "echo")
-    with pytest.raises(RefError, match="pack 'echo' is not accepted"):
-        split_pack_id("echo")
