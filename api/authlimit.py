@@ -58,7 +58,7 @@ class AuthLimiter:
         raise AuthFailuresLimited(
             f"Too many requests with an API key that is not valid came from this address ({len(recent)} in "
             f"{int(WINDOW_S)} s); try again later.",
-            retry_after_s=max(1, int(wait) + 1),
+            retry_after=wait,
         )
 
     def failed(self, address: str) -> None:

@@ -68,7 +68,9 @@ def api_metadata() -> MetaData:
     from api import models  # noqa: F401  (each import registers its tables)
     from api.calls import tables as call_tables  # noqa: F401
     from api.connections import tables as connection_tables  # noqa: F401
+    from api.routines import tables as routine_tables  # noqa: F401
     from api.runs import tables as run_tables  # noqa: F401
+    from api.schedules import tables as schedule_tables  # noqa: F401
 
     return SQLModel.metadata
 

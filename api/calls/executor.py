@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from api.calls.costs import Cost
-from api.calls.errors import CallError
 from api.calls.inputs import CheckedInput
 from api.calls.tables import ToolCall
+from api.errors import CallError
 from api.nodes import LiveNode
 from api.rawsql import Reads
 from packs.resolve import Resolved

@@ -38,10 +38,11 @@ from sqlmodel import Session, col, select
 
 from api import rawsql
 from api.calls.earnings import add_months
-from api.calls.errors import ConcurrencyLimited, QuotaExceeded, RateLimited, ToolUnavailable
+from api.calls.errors import ConcurrencyLimited, QuotaExceeded, ToolUnavailable
 from api.calls.executor import HTTP_LANE
 from api.calls.settings import CallSettings
 from api.calls.tables import DONE, LOST, RUNNING, ToolCall
+from api.errors import RateLimited
 
 WINDOW = dt.timedelta(seconds=60)
 

@@ -21,7 +21,7 @@ import mcp_types
 from sqlmodel import Session, col, select
 
 from api import registry
-from api.calls.service import Answer
+from api.calls.answers import Answer
 from api.models import PackVersion
 from packs.manifest import Action
 from packs.resolve import ResolveError

@@ -35,7 +35,8 @@ from starlette.types import Receive, Scope, Send
 
 from api.calls import mcp
 from api.calls.auth import caller_for
-from api.calls.service import Caller, CallService
+from api.calls.request import Caller
+from api.calls.service import CallService
 from api.db import run_reading
 from api.errors import ApiError, Forbidden, ServiceUnavailable, error_response
 

@@ -50,7 +50,9 @@ from api.models import (
     Publisher,
     SigningKey,
 )
-from api.runs.tables import RoutineRecord, RoutineSchedule, RoutineVersion, RunGrant, RunRecord
+from api.routines.tables import RoutineRecord, RoutineVersion
+from api.runs.tables import RunGrant, RunRecord
+from api.schedules.tables import RoutineSchedule
 from cli.main import main
 
 T = dt.datetime(2025, 3, 4, 5, 6, 7, tzinfo=dt.UTC)

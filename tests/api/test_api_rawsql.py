@@ -235,7 +235,7 @@ async def test_a_calls_write_waits_for_its_turn_off_the_event_loop(sqlite_engine
             ticks += 1
 
     ticker = asyncio.create_task(tick())
-    write = asyncio.create_task(service._write(lambda s: _add(s, "tcall_1")))
+    write = asyncio.create_task(service.db.write(lambda s: _add(s, "tcall_1")))
     await asyncio.sleep(0.3)
     assert not write.done() and ticks > 0  # the loop went on while the write waited for its turn
     release.set()

@@ -13,10 +13,10 @@ from sqlmodel import Session, col, func, select
 
 from api.accounts import new_id
 from api.calls import limits
-from api.calls.errors import CallError
 from api.calls.settings import CallSettings
 from api.calls.tables import ToolCall
 from api.db import make_engine
+from api.errors import CallError
 from api.migrations import migrate
 from api.models import Node, utcnow
 
