@@ -28,24 +28,26 @@ _TYPED_MAX = 512
 _typed: OrderedDict[str, Manifest] = OrderedDict()
 _typed_lock = Lock()
 
-_NEWEST_FIRST = (col(PackVersion.major).desc(), col(PackVersion.minor).desc(), col(PackVersion.patch).desc())
+
+def newest_first(versions: Sequence[PackVersion]) -> list[PackVersion]:
+    """Versions of packs, newest first by the one rule (`packs.resolve.newest_first`)."""
+    rank = {v: i for i, v in enumerate(resolving.newest_first(row.version for row in versions))}
+    return sorted((row for row in versions if row.version in rank), key=lambda row: rank[row.version])
 
 
 def versions_of(session: Session, *, pack: str) -> list[PackVersion]:
     """Every version of a pack, newest first (NotFound when the pack has none)."""
-    stmt = select(PackVersion).where(PackVersion.pack == pack).order_by(*_NEWEST_FIRST)
-    versions = list(session.exec(stmt).all())
+    versions = newest_first(session.exec(select(PackVersion).where(PackVersion.pack == pack)).all())
     if not versions:
         raise NotFound(f"There is no pack {pack[:300]} in the registry.", field="pack")
     return versions
 
 
 def newest(session: Session, *, pack: str, major: int | None = None) -> PackVersion | None:
-    """The newest version of a pack (of one major version when given), or None."""
-    stmt = select(PackVersion).where(PackVersion.pack == pack)
-    if major is not None:
-        stmt = stmt.where(PackVersion.major == major)
-    return session.exec(stmt.order_by(*_NEWEST_FIRST).limit(1)).first()
+    """The newest version of a pack (of one major version when given, as `@<major>` resolves), or None."""
+    listed = session.exec(select(PackVersion.version).where(col(PackVersion.pack) == pack)).all()
+    version = resolving.newest(listed, major=major)
+    return None if version is None else get_version(session, pack=pack, version=version)
 
 
 def get_version(session: Session, *, pack: str, version: str) -> PackVersion:

@@ -13,7 +13,7 @@ from typing import Any
 from api.calls.costs import Cost
 from api.calls.executor import Execution
 from api.calls.metering import Outcome
-from api.calls.tables import ToolCall
+from api.calls.tables import ActionCall
 from api.errors import CallError
 from packs.resolve import Resolved
 
@@ -33,7 +33,7 @@ class Answer:
 
 
 def answer_of(
-    tier: str, call: ToolCall, resolved: Resolved, execution: Execution, validate_ms: float
+    tier: str, call: ActionCall, resolved: Resolved, execution: Execution, validate_ms: float
 ) -> Answer:
     """The one answer shape: `{call_id, ref, tier, output, cost, timings}`, or the error with them."""
     phases = {"validate": validate_ms, **execution.phases}

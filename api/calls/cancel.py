@@ -25,7 +25,7 @@ from api.calls.answers import Answer
 from api.calls.executor import HTTP_LANE, Executor
 from api.calls.request import Caller
 from api.calls.sessions import CallSessions
-from api.calls.tables import DONE, RUNNING, CallCancel, IdempotencyRecord, ToolCall
+from api.calls.tables import DONE, RUNNING, ActionCall, CallCancel, IdempotencyRecord
 from api.errors import CallError
 
 
@@ -39,7 +39,7 @@ class CallNotPlaced(CallError):
     code = "conflict"
 
 
-def _find(session: Session, caller: Caller, key: str | None, call_id: str | None) -> ToolCall | None:
+def _find(session: Session, caller: Caller, key: str | None, call_id: str | None) -> ActionCall | None:
     """The caller's call by id or by key (None when it has finished without a row); raises when unknown."""
     if key is not None:
         record = session.get(IdempotencyRecord, (caller.org_id, key))
@@ -53,7 +53,7 @@ def _find(session: Session, caller: Caller, key: str | None, call_id: str | None
             )
         call_id = record.call_id
     assert call_id is not None
-    call = session.get(ToolCall, call_id)
+    call = session.get(ActionCall, call_id)
     if call is None or call.org_id != caller.org_id:
         raise CallNotFound(f"this organization has no call {call_id[:60]!r}")
     return call
@@ -74,7 +74,7 @@ async def cancel_call(
         executor: The executor of an action kind (it stops the call).
     """
     try:
-        call: ToolCall | None = await db.run(lambda s: _find(s, caller, key, call_id))
+        call: ActionCall | None = await db.run(lambda s: _find(s, caller, key, call_id))
     except CallError as exc:
         return Answer.of_error(exc)
     if call is None or call.state != RUNNING:

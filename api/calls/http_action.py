@@ -44,7 +44,7 @@ from api.calls.http_template import read_response, render_request, response_scop
 from api.calls.inputs import schema_errors
 from api.calls.metering import ACTION_CALL, PUBLISHER_MICROUSD
 from api.calls.sessions import CallSessions
-from api.calls.tables import ToolCall
+from api.calls.tables import ActionCall
 from api.connections import service as connections
 from api.errors import CallError, RateLimited
 from api.rawsql import Reads
@@ -154,7 +154,7 @@ class HttpExecutor:
         }
         return replace(prepared, state=state)
 
-    async def cancel(self, call: ToolCall) -> str:
+    async def cancel(self, call: ActionCall) -> str:
         """Abandon the call's request when this api process runs it."""
         task = self._running.get(call.id)
         if task is None:
@@ -162,7 +162,7 @@ class HttpExecutor:
         task.cancel()
         return "stopped"
 
-    async def execute(self, call: ToolCall, prepared: Prepared) -> Execution:
+    async def execute(self, call: ActionCall, prepared: Prepared) -> Execution:
         """Send the request through the proxy and read the answer."""
         phases = {"template": prepared.state["template_ms"]}
         started = time.perf_counter()
@@ -194,7 +194,7 @@ class HttpExecutor:
             return self._ended(error, sent=False, price=prepared.price, phases=phases)
         return self._ended(error, sent=True, price=prepared.price, phases=phases, output=output)
 
-    async def _fetch(self, call: ToolCall, prepared: Prepared) -> dict[str, Any]:
+    async def _fetch(self, call: ActionCall, prepared: Prepared) -> dict[str, Any]:
         rendered = prepared.state["request"]
         body = {
             "method": rendered.method,
@@ -221,7 +221,7 @@ class HttpExecutor:
             return {"error": {"reason": "egress_down", "sent": False, "status": response.status_code}}
         return answer
 
-    async def _store_refreshed(self, call: ToolCall, prepared: Prepared, refreshed: Any) -> None:
+    async def _store_refreshed(self, call: ActionCall, prepared: Prepared, refreshed: Any) -> None:
         """Keep the tokens the proxy refreshed (sealed; compare-and-set on the token the call sent)."""
         olds = {c["id"]: c["sealed"] for c in prepared.state["credentials"]}
         fresh = [
@@ -245,7 +245,7 @@ class HttpExecutor:
         await self._db.run(store)
 
     def _proxy_error(
-        self, error: dict[str, Any], call: ToolCall, price: int, phases: dict[str, float]
+        self, error: dict[str, Any], call: ActionCall, price: int, phases: dict[str, float]
     ) -> Execution:
         reason = str(error.get("reason") or "")
         sent = error.get("sent") is True

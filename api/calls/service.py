@@ -60,7 +60,7 @@ from api.calls.inputs import check_input
 from api.calls.request import CallBody, Caller, parse_ref, parse_request
 from api.calls.sessions import CallSessions
 from api.calls.settings import CallSettings
-from api.calls.tables import ToolCall
+from api.calls.tables import ActionCall
 from api.calls.vm import VmExecutor
 from api.db import run_reading
 from api.errors import CallError
@@ -182,7 +182,7 @@ class CallService:
             pause_s = min(2 * pause_s, TWIN_LAST_PAUSE_S)
 
     async def _execute(self, caller: Caller, request: CallBody, key: str | None, started: float) -> Answer:
-        call: ToolCall | None = None
+        call: ActionCall | None = None
         outcome: metering.Outcome | None = None
         try:
             answer, call, outcome = await self._run(caller, request, key, started)
@@ -211,13 +211,13 @@ class CallService:
                 waiter.set_result(None)
                 count -= 1
 
-    async def _admit(self, caller: Caller, admit: Callable[[Session], ToolCall]) -> ToolCall:
+    async def _admit(self, caller: Caller, admit: Callable[[Session], ActionCall]) -> ActionCall:
         """Admit the call; a routine step's call waits for a slot up to `routine_admission_wait_s`."""
         wait_s = self.settings.routine_admission_wait_s if caller.surface == "routine" else 0.0
         give_up = time.monotonic() + wait_s
         while True:
             try:
-                call: ToolCall = await self.db.write(admit)
+                call: ActionCall = await self.db.write(admit)
                 return call
             except (ConcurrencyLimited, ToolUnavailable) as exc:
                 left = give_up - time.monotonic()
@@ -257,7 +257,7 @@ class CallService:
         caller: Caller,
         key: str | None,
         answer: Answer | None,
-        call: ToolCall | None,
+        call: ActionCall | None,
         outcome: metering.Outcome | None,
     ) -> None:
         now = self.clock()
@@ -316,7 +316,7 @@ class CallService:
 
     async def _run(
         self, caller: Caller, request: CallBody, key: str | None, started: float
-    ) -> tuple[Answer, ToolCall | None, metering.Outcome | None]:
+    ) -> tuple[Answer, ActionCall | None, metering.Outcome | None]:
         prepared = await self._prepare(caller, request)
         resolved = prepared.resolved
         executor = self.executor(resolved.kind)
@@ -339,7 +339,7 @@ class CallService:
             if key is not None:
                 idempotency.link_call(session, org_id=caller.org_id, key=key, call_id=adm.call_id)
 
-        def admit(session: Session) -> ToolCall:
+        def admit(session: Session) -> ActionCall:
             return limits.admit(
                 session, adm=adm, nodes=prepared.nodes, settings=self.settings, clock=self.clock, also=link
             )

@@ -30,7 +30,7 @@ from api.calls.nodeclient import NodeAnswer, NodeTarget, send_call, send_cancel
 from api.calls.outputs import check_output
 from api.calls.sessions import CallSessions
 from api.calls.settings import CallSettings
-from api.calls.tables import RUNNING, ToolCall
+from api.calls.tables import RUNNING, ActionCall
 from api.errors import CallError
 from api.models import Node, NodeCredential
 from api.nodes import LiveNode, live_nodes, mark_unreachable
@@ -105,7 +105,7 @@ class VmExecutor:
         """Nothing more: `read` found the nodes."""
         return prepared
 
-    async def cancel(self, call: ToolCall) -> str:
+    async def cancel(self, call: ActionCall) -> str:
         """Ask the call's node to kill its VM at once."""
 
         def target(session: Session) -> NodeTarget | None:
@@ -118,7 +118,7 @@ class VmExecutor:
             return "unreachable"
         return await send_cancel(self._nodes, node=node, call_id=call.id)
 
-    async def execute(self, call: ToolCall, prepared: Prepared) -> Execution:
+    async def execute(self, call: ActionCall, prepared: Prepared) -> Execution:
         """Send the call to its node and read the outcome, usage and phases."""
         settings, resolved, checked = self._settings, prepared.resolved, prepared.checked
         node = next(n for n in prepared.nodes if n.node_id == call.node_id)
@@ -178,7 +178,7 @@ class VmExecutor:
             phases=phases,
         )
 
-    async def _node_error(self, reply: NodeAnswer, call: ToolCall) -> CallError:
+    async def _node_error(self, reply: NodeAnswer, call: ActionCall) -> CallError:
         result = reply.result
         err: dict[str, Any] = result["error"] if isinstance(result.get("error"), dict) else {}
         if reply.status == 0:
@@ -229,7 +229,7 @@ class VmExecutor:
             details=details,
         )
 
-    async def _node_retry_after(self, call: ToolCall) -> float:
+    async def _node_retry_after(self, call: ActionCall) -> float:
         """When the node may have a slot again: the soonest deadline of its other running calls, else its
         next heartbeat."""
         now = self._clock()
@@ -237,11 +237,11 @@ class VmExecutor:
 
         def soonest(session: Session) -> float:
             deadlines = session.exec(
-                select(ToolCall.deadline_at).where(
-                    col(ToolCall.node_id) == call.node_id,
-                    col(ToolCall.state) == RUNNING,
-                    col(ToolCall.id) != call.id,
-                    col(ToolCall.lease_expires_at) > now,
+                select(ActionCall.deadline_at).where(
+                    col(ActionCall.node_id) == call.node_id,
+                    col(ActionCall.state) == RUNNING,
+                    col(ActionCall.id) != call.id,
+                    col(ActionCall.lease_expires_at) > now,
                 )
             ).all()
             if deadlines:
