@@ -8,11 +8,11 @@ process (`typed`): versions are immutable, so the parse is cached by content has
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Sequence
 from threading import Lock
 from typing import Any
 
+from cachetools import LRUCache
 from sqlalchemy import bindparam
 from sqlmodel import Session, col, select
 
@@ -25,7 +25,7 @@ from packs.manifest import Manifest, parse_manifest
 from packs.refs import ActionRef
 
 _TYPED_MAX = 512
-_typed: OrderedDict[str, Manifest] = OrderedDict()
+_typed: LRUCache[str, Manifest] = LRUCache(maxsize=_TYPED_MAX)
 _typed_lock = Lock()
 
 
@@ -69,9 +69,8 @@ def typed(version: PackVersion) -> Manifest:
     key = f"{version.pack}@{version.version}#{version.content_hash}"
     with _typed_lock:
         found = _typed.get(key)
-        if found is not None:
-            _typed.move_to_end(key)
-            return found
+    if found is not None:
+        return found
     try:
         manifest = parse_manifest(version.manifest)
     except ManifestError as exc:
@@ -80,8 +79,6 @@ def typed(version: PackVersion) -> Manifest:
         ) from None
     with _typed_lock:
         _typed[key] = manifest
-        while len(_typed) > _TYPED_MAX:
-            _typed.popitem(last=False)
     return manifest
 
 
