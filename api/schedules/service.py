@@ -50,9 +50,9 @@ from api.schedules.tables import RoutineSchedule
 from api.scopes import ACTIONS_CALL
 from api.scopes import grants as scope_grants
 from api.temporal import Temporal
+from engine.cron import ScheduleError, check_cron, check_timezone
 from engine.routine import SCHEDULES_PER_ROUTINE, Routine
 from engine.runs import SEARCH_ATTRIBUTE_ROUTINE, SEARCH_ATTRIBUTE_SCHEDULE
-from engine.schedules import ScheduleError, check_cron, check_timezone
 from engine.ticks import SCHEDULE_WORKFLOW_TYPE, ScheduleTickInput, temporal_schedule_id
 from engine.validate import RoutineInputError, resolve_inputs
 
