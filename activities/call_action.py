@@ -18,7 +18,6 @@ import asyncio
 import json
 from typing import Any
 
-from pydantic import BaseModel, Field
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -26,6 +25,7 @@ from activities.config import ActivitySettings
 from activities.errors import BENIGN, error_for_answer, error_for_response, is_wait, network_error
 from activities.idempotency import step_idempotency_key
 from engine import payloads
+from engine.steps import CALL_ACTION, CallActionInput, CallActionResult
 from http1.client import Http1, Http1Error, Response
 from telemetry import tracing
 
@@ -34,19 +34,6 @@ CANCEL_PATH = "/v1/actions/call/cancel"
 _CANCEL_S = 5.0  # how long a cancelled attempt tries to stop its call
 _SLACK_S = 30.0  # what the api may add to a call's own time (queueing, VM start and delete)
 _DEFAULT_READ_S = 120.0  # a call without timeout_ms runs to its action's timeout (60 s at most)
-
-
-class CallActionInput(BaseModel):
-    """One call of one step (one item of a foreach step)."""
-
-    ref: str
-    input: dict[str, Any] = Field(default_factory=dict)
-    key_id: str
-    grant: str | None = None  # the run's grant (RunRoutineInput.grant); None: the api refuses the call
-    step_id: str
-    index: int | None = None
-    timeout_ms: int | None = None
-    max_attempts: int | None = None  # the step's; None: Temporal's retry policy alone counts attempts
 
 
 class Ledger:
@@ -101,17 +88,6 @@ class Ledger:
         return ApplicationError(message, fields, type="step_timed_out", non_retryable=True, category=BENIGN)
 
 
-class CallActionResult(BaseModel):
-    """The call's answer as the run keeps it."""
-
-    output: Any = None
-    attempt: int = 1
-    call_id: str | None = None
-    ref: str | None = None
-    cost: dict[str, Any] | None = None
-    output_bytes: int | None = None
-
-
 class ActionActivities:
     """The step activities, holding the worker's settings and one HTTP client."""
 
@@ -145,7 +121,7 @@ class ActionActivities:
             path, content=content, headers=headers, timeout_s=connect_s + read_s, connect_s=connect_s
         )
 
-    @activity.defn(name="call_action")
+    @activity.defn(name=CALL_ACTION)
     async def call_action(self, input: CallActionInput) -> CallActionResult:
         """Call the step's action through the api and return its output.
 

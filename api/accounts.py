@@ -174,6 +174,6 @@ def check_key_creations(session: Session, *, org_id: str, per_hour: int) -> None
         frees_at = made[len(made) - per_hour] + dt.timedelta(hours=1)
         raise RateLimited(
             f"This organization made {len(made)} API keys in the last hour, the most it may ({per_hour}).",
-            retry_after_s=max(1, int((frees_at - utcnow()).total_seconds()) + 1),
-            limit=per_hour,
+            retry_after=(frees_at - utcnow()).total_seconds(),
+            details={"limit": per_hour},
         )

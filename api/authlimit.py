@@ -11,9 +11,12 @@ the tables are bounded (the least recently seen addresses and keys are forgotten
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable
+
+from cachetools import LRUCache
 
 from api.errors import RateLimited
 
@@ -39,8 +42,9 @@ class AuthLimiter:
     def __init__(self, *, failures_per_minute: int, clock: Callable[[], float] = time.monotonic) -> None:
         self._limit = failures_per_minute
         self._clock = clock
-        self._failures: OrderedDict[str, deque[float]] = OrderedDict()
-        self._good: OrderedDict[str, float] = OrderedDict()
+        self._failures: LRUCache[str, deque[float]] = LRUCache(maxsize=MAX_ADDRESSES)
+        self._good: LRUCache[str, float] = LRUCache(maxsize=MAX_GOOD_KEYS)
+        self._lock = threading.Lock()  # on PostgreSQL keys are looked up in worker threads
 
     def check(self, address: str, token: str) -> None:
         """Refuse a request from an address past its failures, unless its key was seen valid.
@@ -48,35 +52,31 @@ class AuthLimiter:
         Raises:
             RateLimited: 429 with Retry-After.
         """
-        recent = self._recent(address)
-        if len(recent) < self._limit:
-            return
-        seen = self._good.get(_digest(token))
-        if seen is not None and seen > self._clock():
-            return
-        wait = recent[0] + WINDOW_S - self._clock()
+        with self._lock:
+            recent = self._recent(address)
+            if len(recent) < self._limit:
+                return
+            seen = self._good.get(_digest(token))
+            if seen is not None and seen > self._clock():
+                return
+            wait = recent[0] + WINDOW_S - self._clock()
         raise AuthFailuresLimited(
             f"Too many requests with an API key that is not valid came from this address ({len(recent)} in "
             f"{int(WINDOW_S)} s); try again later.",
-            retry_after_s=max(1, int(wait) + 1),
+            retry_after=wait,
         )
 
     def failed(self, address: str) -> None:
         """Count one failed authentication from an address."""
-        recent = self._recent(address)
-        recent.append(self._clock())
-        self._failures[address] = recent
-        self._failures.move_to_end(address)
-        while len(self._failures) > MAX_ADDRESSES:
-            self._failures.popitem(last=False)
+        with self._lock:
+            recent = self._recent(address)
+            recent.append(self._clock())
+            self._failures[address] = recent  # the least recently seen addresses are forgotten first
 
     def succeeded(self, token: str) -> None:
         """Remember a valid key for a while, so a flood from its address does not shut it out."""
-        digest = _digest(token)
-        self._good[digest] = self._clock() + GOOD_KEY_S
-        self._good.move_to_end(digest)
-        while len(self._good) > MAX_GOOD_KEYS:
-            self._good.popitem(last=False)
+        with self._lock:
+            self._good[_digest(token)] = self._clock() + GOOD_KEY_S  # the least recently seen go first
 
     def _recent(self, address: str) -> deque[float]:
         recent = self._failures.get(address, deque())

@@ -271,7 +271,7 @@ def _failed(answer: dict[str, Any]) -> ServiceUnavailable:
 def _answer(request: dict[str, Any], engines: dict[str, Engine]) -> dict[str, Any]:
     """The answer to one request (in the checker)."""
     from api.db import make_engine, read_session
-    from api.runs.resolver import DbResolver
+    from api.routines.resolver import DbResolver
     from engine.validate import RoutineError, load_routine
 
     if "manifest" in request:
@@ -297,7 +297,7 @@ def _warm() -> None:
     from sqlalchemy.orm import configure_mappers
 
     from api.db import read_session  # noqa: F401  (what `_answer` imports)
-    from api.runs.resolver import DbResolver  # noqa: F401  (with the registry's tables)
+    from api.routines.resolver import DbResolver  # noqa: F401  (with the registry's tables)
     from engine.validate import RoutineError, load_routine
 
     try:

@@ -254,6 +254,11 @@ async def run_reading(engine: Engine, fn: Callable[[], T]) -> T:
     return await anyio.to_thread.run_sync(fn)
 
 
+async def in_thread(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """`fn(*args, **kwargs)` in a worker thread: database work of the services, off the event loop."""
+    return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
+
+
 def engine_from_settings(settings: Settings) -> Engine:
     """The engine of the database the settings name."""
     return make_engine(settings.resolved_database_url())

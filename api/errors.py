@@ -9,11 +9,15 @@ ApiError                      code, status, message, extra fields, headers
 ├── NotFound                  404 not_found (absent, or another organization's)
 ├── Conflict                  409 conflict (already exists; immutable)
 ├── PayloadTooLarge           413 payload_too_large
-├── RateLimited               429 rate_limited (with Retry-After)
-└── ServiceUnavailable        503 unavailable (with Retry-After)
+├── ServiceUnavailable        503 unavailable (with Retry-After)
+└── CallError                 reason, details, retry_after (whole seconds, also as Retry-After)
+    ├── RateLimited           429 rate_limited (with `limit` for the api's own limits)
+    └── ...                   the call path's errors (api.calls.errors)
 ```
 
-Every error answers `{"error": {"code", "message", ...extra}}`. `install_error_handlers` maps this
+Every error answers `{"error": {"code", "message", ...extra}}`; a `CallError` carries `reason`, its
+details and `retry_after` there. Every 429 carries `Retry-After`: whole seconds, rounded up, at least 1
+(`whole_seconds`), the same number as the body's `retry_after`. `install_error_handlers` maps this
 tree, FastAPI's validation errors, Starlette's HTTP errors, a database that cannot be reached (503
 `unavailable`, reason `database`, with Retry-After: the transaction was rolled back, try again) and
 anything unexpected (500, with no detail) in one place.
@@ -22,6 +26,8 @@ anything unexpected (500, with no detail) in one place.
 from __future__ import annotations
 
 import logging
+import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel, ConfigDict
@@ -36,6 +42,11 @@ if TYPE_CHECKING:  # FastAPI itself is imported by the api only: a checker impor
     from fastapi.exceptions import RequestValidationError
 
 log = logging.getLogger("b3os.api")
+
+
+def whole_seconds(seconds: float) -> int:
+    """Round a delay up to whole seconds, at least 1 (a `Retry-After` of 0 would invite a busy loop)."""
+    return max(1, math.ceil(seconds - 1e-9))
 
 
 class ApiError(Exception):
@@ -97,20 +108,58 @@ class PayloadTooLarge(ApiError):
     status = 413
 
 
-class _RetryAfterError(ApiError):
-    def __init__(self, message: str, *, retry_after_s: int, **kwargs: Any) -> None:
-        headers = {"Retry-After": str(max(1, int(retry_after_s)))}
-        super().__init__(message, headers=headers, **kwargs)
+class ServiceUnavailable(ApiError):
+    """503 unavailable, with `Retry-After` (whole seconds, at least 1) as its header only."""
 
-
-class RateLimited(_RetryAfterError):
-    code = "rate_limited"
-    status = 429
-
-
-class ServiceUnavailable(_RetryAfterError):
     code = "unavailable"
     status = 503
+
+    def __init__(self, message: str, *, retry_after_s: float, **kwargs: Any) -> None:
+        super().__init__(message, headers={"Retry-After": str(whole_seconds(retry_after_s))}, **kwargs)
+
+
+class CallError(ApiError):
+    """An error with structured fields: a status, a code, a sentence, its reason and details, and when to
+    try again (the call path's root, api.calls.errors, and the api's limits')."""
+
+    code = "internal"
+    status = 500
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: str | None = None,
+        retry_after: float | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        self.reason = reason
+        self.retry_after = None if retry_after is None else whole_seconds(retry_after)
+        self.details = dict(details or {})
+        extra: dict[str, Any] = {}
+        if reason is not None:
+            extra["reason"] = reason
+        extra.update(self.details)
+        headers: dict[str, str] = {}
+        if self.retry_after is not None:
+            extra["retry_after"] = self.retry_after
+            headers["Retry-After"] = str(self.retry_after)
+        super().__init__(message, headers=headers, **extra)
+
+    @property
+    def detail(self) -> dict[str, Any]:
+        """The inner error object: `{"code", "message", ...}`."""
+        inner: dict[str, Any] = self.body()["error"]
+        return inner
+
+
+class RateLimited(CallError):
+    """429 rate_limited: a limit of starts in a window (calls, runs, keys, failed authentications) or an
+    upstream's 429 (reason `upstream`); `limit_kind` names the limit for the metrics when it is ours."""
+
+    status = 429
+    code = "rate_limited"
+    limit_kind: str | None = None
 
 
 class ErrorDetail(BaseModel):
@@ -171,14 +220,18 @@ def validation_message(errors: list[Any]) -> tuple[str, str]:
     return field, f"The field {field} is invalid: {first.get('msg', 'invalid value')}{tail}."
 
 
-async def _api_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, ApiError)
-    if exc.status == 429:
-        from api import metrics
+Refused = Callable[[ApiError, str | None], None]
+"""Told of each 429 the handler answers, with its route's path (the metrics count them, api.metrics)."""
 
-        route = getattr(request.scope.get("route"), "path", None)
-        metrics.refused(getattr(exc, "limit_kind", None) or metrics.refused_route(route))
-    return error_response(exc)
+
+def _api_error(refused: Refused) -> Callable[[Request, Exception], Any]:
+    async def handle(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, ApiError)
+        if exc.status == 429:
+            refused(exc, getattr(request.scope.get("route"), "path", None))
+        return error_response(exc)
+
+    return handle
 
 
 async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
@@ -236,11 +289,12 @@ async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(body, status_code=500)
 
 
-def install_error_handlers(app: FastAPI) -> None:
-    """Map the error tree and framework errors to the one error body."""
+def install_error_handlers(app: FastAPI, *, refused: Refused) -> None:
+    """Map the error tree and framework errors to the one error body; `refused` is told of each 429."""
+    # lazily: FastAPI is imported by the api only, and a checker process imports this tree too (~0.5 s)
     from fastapi.exceptions import RequestValidationError
 
-    app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(ApiError, _api_error(refused))
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(OperationalError, _database_unavailable)  # connection refused, lost, shut down

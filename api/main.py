@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from api import metrics
 from api.authlimit import AuthLimiter
 from api.blobstore import open_blob_store
 from api.bodylimit import BodyLimit
@@ -95,7 +96,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.health = health.DatabaseProbe(engine)
     blob_dir = settings.resolved_blob_dir()
     app.state.blobs = open_blob_store(settings.blob_store, blob_dir=blob_dir, engine=engine)
-    install_error_handlers(app)
+    install_error_handlers(app, refused=metrics.refused_request)
     app.add_middleware(JsonGuard, exempt_prefixes=(BLOB_PREFIX,))  # inside BodyLimit: sizes are checked first
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, exempt_prefixes=(BLOB_PREFIX,))
     app.include_router(health.router)

@@ -13,12 +13,13 @@ Labels are bounded sets: no organization, key, call id or ref. Each api process 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
 
-if TYPE_CHECKING:
-    from api.calls.service import Answer
+from api.calls import errors as call_errors  # noqa: F401  (its classes join the error tree)
+from api.calls.answers import Answer
+from api.errors import ApiError
 
 REGISTRY = CollectorRegistry()
 ProcessCollector(namespace="b3os_api", registry=REGISTRY)
@@ -66,23 +67,19 @@ PHASES = frozenset(
      "upstream", "map"}
 )  # fmt: skip
 _QUOTAS = frozenset({"publisher_prices", "key_spend_cap"})
-_codes: frozenset[str] | None = None
 
 
-def _known_codes() -> frozenset[str]:
+def _tree_codes() -> frozenset[str]:
     """Every code of the api's error tree (a label must be a bounded set, whatever a node says)."""
-    global _codes
-    if _codes is None:
-        from api.calls import errors as call_errors  # noqa: F401  (its classes join the tree)
-        from api.errors import ApiError
+    found, todo = {"internal"}, [ApiError]
+    while todo:
+        cls = todo.pop()
+        found.add(cls.code)
+        todo.extend(cls.__subclasses__())
+    return frozenset(found)
 
-        found, todo = {"internal"}, [ApiError]
-        while todo:
-            cls = todo.pop()
-            found.add(cls.code)
-            todo.extend(cls.__subclasses__())
-        _codes = frozenset(found)
-    return _codes
+
+KNOWN_CODES = _tree_codes()
 
 
 def answered(surface: str, answer: Answer, started: float) -> Answer:
@@ -95,7 +92,7 @@ def answered(surface: str, answer: Answer, started: float) -> Answer:
     else:
         tier, timings = error.get("tier"), error.get("timings")
         raw = error.get("code")
-        code = raw if isinstance(raw, str) and raw in _known_codes() else "other"
+        code = raw if isinstance(raw, str) and raw in KNOWN_CODES else "other"
         if status in (409, 429, 503):
             outcome = "refused"
             limit = _limit_of(code, error)
@@ -137,6 +134,11 @@ def _limit_of(code: str, error: dict[str, Any]) -> str | None:
 def refused(limit: str) -> None:
     """Count a request refused by a limit outside the call path."""
     REFUSALS.labels(limit).inc()
+
+
+def refused_request(error: ApiError, route_path: str | None) -> None:
+    """Count a 429 answered outside the call path (api.errors tells of each), by its limit or its route."""
+    REFUSALS.labels(getattr(error, "limit_kind", None) or refused_route(route_path)).inc()
 
 
 def refused_route(route_path: str | None) -> str:

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from alembic.config import Config
 
 SCRIPT_DIR = Path(__file__).resolve().parent / "alembic"
-HEAD = "0005_blobs"
+HEAD = "0006_action_calls"
 """The newest revision in api/alembic/versions (tests/api/test_api_errors.py checks it)."""
 BASELINE = "0001_baseline"
 LEGACY_TABLE = "schema_version"
@@ -68,7 +68,9 @@ def api_metadata() -> MetaData:
     from api import models  # noqa: F401  (each import registers its tables)
     from api.calls import tables as call_tables  # noqa: F401
     from api.connections import tables as connection_tables  # noqa: F401
+    from api.routines import tables as routine_tables  # noqa: F401
     from api.runs import tables as run_tables  # noqa: F401
+    from api.schedules import tables as schedule_tables  # noqa: F401
 
     return SQLModel.metadata
 

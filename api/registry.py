@@ -8,11 +8,11 @@ process (`typed`): versions are immutable, so the parse is cached by content has
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Sequence
 from threading import Lock
 from typing import Any
 
+from cachetools import LRUCache
 from sqlalchemy import bindparam
 from sqlmodel import Session, col, select
 
@@ -25,27 +25,29 @@ from packs.manifest import Manifest, parse_manifest
 from packs.refs import ActionRef
 
 _TYPED_MAX = 512
-_typed: OrderedDict[str, Manifest] = OrderedDict()
+_typed: LRUCache[str, Manifest] = LRUCache(maxsize=_TYPED_MAX)
 _typed_lock = Lock()
 
-_NEWEST_FIRST = (col(PackVersion.major).desc(), col(PackVersion.minor).desc(), col(PackVersion.patch).desc())
+
+def newest_first(versions: Sequence[PackVersion]) -> list[PackVersion]:
+    """Versions of packs, newest first by the one rule (`packs.resolve.newest_first`)."""
+    rank = {v: i for i, v in enumerate(resolving.newest_first(row.version for row in versions))}
+    return sorted((row for row in versions if row.version in rank), key=lambda row: rank[row.version])
 
 
 def versions_of(session: Session, *, pack: str) -> list[PackVersion]:
     """Every version of a pack, newest first (NotFound when the pack has none)."""
-    stmt = select(PackVersion).where(PackVersion.pack == pack).order_by(*_NEWEST_FIRST)
-    versions = list(session.exec(stmt).all())
+    versions = newest_first(session.exec(select(PackVersion).where(PackVersion.pack == pack)).all())
     if not versions:
         raise NotFound(f"There is no pack {pack[:300]} in the registry.", field="pack")
     return versions
 
 
 def newest(session: Session, *, pack: str, major: int | None = None) -> PackVersion | None:
-    """The newest version of a pack (of one major version when given), or None."""
-    stmt = select(PackVersion).where(PackVersion.pack == pack)
-    if major is not None:
-        stmt = stmt.where(PackVersion.major == major)
-    return session.exec(stmt.order_by(*_NEWEST_FIRST).limit(1)).first()
+    """The newest version of a pack (of one major version when given, as `@<major>` resolves), or None."""
+    listed = session.exec(select(PackVersion.version).where(col(PackVersion.pack) == pack)).all()
+    version = resolving.newest(listed, major=major)
+    return None if version is None else get_version(session, pack=pack, version=version)
 
 
 def get_version(session: Session, *, pack: str, version: str) -> PackVersion:
@@ -67,9 +69,8 @@ def typed(version: PackVersion) -> Manifest:
     key = f"{version.pack}@{version.version}#{version.content_hash}"
     with _typed_lock:
         found = _typed.get(key)
-        if found is not None:
-            _typed.move_to_end(key)
-            return found
+    if found is not None:
+        return found
     try:
         manifest = parse_manifest(version.manifest)
     except ManifestError as exc:
@@ -78,8 +79,6 @@ def typed(version: PackVersion) -> Manifest:
         ) from None
     with _typed_lock:
         _typed[key] = manifest
-        while len(_typed) > _TYPED_MAX:
-            _typed.popitem(last=False)
     return manifest
 
 

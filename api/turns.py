@@ -1,6 +1,6 @@
 """Turns per organization within one api process: at most a few of an organization's requests of one
 kind at work at once, the others waiting in order, so that one organization's burst does not take the
-process (run starts: `api.runs.service`; routine and manifest checks: `api.checker`)."""
+process (run starts: `api.runs.limits`; routine and manifest checks: `api.checker`)."""
 
 from __future__ import annotations
 

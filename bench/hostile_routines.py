@@ -160,7 +160,7 @@ PHASES = (
 async def _phases(stack: Any, org: Any, run: dict[str, Any]) -> list[float]:
     """Where a one-step run's time went (ms, in PHASES' order): the api's answer to its start; its workflow
     tasks' waits (scheduled to started) and work (started to completed), its activity's likewise, the
-    activity split at its call's admission and finish (the api's `tool_calls` row: its last call); its
+    activity split at its call's admission and finish (the api's `action_calls` row: its last call); its
     history's first event to its last."""
     from temporalio.api.enums.v1 import EventType as E
 

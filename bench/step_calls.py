@@ -7,7 +7,7 @@ Starts the routine stack of bench/goals.py (tests/realstack.py) and, each round,
 - `step-shaped`: the same call as a step's activity sends it (worker token, a run's grant, its step and
   the step's Idempotency-Key), from this process: the api's own cost of a routine call;
 - a one-step run of that noop, taken apart from its Temporal history: the workflow tasks (waiting for
-  the worker, and in it), the activity (eager start to completion) and, from the api's `tool_calls`
+  the worker, and in it), the activity (eager start to completion) and, from the api's `action_calls`
   row, the call's admission to its finish (and the same split of both HTTP calls: request to
   admission, admission to finish, finish to answer; the clocks are one machine's).
 
@@ -72,19 +72,19 @@ async def _rounds(stack: Any, args: argparse.Namespace) -> dict[str, list[float]
     from calls.stack import FREE
     from sqlmodel import Session, col, select
 
-    from api.calls.tables import ToolCall
+    from api.calls.tables import ActionCall
 
     one = f"name: one\nsteps:\n  - id: a\n    uses: {FREE}/noop@1\n    with: {{}}\n"
     body = {"ref": f"{FREE}/noop@1", "input": {}}
     out: dict[str, list[float]] = {}
     async with httpx.AsyncClient(base_url=stack.url, timeout=60) as http:
 
-        def last_call(org: Any, surface: str) -> ToolCall:
+        def last_call(org: Any, surface: str) -> ActionCall:
             with Session(stack.engine) as session:
                 call = session.exec(
-                    select(ToolCall)
-                    .where(col(ToolCall.org_id) == org.org_id, col(ToolCall.surface) == surface)
-                    .order_by(col(ToolCall.started_at).desc())
+                    select(ActionCall)
+                    .where(col(ActionCall.org_id) == org.org_id, col(ActionCall.surface) == surface)
+                    .order_by(col(ActionCall.started_at).desc())
                 ).first()
             assert call is not None and call.finished_at is not None
             return call

@@ -23,6 +23,9 @@ it stands). All are kept in `<data dir>/dev.env` (mode 0600) and never printed. 
 8700, node 8710, egress 8720, Temporal 7233, UI 8233, from flags or B3OS_DEV_API_PORT, B3OS_DEV_NODE_PORT,
 B3OS_DEV_EGRESS_PORT, B3OS_DEV_TEMPORAL_PORT, B3OS_DEV_UI_PORT; a taken port is refused before anything
 starts.
+
+The node's, the egress proxy's and the api's modules are imported inside the functions that need them, on
+purpose: every CLI command imports this module, and only one that starts the stack should pay for them.
 """
 
 from __future__ import annotations
@@ -38,15 +41,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING
 
 import httpx
 
+from cli._http import ApiConfig, CliError
+from cli.dev_state import live_stack, prepare, publish_examples
 from cli.stack import Stack, StackError, port_taken
 from engine.temporal_server import dev_server_args
-
-if TYPE_CHECKING:
-    from cli._http import ApiConfig
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_PORTS = {"api": 8700, "node": 8710, "egress": 8720, "temporal": 7233, "ui": 8233}
@@ -236,8 +237,6 @@ def start_embedded(
         StackError: a part failed to start or to become ready; the sentence names it and its log.
         CliError: the dev state could not be made or an example could not be published.
     """
-    from cli.dev import prepare, publish_examples
-
     check_node_can_run()
     check_ports(options.ports)
     ports, data_dir = options.ports, options.data_dir
@@ -431,9 +430,6 @@ def stack_for_command(api_url: str | None, *, data_dir: Path = Path(".b3os")) ->
     Raises:
         CliError: the stack could not start; the sentence says why.
     """
-    from cli._http import ApiConfig, CliError
-    from cli.dev import live_stack
-
     if api_url or os.environ.get("B3OS_API_URL") or live_stack(data_dir / "dev.env") is not None:
         yield None
         return
@@ -459,8 +455,6 @@ def stack_for_command(api_url: str | None, *, data_dir: Path = Path(".b3os")) ->
 
 
 def _ports_or_cli_error() -> dict[str, int]:
-    from cli._http import CliError
-
     try:
         return resolve_ports({})
     except StackError as exc:

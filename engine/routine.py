@@ -235,7 +235,7 @@ SCHEDULES_PER_ROUTINE = 10
 class ScheduleTrigger(_Model):
     """One schedule of a routine: a cron expression in a timezone, the run's inputs, the overlap policy.
 
-    The cron expression and timezone are checked at the edge (engine.schedules, engine.validate).
+    The cron expression and timezone are checked at the edge (engine.cron, engine.validate).
     """
 
     cron: str = Field(

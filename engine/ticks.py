@@ -3,7 +3,7 @@
 A routine's schedule is a Temporal Schedule (`routine-schedule-<schedule id>`) whose action starts a
 `routine-schedule-tick` workflow (engine.schedule_workflow) on the routine workers' task queue. The
 tick asks the api for an ordinary run (activity `start_scheduled_run`: the worker token and the
-schedule's grant, api.runs.schedules), then waits until that run has ended (activity
+schedule's grant, api.schedules.service), then waits until that run has ended (activity
 `wait_run_ended`), so the schedule's overlap policy applies to the runs themselves.
 
 Standard library and pydantic only: the workflow sandbox imports this module.
@@ -25,7 +25,7 @@ def temporal_schedule_id(schedule_id: str) -> str:
 class ScheduleTickInput(BaseModel):
     """The tick's input, fixed when the schedule is created: the schedule and its grant.
 
-    `grant` is the schedule's grant (api.runs.schedules): with the worker token, it lets the tick ask
+    `grant` is the schedule's grant (api.schedules.service): with the worker token, it lets the tick ask
     the api for a run of this schedule, and nothing else; deleting the schedule revokes it.
     """
 

@@ -326,7 +326,7 @@ def _input_problems(data: dict[str, Any], doc: Located) -> list[tuple[int, int, 
 
 def _schedule_problems(routine: Routine, doc: Located) -> list[tuple[int, int, str]]:
     """Each `on: schedule:` item: a 5-field cron, a known timezone, inputs that fit the routine's."""
-    from engine.schedules import ScheduleError, check_cron, check_timezone
+    from engine.cron import ScheduleError, check_cron, check_timezone
 
     problems: list[tuple[int, int, str]] = []
     for i, schedule in enumerate(routine.on.schedule if routine.on else []):

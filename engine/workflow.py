@@ -62,7 +62,6 @@ with workflow.unsafe.imports_passed_through():
     # importer and would be loaded again for each run (its compiled expressions with it)
     import engine.expressions as expressions
     import engine.payloads as payloads
-    from activities.call_action import CallActionInput, CallActionResult
     from engine.routine import RetryPolicy, Routine, Step, transitive_needs
     from engine.runs import (
         FOREACH_MAX_ITEMS,
@@ -73,6 +72,7 @@ with workflow.unsafe.imports_passed_through():
         StepResult,
     )
     from engine.scope import Scope
+    from engine.steps import CALL_ACTION, CallActionInput, CallActionResult
 
 PATCH_NEEDS = "routines-v2-needs"
 """The `workflow.patched` id of routines v2 (needs:, status functions): a run started before it (its
@@ -473,7 +473,7 @@ class RoutineWorkflow:
         timeout = step.timeout_timedelta
         try:
             return await workflow.execute_activity(
-                "call_action",
+                CALL_ACTION,
                 CallActionInput(
                     ref=ref,
                     input=call_input,

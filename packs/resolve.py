@@ -68,13 +68,23 @@ def parse_ref(text: object) -> ActionRef:
         raise ResolveError(str(exc), missing="ref") from None
 
 
+def newest_first(versions: Iterable[str]) -> list[str]:
+    """A pack's versions, newest first by semver (what "newest" means for every caller)."""
+    return sorted({v for v in versions if is_semver(v)}, key=_semver, reverse=True)
+
+
+def newest(versions: Iterable[str], *, major: int | None = None) -> str | None:
+    """The newest of a pack's versions (of one major version when given: what `@<major>` names), or None."""
+    return next((v for v in newest_first(versions) if major is None or _semver(v)[0] == major), None)
+
+
 def pick_version(ref: ActionRef, versions: Iterable[str]) -> str:
     """The version a ref names among the pack's versions.
 
     Raises:
         ResolveError: the pack has no versions, or none that the ref admits (the versions listed).
     """
-    listed = sorted({v for v in versions if is_semver(v)}, key=_semver)
+    listed = newest_first(versions)[::-1]
     if not listed:
         raise ResolveError(f"pack {ref.pack} is not in the registry", missing="pack")
     if ref.is_exact:
@@ -82,9 +92,9 @@ def pick_version(ref: ActionRef, versions: Iterable[str]) -> str:
             return ref.version
         wanted = ref.version
     else:
-        matching = [v for v in listed if _semver(v)[0] == ref.major]
-        if matching:
-            return matching[-1]
+        found = newest(listed, major=ref.major)
+        if found is not None:
+            return found
         wanted = f"{ref.major}.x.y"
     raise ResolveError(
         f"{ref.pack} has no version {wanted} (versions: {', '.join(listed)})", missing="version"

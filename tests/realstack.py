@@ -34,7 +34,7 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from api.calls.tables import IdempotencyRecord, ToolCall
+from api.calls.tables import ActionCall, IdempotencyRecord
 from api.db import make_engine
 from api.runs import grants
 from node.vm import mounts
@@ -148,11 +148,13 @@ class RoutineStack(Stack):
 
     # --- the database ---------------------------------------------------------------------------
 
-    def calls_of(self, org: Org) -> list[ToolCall]:
+    def calls_of(self, org: Org) -> list[ActionCall]:
         """Every tool call of an organization, oldest first."""
         with Session(self.engine) as session:
             stmt = (
-                select(ToolCall).where(col(ToolCall.org_id) == org.org_id).order_by(col(ToolCall.started_at))
+                select(ActionCall)
+                .where(col(ActionCall.org_id) == org.org_id)
+                .order_by(col(ActionCall.started_at))
             )
             return list(session.exec(stmt).all())
 

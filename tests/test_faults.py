@@ -37,7 +37,7 @@ from calls.stack import ECHO, Org, Proc
 from cluster import NODES, Cluster
 from sqlmodel import Session, col, select
 
-from api.calls.tables import RUNNING, IdempotencyRecord, ToolCall
+from api.calls.tables import RUNNING, ActionCall, IdempotencyRecord
 from api.models import utcnow
 from node.config import Settings as NodeSettings
 from node.vm import mounts
@@ -433,7 +433,7 @@ async def _running_on(cluster: Cluster, node_id: str, timeout_s: float = 20) -> 
     while True:
         with Session(cluster.engine) as session:
             found = session.exec(
-                select(ToolCall).where(col(ToolCall.node_id) == node_id, col(ToolCall.state) == RUNNING)
+                select(ActionCall).where(col(ActionCall.node_id) == node_id, col(ActionCall.state) == RUNNING)
             ).first()
         if found is not None:
             return
@@ -562,7 +562,7 @@ async def test_every_node_full_refuses_with_node_busy_and_steps_wait(cluster: Cl
     assert tally.runs["succeeded"] + timed_out == RUNS and tally.runs["succeeded"] >= RUNS // 2, ended
 
 
-def _peak(calls: list[ToolCall], node_id: str) -> int:
+def _peak(calls: list[ActionCall], node_id: str) -> int:
     """The most calls that ran at once on a node."""
     edges = sorted(
         (at, step)

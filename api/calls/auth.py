@@ -18,7 +18,7 @@ from typing import Protocol
 
 from fastapi import Request
 
-from api.calls.service import Caller
+from api.calls.request import Caller
 from api.db import read_session
 from api.deps import bearer_token, principal_of
 from api.errors import Forbidden, Unauthorized

@@ -16,18 +16,17 @@ the key's call is still being placed (no node yet).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
 
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
-from api.calls import idempotency
-from api.calls.errors import CallError, CallInvalid
-from api.calls.executor import HTTP_LANE
-from api.calls.tables import DONE, RUNNING, CallCancel, IdempotencyRecord, ToolCall
-
-if TYPE_CHECKING:
-    from api.calls.service import Answer, Caller, CallService
+from api.calls.answers import Answer
+from api.calls.executor import HTTP_LANE, Executor
+from api.calls.request import Caller
+from api.calls.sessions import CallSessions
+from api.calls.tables import DONE, RUNNING, ActionCall, CallCancel, IdempotencyRecord
+from api.errors import CallError
 
 
 class CallNotFound(CallError):
@@ -40,27 +39,7 @@ class CallNotPlaced(CallError):
     code = "conflict"
 
 
-def parse_cancel(payload: Any) -> str:
-    """The Idempotency-Key of a cancel request body `{"idempotency_key"}`.
-
-    Raises:
-        CallInvalid: naming the field at fault.
-    """
-    if not isinstance(payload, dict):
-        raise CallInvalid("the request body must be a JSON object", details={"field": "body"})
-    extra = sorted(set(payload) - {"idempotency_key"})
-    if extra:
-        raise CallInvalid(f"the field {extra[0]} is not accepted here", details={"field": extra[0]})
-    key = payload.get("idempotency_key")
-    if not isinstance(key, str):
-        raise CallInvalid(
-            "the field idempotency_key is required: the Idempotency-Key the call was sent with",
-            details={"field": "idempotency_key"},
-        )
-    return idempotency.check_key(key)
-
-
-def _find(session: Session, caller: Caller, key: str | None, call_id: str | None) -> ToolCall | None:
+def _find(session: Session, caller: Caller, key: str | None, call_id: str | None) -> ActionCall | None:
     """The caller's call by id or by key (None when it has finished without a row); raises when unknown."""
     if key is not None:
         record = session.get(IdempotencyRecord, (caller.org_id, key))
@@ -74,26 +53,34 @@ def _find(session: Session, caller: Caller, key: str | None, call_id: str | None
             )
         call_id = record.call_id
     assert call_id is not None
-    call = session.get(ToolCall, call_id)
+    call = session.get(ActionCall, call_id)
     if call is None or call.org_id != caller.org_id:
         raise CallNotFound(f"this organization has no call {call_id[:60]!r}")
     return call
 
 
 async def cancel_call(
-    service: CallService, caller: Caller, *, key: str | None = None, call_id: str | None = None
+    db: CallSessions,
+    executor: Callable[[str], Executor],
+    caller: Caller,
+    *,
+    key: str | None = None,
+    call_id: str | None = None,
 ) -> Answer:
-    """Cancel the caller's call named by `call_id` or by its Idempotency-Key (see the module docstring)."""
-    from api.calls.service import Answer
+    """Cancel the caller's call named by `call_id` or by its Idempotency-Key (see the module docstring).
 
+    Args:
+        db: The call path's database work.
+        executor: The executor of an action kind (it stops the call).
+    """
     try:
-        call: ToolCall | None = await service._db(lambda s: _find(s, caller, key, call_id))
+        call: ActionCall | None = await db.run(lambda s: _find(s, caller, key, call_id))
     except CallError as exc:
-        return Answer(exc.status, exc.body(), exc.headers)
+        return Answer.of_error(exc)
     if call is None or call.state != RUNNING:
         found = call.id if call is not None else None
         return Answer(200, {"call_id": found, "state": "finished"})
-    state = await service.executor("http" if call.node_id == HTTP_LANE else "vm").cancel(call)
+    state = await executor("http" if call.node_id == HTTP_LANE else "vm").cancel(call)
 
     def record(session: Session) -> None:
         session.add(CallCancel(call_id=call.id, org_id=caller.org_id, key_id=caller.key_id, node_state=state))
@@ -102,5 +89,5 @@ async def cancel_call(
         except IntegrityError:  # cancelled twice: the first cancel is kept
             session.rollback()
 
-    await service._db(record)
+    await db.run(record)
     return Answer(202, {"call_id": call.id, "state": "cancelled", "node": state})

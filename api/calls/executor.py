@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from api.calls.costs import Cost
-from api.calls.errors import CallError
 from api.calls.inputs import CheckedInput
-from api.calls.tables import ToolCall
+from api.calls.tables import ActionCall
+from api.errors import CallError
 from api.nodes import LiveNode
 from api.rawsql import Reads
 from packs.resolve import Resolved
@@ -73,10 +73,10 @@ class Executor(Protocol):
         """Add what the call needs before admission, or raise its `CallError` (nothing charged)."""
         ...
 
-    async def execute(self, call: ToolCall, prepared: Prepared) -> Execution:
+    async def execute(self, call: ActionCall, prepared: Prepared) -> Execution:
         """Run the admitted call and say how it ended (errors are in the Execution, not raised)."""
         ...
 
-    async def cancel(self, call: ToolCall) -> str:
+    async def cancel(self, call: ActionCall) -> str:
         """Stop a running call; the state the cancel reached (`killed`, `stopped`, `unknown`, ...)."""
         ...

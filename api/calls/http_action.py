@@ -32,33 +32,25 @@ import asyncio
 import base64
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 from sqlmodel import Session
 
-from api.calls.costs import http_call_cost
-from api.calls.errors import (
-    ActionFailed,
-    ActionTimedOut,
-    ActionUnavailable,
-    CallError,
-    CallInvalid,
-    RateLimited,
-)
+from api.calls.costs import UnitPrices, http_call_cost
+from api.calls.errors import ActionFailed, ActionTimedOut, ActionUnavailable, CallInvalid
 from api.calls.executor import Execution, Prepared
 from api.calls.http_template import read_response, render_request, response_scope
 from api.calls.inputs import schema_errors
 from api.calls.metering import ACTION_CALL, PUBLISHER_MICROUSD
-from api.calls.tables import ToolCall
+from api.calls.sessions import CallSessions
+from api.calls.tables import ActionCall
 from api.connections import service as connections
+from api.errors import CallError, RateLimited
 from api.rawsql import Reads
 from b3os import retry_after_seconds
 from packs.manifest import HttpImpl
 from telemetry import tracing
-
-if TYPE_CHECKING:
-    from api.calls.service import CallService
 
 FETCH_PATH = "/v1/egress/fetch"
 MAX_BODY_BYTES = 1024 * 1024
@@ -90,11 +82,29 @@ class HttpExecutor:
 
     tier = "http"
 
-    def __init__(self, service: CallService, *, egress_url: str | None, egress_token: str | None) -> None:
-        self._service = service
+    def __init__(
+        self, *, db: CallSessions, prices: UnitPrices, egress_url: str | None, egress_token: str | None
+    ) -> None:
+        self._db = db
+        self._prices = prices
+        self._client: httpx.AsyncClient | None = None  # to the egress proxy, made on first use
         self._url = egress_url.rstrip("/") if egress_url else None
         self._token = egress_token
         self._running: dict[str, asyncio.Task[Any]] = {}
+
+    async def aclose(self) -> None:
+        """Close the HTTP client to the egress proxy."""
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    def _egress(self) -> httpx.AsyncClient:
+        """The HTTP client to the egress proxy (it never follows redirects: the proxy does)."""
+        if self._client is None:
+            self._client = httpx.AsyncClient(
+                limits=httpx.Limits(max_connections=200, max_keepalive_connections=50), follow_redirects=False
+            )
+        return self._client
 
     def read(self, reads: Reads, prepared: Prepared, *, org_id: str) -> Prepared:
         """Nothing: `prepare` reads the connections (only when the action needs some)."""
@@ -117,7 +127,7 @@ class HttpExecutor:
         def found(session: Session) -> dict[str, Any]:
             return connections.connections_for(session, org_id=org_id, pack=resolved.pack) if needed else {}
 
-        rows = await self._service._db(found)
+        rows = await self._db.run(found)
         for key in needed:
             if key not in rows:
                 definition = resolved.manifest.connection(key)
@@ -144,7 +154,7 @@ class HttpExecutor:
         }
         return replace(prepared, state=state)
 
-    async def cancel(self, call: ToolCall) -> str:
+    async def cancel(self, call: ActionCall) -> str:
         """Abandon the call's request when this api process runs it."""
         task = self._running.get(call.id)
         if task is None:
@@ -152,7 +162,7 @@ class HttpExecutor:
         task.cancel()
         return "stopped"
 
-    async def execute(self, call: ToolCall, prepared: Prepared) -> Execution:
+    async def execute(self, call: ActionCall, prepared: Prepared) -> Execution:
         """Send the request through the proxy and read the answer."""
         phases = {"template": prepared.state["template_ms"]}
         started = time.perf_counter()
@@ -184,7 +194,7 @@ class HttpExecutor:
             return self._ended(error, sent=False, price=prepared.price, phases=phases)
         return self._ended(error, sent=True, price=prepared.price, phases=phases, output=output)
 
-    async def _fetch(self, call: ToolCall, prepared: Prepared) -> dict[str, Any]:
+    async def _fetch(self, call: ActionCall, prepared: Prepared) -> dict[str, Any]:
         rendered = prepared.state["request"]
         body = {
             "method": rendered.method,
@@ -198,7 +208,7 @@ class HttpExecutor:
             "max_redirects": MAX_REDIRECTS,
         }
         try:
-            response = await self._service._http().post(
+            response = await self._egress().post(
                 f"{self._url}{FETCH_PATH}",
                 json=body,
                 headers=tracing.injected({"Authorization": f"Bearer {self._token}"}),
@@ -211,7 +221,7 @@ class HttpExecutor:
             return {"error": {"reason": "egress_down", "sent": False, "status": response.status_code}}
         return answer
 
-    async def _store_refreshed(self, call: ToolCall, prepared: Prepared, refreshed: Any) -> None:
+    async def _store_refreshed(self, call: ActionCall, prepared: Prepared, refreshed: Any) -> None:
         """Keep the tokens the proxy refreshed (sealed; compare-and-set on the token the call sent)."""
         olds = {c["id"]: c["sealed"] for c in prepared.state["credentials"]}
         fresh = [
@@ -232,10 +242,10 @@ class HttpExecutor:
                     new_sealed=sealed,
                 )
 
-        await self._service._db(store)
+        await self._db.run(store)
 
     def _proxy_error(
-        self, error: dict[str, Any], call: ToolCall, price: int, phases: dict[str, float]
+        self, error: dict[str, Any], call: ActionCall, price: int, phases: dict[str, float]
     ) -> Execution:
         reason = str(error.get("reason") or "")
         sent = error.get("sent") is True
@@ -317,7 +327,7 @@ class HttpExecutor:
         output: Any = None,
     ) -> Execution:
         started = time.perf_counter()
-        cost = http_call_cost(self._service.prices, sent=sent, answered=error is None, price=price)
+        cost = http_call_cost(self._prices, sent=sent, answered=error is None, price=price)
         phases["cost"] = round((time.perf_counter() - started) * 1000, 3)
         units = [(ACTION_CALL, 1)] if sent else []
         if cost.price > 0:

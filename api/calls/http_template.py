@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
-from api.calls.errors import ActionFailed, CallError, CallInvalid
+from api.calls.errors import ActionFailed, CallInvalid
+from api.errors import CallError
 from engine import expressions
 from engine.expressions import Expr, ExpressionError
 from packs.manifest import HttpErrorRule, HttpRequest, HttpResponse, host_allowed

@@ -38,10 +38,11 @@ from sqlmodel import Session, col, select
 
 from api import rawsql
 from api.calls.earnings import add_months
-from api.calls.errors import ConcurrencyLimited, QuotaExceeded, RateLimited, ToolUnavailable
+from api.calls.errors import ConcurrencyLimited, QuotaExceeded, ToolUnavailable
 from api.calls.executor import HTTP_LANE
 from api.calls.settings import CallSettings
-from api.calls.tables import DONE, LOST, RUNNING, ToolCall
+from api.calls.tables import DONE, LOST, RUNNING, ActionCall
+from api.errors import RateLimited
 
 WINDOW = dt.timedelta(seconds=60)
 
@@ -57,7 +58,7 @@ class Candidate(Protocol):
     def slots_free(self) -> int: ...
 
 
-_CALLS = ToolCall.__table__  # type: ignore[attr-defined]
+_CALLS = ActionCall.__table__  # type: ignore[attr-defined]
 # Built once and run on the session's connection by the driver (api.rawsql): every call's admission
 # runs them.
 _ADD_CALL = insert(_CALLS)
@@ -120,14 +121,14 @@ def _lock(session: Session, names: Sequence[str]) -> None:
         session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": zlib.crc32(name.encode()) - 2**31})
 
 
-def _running(session: Session, now: dt.datetime, *where: Any) -> list[ToolCall]:
-    stmt = select(ToolCall).where(
-        col(ToolCall.state) == RUNNING, col(ToolCall.lease_expires_at) > now, *where
+def _running(session: Session, now: dt.datetime, *where: Any) -> list[ActionCall]:
+    stmt = select(ActionCall).where(
+        col(ActionCall.state) == RUNNING, col(ActionCall.lease_expires_at) > now, *where
     )
     return list(session.exec(stmt).all())
 
 
-def _soonest_end(calls: Sequence[ToolCall], now: dt.datetime) -> float:
+def _soonest_end(calls: Sequence[ActionCall], now: dt.datetime) -> float:
     """Seconds until the soonest of `calls` must have ended (its deadline)."""
     return min((c.deadline_at - now).total_seconds() for c in calls) if calls else 1.0
 
@@ -135,21 +136,21 @@ def _soonest_end(calls: Sequence[ToolCall], now: dt.datetime) -> float:
 def _typical_s(session: Session, pack: str, version: str, action: str) -> float | None:
     """The 90th percentile time of the last finished calls of an action version (None before its first)."""
     rows = session.exec(
-        select(ToolCall.started_at, ToolCall.finished_at)
+        select(ActionCall.started_at, ActionCall.finished_at)
         .where(
-            col(ToolCall.pack) == pack,
-            col(ToolCall.version) == version,
-            col(ToolCall.action) == action,
-            col(ToolCall.state) == DONE,
+            col(ActionCall.pack) == pack,
+            col(ActionCall.version) == version,
+            col(ActionCall.action) == action,
+            col(ActionCall.state) == DONE,
         )
-        .order_by(col(ToolCall.finished_at).desc())
+        .order_by(col(ActionCall.finished_at).desc())
         .limit(TYPICAL_OF)
     ).all()
     times = sorted((end - start).total_seconds() for start, end in rows if end is not None)
     return times[min(len(times) - 1, len(times) * 9 // 10)] if times else None
 
 
-def _expected_end(session: Session, calls: Sequence[ToolCall], now: dt.datetime) -> float:
+def _expected_end(session: Session, calls: Sequence[ActionCall], now: dt.datetime) -> float:
     """Seconds until the soonest of `calls` is expected to end (see the module's docstring)."""
     if not calls:
         return 1.0
@@ -199,20 +200,20 @@ def _check_org(
     else:
         limit, what = settings.http_calls_per_org, "HTTP action calls"
     if lane_count >= limit:
-        running = _running(session, now, col(ToolCall.org_id) == adm.org_id)
+        running = _running(session, now, col(ActionCall.org_id) == adm.org_id)
         lane = [c for c in running if _in_lane(adm, c.node_id)]
         raise ConcurrencyLimited(
             f"this organization already runs {len(lane)} {what} at once, the most it may",
             retry_after=_expected_end(session, lane, now),
             details={"limit": limit},
         )
-    in_window = (col(ToolCall.org_id) == adm.org_id, col(ToolCall.started_at) > now - WINDOW)
+    in_window = (col(ActionCall.org_id) == adm.org_id, col(ActionCall.started_at) > now - WINDOW)
     starts = int(rawsql.execute(session, _STARTS, {"org": adm.org_id, "since": now - WINDOW}).scalar())
     if starts >= settings.starts_per_minute:
         oldest_counted = session.execute(
-            sa_select(col(ToolCall.started_at))
+            sa_select(col(ActionCall.started_at))
             .where(*in_window)
-            .order_by(col(ToolCall.started_at))
+            .order_by(col(ActionCall.started_at))
             .offset(starts - settings.starts_per_minute)
             .limit(1)
         ).scalar_one()
@@ -223,11 +224,11 @@ def _check_org(
         )
     if adm.price <= 0 and adm.spend_cap_microusd is None:
         return
-    running = _running(session, now, col(ToolCall.org_id) == adm.org_id)
+    running = _running(session, now, col(ActionCall.org_id) == adm.org_id)
     month_end = add_months(month_start(now), 1)
     to_month_end = (month_end - now).total_seconds()
     if adm.price > 0:
-        spent = _sum(session, ToolCall.price, col(ToolCall.org_id) == adm.org_id, now)
+        spent = _sum(session, ActionCall.price, col(ActionCall.org_id) == adm.org_id, now)
         held = [c for c in running if c.price_microusd > 0]
         reserved = sum(c.price_microusd for c in held)
         quota = settings.org_publisher_quota_microusd
@@ -242,7 +243,7 @@ def _check_org(
         cap = adm.spend_cap_microusd
         prices = settings.unit_prices()
         need = adm.price + adm.floor_microusd(settings)
-        spent = _sum(session, ToolCall.total, col(ToolCall.key_id) == adm.key_id, now)
+        spent = _sum(session, ActionCall.total, col(ActionCall.key_id) == adm.key_id, now)
         held = [c for c in running if c.key_id == adm.key_id]
         reserved = sum(
             c.price_microusd
@@ -260,7 +261,7 @@ def _check_org(
 
 def _sum(session: Session, column: Any, where: Any, now: dt.datetime) -> int:
     stmt = select(func.coalesce(func.sum(column), 0)).where(
-        where, col(ToolCall.state) != RUNNING, col(ToolCall.started_at) >= month_start(now)
+        where, col(ActionCall.state) != RUNNING, col(ActionCall.started_at) >= month_start(now)
     )
     return int(session.exec(stmt).one())
 
@@ -278,7 +279,7 @@ def _pick_node(
         if per_node[node.node_id] < capacity:
             loads.append((per_node[node.node_id], -node.slots_free, node.node_id, node))
     if not loads:
-        busy = _running(session, now, col(ToolCall.node_id).in_([n.node_id for n in nodes]))
+        busy = _running(session, now, col(ActionCall.node_id).in_([n.node_id for n in nodes]))
         raise ToolUnavailable(
             "every node that has this tool already runs as many calls as it may; nothing was billed",
             reason="node_busy",
@@ -295,7 +296,7 @@ def admit(
     settings: CallSettings,
     clock: Callable[[], dt.datetime],
     also: Callable[[Session], None] | None = None,
-) -> ToolCall:
+) -> ActionCall:
     """Check every limit and take the call's lease on the least loaded node, in one transaction.
 
     `also` adds its writes to that transaction (the service links the call to its Idempotency-Key's
@@ -321,7 +322,7 @@ def admit(
         else:
             node_id = _pick_node(session, nodes, per_node, settings, now).node_id
         deadline = now + dt.timedelta(milliseconds=adm.timeout_ms, seconds=settings.call_overhead_s)
-        call = ToolCall(
+        call = ActionCall(
             id=adm.call_id,
             org_id=adm.org_id,
             key_id=adm.key_id,
@@ -353,8 +354,8 @@ def mark_lost(session: Session, *, now: dt.datetime) -> int:
     A lost call is never billed: its api process died before it heard the node's answer.
     """
     result = session.execute(
-        update(ToolCall)
-        .where(col(ToolCall.state) == RUNNING, col(ToolCall.lease_expires_at) <= now)
+        update(ActionCall)
+        .where(col(ActionCall.state) == RUNNING, col(ActionCall.lease_expires_at) <= now)
         .values(state=LOST, finished_at=now)
     )
     session.commit()

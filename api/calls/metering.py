@@ -28,7 +28,7 @@ from sqlmodel import Session, col, select
 
 from api import rawsql
 from api.calls.costs import Cost
-from api.calls.tables import DONE, RUNNING, MeterEvent, ToolCall
+from api.calls.tables import DONE, RUNNING, ActionCall, MeterEvent
 
 VCPU_MS = "actions.vcpu_ms"
 GIB_MS = "actions.gib_ms"
@@ -52,7 +52,7 @@ class Outcome:
     units: tuple[tuple[str, int], ...] = ()
 
 
-_CALLS = ToolCall.__table__  # type: ignore[attr-defined]
+_CALLS = ActionCall.__table__  # type: ignore[attr-defined]
 _EVENTS = MeterEvent.__table__  # type: ignore[attr-defined]
 # Built once, run on the session's connection by the driver (api.rawsql: no ORM, no SQLAlchemy
 # execution, no statement built per call): these run for every call.
@@ -71,7 +71,7 @@ _FINISH = (
 _ADD_EVENTS = insert(_EVENTS)
 
 
-def record(session: Session, *, call: ToolCall, outcome: Outcome, now: dt.datetime) -> None:
+def record(session: Session, *, call: ActionCall, outcome: Outcome, now: dt.datetime) -> None:
     """Finish a call's row (freeing its slots) and add its meter events, in the caller's transaction."""
     cost = outcome.cost
     rawsql.execute(
@@ -128,20 +128,20 @@ def usage(session: Session, *, org_id: str, start: dt.datetime, end: dt.datetime
         per_key.setdefault(key_id, dict.fromkeys(UNITS, 0))[unit] = int(quantity)
     cost_rows = session.execute(
         sa_select(
-            col(ToolCall.key_id),
+            col(ActionCall.key_id),
             func.count(),
-            func.sum(col(ToolCall.compute)),
-            func.sum(col(ToolCall.floor)),
-            func.sum(col(ToolCall.price)),
-            func.sum(col(ToolCall.total)),
+            func.sum(col(ActionCall.compute)),
+            func.sum(col(ActionCall.floor)),
+            func.sum(col(ActionCall.price)),
+            func.sum(col(ActionCall.total)),
         )
         .where(
-            col(ToolCall.org_id) == org_id,
-            col(ToolCall.state) == DONE,
-            col(ToolCall.finished_at) >= start,
-            col(ToolCall.finished_at) < end,
+            col(ActionCall.org_id) == org_id,
+            col(ActionCall.state) == DONE,
+            col(ActionCall.finished_at) >= start,
+            col(ActionCall.finished_at) < end,
         )
-        .group_by(col(ToolCall.key_id))
+        .group_by(col(ActionCall.key_id))
     ).all()
     keys = []
     totals = dict.fromkeys(("calls", "compute", "floor", "price", "total"), 0)

@@ -18,8 +18,11 @@ A call that was admitted is finished and recorded even if the client stopped wai
 runs in its own task, shielded from the request's cancellation. To stop it, cancel it
 (`api.calls.cancel`): its executor stops it and the call ends with that outcome. A database that
 cannot be reached when the outcome is to be recorded (or the key's claim released) is waited for, up
-to `lease_grace_s` (`_record`): otherwise a call that ran would keep its lease and its key's claim
-until they expired, and its retry would wait that long.
+to `lease_grace_s` (api.calls.sessions).
+
+The request and its rules are `api.calls.request`'s, the answer's shape `api.calls.answers`'; each
+executor (api.calls.executor) gets what it needs at construction (the sessions, settings, clock, unit
+prices and its own clients), never the service.
 """
 
 from __future__ import annotations
@@ -32,11 +35,8 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-import anyio
-import httpx
 from sqlalchemy import Engine
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlmodel import Session
@@ -44,9 +44,9 @@ from sqlmodel import Session
 from api import metrics, registry
 from api.accounts import new_id
 from api.calls import cancel, idempotency, limits, metering
-from api.calls.costs import Cost, action_price_microusd
+from api.calls.answers import Answer, answer_of, failed_outcome, outcome_of
+from api.calls.costs import action_price_microusd
 from api.calls.errors import (
-    CallError,
     CallInvalid,
     ConcurrencyLimited,
     IdempotencyInProgress,
@@ -54,20 +54,23 @@ from api.calls.errors import (
     RefNotFound,
     ToolUnavailable,
 )
-from api.calls.executor import HTTP_LANE, Execution, Executor, Prepared
+from api.calls.executor import HTTP_LANE, Executor, Prepared
+from api.calls.http_action import HttpExecutor
 from api.calls.inputs import check_input
+from api.calls.request import CallBody, Caller, parse_ref, parse_request
+from api.calls.sessions import CallSessions
 from api.calls.settings import CallSettings
-from api.calls.tables import ToolCall
-from api.db import WriterBusy, now_or_never, run_reading
+from api.calls.tables import ActionCall
+from api.calls.vm import VmExecutor
+from api.db import run_reading
+from api.errors import CallError
 from api.models import utcnow
 from api.rawsql import Reads
-from http1.client import Http1
 from packs.resolve import Resolved, ResolveError
 
 log = logging.getLogger(__name__)
 
 MAINTENANCE_S = 600.0
-RECORD_RETRY_S = 1.0
 ADMISSION_POLL_S = 0.5
 """About how often a waiting routine call tries admission again without a wake-up (a slot freed by
 another api process); seldom, since each try is a write transaction (on SQLite, the write lock)."""
@@ -77,85 +80,6 @@ TWIN_FIRST_PAUSE_S = 0.05
 TWIN_LAST_PAUSE_S = 1.0
 """A request waiting on its running Idempotency-Key twin reads the key again after 50 ms, doubling up to
 1 s; a twin running in this process wakes it at once when it ends."""
-
-
-@dataclass(frozen=True)
-class Caller:
-    """Who calls: the key the call is metered under, and the surface it came through.
-
-    `run_key` is set for a routine step's call (api.runs.grants): the one Idempotency-Key it may use.
-    """
-
-    org_id: str
-    key_id: str
-    spend_cap_microusd: int | None = None
-    surface: str = "http"
-    run_key: str | None = None
-
-
-@dataclass
-class Answer:
-    """The answer of a call: HTTP status, JSON body and headers."""
-
-    status: int
-    body: dict[str, Any]
-    headers: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class CallRequest:
-    """A parsed call request."""
-
-    ref: str
-    input: dict[str, Any]
-    timeout_ms: int | None
-
-    def canonical(self) -> dict[str, Any]:
-        """What identifies the request for Idempotency-Key."""
-        return {"ref": self.ref, "input": self.input, "timeout_ms": self.timeout_ms}
-
-
-def parse_request(payload: Any) -> CallRequest:
-    """Check the request body `{"ref", "input", "timeout_ms"?}`.
-
-    Raises:
-        CallInvalid: naming the field at fault.
-    """
-    if not isinstance(payload, dict):
-        raise CallInvalid("the request body must be a JSON object", details={"field": "body"})
-    extra = sorted(set(payload) - {"ref", "input", "timeout_ms"})
-    if extra:
-        raise CallInvalid(f"the field {extra[0]} is not accepted here", details={"field": extra[0]})
-    ref = payload.get("ref")
-    if not isinstance(ref, str) or not ref:
-        raise CallInvalid(
-            "the field ref is required: an action ref such as com.example.tools/echo/echo@1",
-            details={"field": "ref"},
-        )
-    value = payload.get("input", {})
-    if not isinstance(value, dict):
-        raise CallInvalid(
-            f"input must be a JSON object, not {type(value).__name__}", details={"field": "input"}
-        )
-    timeout_ms = payload.get("timeout_ms")
-    if timeout_ms is not None and (
-        isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or timeout_ms < 1
-    ):
-        raise CallInvalid(
-            f"timeout_ms must be a whole number of milliseconds of at least 1, not {timeout_ms!r}",
-            details={"field": "timeout_ms"},
-        )
-    return CallRequest(ref=ref, input=value, timeout_ms=timeout_ms)
-
-
-def parse_ref(text: Any) -> Any:
-    """Parse the request's `ref`, refusing a bad one with `400 invalid_request` naming it."""
-    from packs.resolve import parse_ref as parse
-
-    try:
-        return parse(text)
-    except ResolveError as exc:
-        raise CallInvalid(str(exc), details={"field": "ref"}) from None
 
 
 def _ms(seconds: float) -> float:
@@ -174,71 +98,24 @@ class CallService:
         egress_token: str | None = None,
         clock: Callable[[], dt.datetime] = utcnow,
     ) -> None:
-        """Keep the engine and settings; the HTTP client to the egress proxy is made on first use (it never
-        follows redirects)."""
+        """Keep the engine and settings, and make an executor per action kind with what it needs."""
         self.engine = engine
-        self._now = now_or_never(engine)  # SQLite: short writes on the loop when their turn is free
+        self.db = CallSessions(engine, lease_grace_s=settings.lease_grace_s)
         self.settings = settings
         self.clock = clock
-        self.prices = settings.unit_prices()
-        self._client: httpx.AsyncClient | None = None  # to the egress proxy (HTTP actions)
-        self.node_http = Http1()  # to the nodes
         self._next_maintenance = 0.0
         self._waiting: collections.deque[asyncio.Future[None]] = collections.deque()
         self._twins: dict[tuple[str, str], asyncio.Event] = {}  # (org, key) of this process's running calls
         self._versions: registry.KnownVersions = {}  # pack versions read (immutable: never invalidated)
-        from api.calls.http_action import HttpExecutor
-        from api.calls.vm import VmExecutor
-
-        self.executors: dict[str, Executor] = {
-            "vm": VmExecutor(self),
-            "http": HttpExecutor(self, egress_url=egress_url, egress_token=egress_token),
-        }
+        prices = settings.unit_prices()
+        self._vm = VmExecutor(db=self.db, settings=settings, prices=prices, clock=clock)
+        self._http = HttpExecutor(db=self.db, prices=prices, egress_url=egress_url, egress_token=egress_token)
+        self.executors: dict[str, Executor] = {"vm": self._vm, "http": self._http}
 
     async def aclose(self) -> None:
-        """Close the HTTP clients to the egress proxy and the nodes."""
-        await self.node_http.aclose()
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
-
-    def _http(self) -> httpx.AsyncClient:
-        if self._client is None:
-            self._client = httpx.AsyncClient(
-                limits=httpx.Limits(max_connections=200, max_keepalive_connections=50), follow_redirects=False
-            )
-        return self._client
-
-    async def _db(self, fn: Callable[[Session], Any]) -> Any:
-        def run() -> Any:
-            with Session(self.engine, expire_on_commit=False) as session:
-                return fn(session)
-
-        return await anyio.to_thread.run_sync(run)
-
-    async def _write(self, fn: Callable[[Session], Any]) -> Any:
-        """`_db` for a call's short write transactions (its key's claim, its admission, its finish): on
-        SQLite at once on the event loop when the writers' turn is free at that moment, else in a worker
-        thread as `_db`. The two thread hops a call made for them were a tenth of the api's CPU a call."""
-        if self._now is not None:
-            try:
-                with Session(self._now, expire_on_commit=False) as session:
-                    return fn(session)
-            except WriterBusy:
-                pass  # nothing ran: its transaction did not begin
-        return await self._db(fn)
-
-    async def _record(self, fn: Callable[[Session], Any]) -> Any:
-        """`_db` for a write that must not be lost (a call's outcome, a claim's release): while the database
-        cannot be reached, try again every second, up to `lease_grace_s`."""
-        give_up = time.monotonic() + self.settings.lease_grace_s
-        while True:
-            try:
-                return await self._write(fn)
-            except (OperationalError, InterfaceError):
-                if time.monotonic() > give_up:
-                    raise
-            await asyncio.sleep(RECORD_RETRY_S)
+        """Close the executors' HTTP clients (to the nodes, to the egress proxy)."""
+        await self._vm.aclose()
+        await self._http.aclose()
 
     # --- the entry point ------------------------------------------------------------------------
 
@@ -255,7 +132,7 @@ class CallService:
                 if replay is not None:
                     return metrics.replayed(caller.surface, replay)
         except CallError as exc:
-            return metrics.answered(caller.surface, Answer(exc.status, exc.body(), exc.headers), started)
+            return metrics.answered(caller.surface, Answer.of_error(exc), started)
         task = asyncio.ensure_future(self._execute(caller, request, idempotency_key, started))
         if idempotency_key is not None:  # its answer is stored (or its claim released) when the task ends
             twin, ended = (caller.org_id, idempotency_key), asyncio.Event()
@@ -269,7 +146,7 @@ class CallService:
 
     async def cancel(self, caller: Caller, *, key: str | None = None, call_id: str | None = None) -> Answer:
         """Cancel a running call of the caller's organization, by its Idempotency-Key or its id."""
-        return await cancel.cancel_call(self, caller, key=key, call_id=call_id)
+        return await cancel.cancel_call(self.db, self.executor, caller, key=key, call_id=call_id)
 
     async def _claim(self, caller: Caller, key: str, digest: str) -> Answer | None:
         hold_s = self.settings.max_call_timeout_ms / 1000 + self.settings.call_overhead_s
@@ -278,7 +155,7 @@ class CallService:
         while True:
             # looked up before the read: a twin of this process that ends meanwhile has set it already
             twin = self._twins.get((caller.org_id, key))
-            claim: idempotency.Claim = await self._write(
+            claim: idempotency.Claim = await self.db.write(
                 lambda s: idempotency.try_claim(
                     s,
                     org_id=caller.org_id,
@@ -304,17 +181,17 @@ class CallService:
                 await asyncio.wait_for((twin or asyncio.Event()).wait(), timeout=pause_s)
             pause_s = min(2 * pause_s, TWIN_LAST_PAUSE_S)
 
-    async def _execute(self, caller: Caller, request: CallRequest, key: str | None, started: float) -> Answer:
-        call: ToolCall | None = None
+    async def _execute(self, caller: Caller, request: CallBody, key: str | None, started: float) -> Answer:
+        call: ActionCall | None = None
         outcome: metering.Outcome | None = None
         try:
             answer, call, outcome = await self._run(caller, request, key, started)
         except CallError as exc:
-            answer = Answer(exc.status, exc.body(), exc.headers)
+            answer = Answer.of_error(exc)
         except BaseException:
-            await self._record(lambda s: self._finish(s, caller, key, None, call, _failed_outcome()))
+            await self.db.record(lambda s: self._finish(s, caller, key, None, call, failed_outcome()))
             raise
-        await self._record(lambda s: self._finish(s, caller, key, answer, call, outcome))
+        await self.db.record(lambda s: self._finish(s, caller, key, answer, call, outcome))
         if call is not None:
             self._wake(WAKE_PER_FINISH)
         await self._maintain()
@@ -334,13 +211,13 @@ class CallService:
                 waiter.set_result(None)
                 count -= 1
 
-    async def _admit(self, caller: Caller, admit: Callable[[Session], ToolCall]) -> ToolCall:
+    async def _admit(self, caller: Caller, admit: Callable[[Session], ActionCall]) -> ActionCall:
         """Admit the call; a routine step's call waits for a slot up to `routine_admission_wait_s`."""
         wait_s = self.settings.routine_admission_wait_s if caller.surface == "routine" else 0.0
         give_up = time.monotonic() + wait_s
         while True:
             try:
-                call: ToolCall = await self._write(admit)
+                call: ActionCall = await self.db.write(admit)
                 return call
             except (ConcurrencyLimited, ToolUnavailable) as exc:
                 left = give_up - time.monotonic()
@@ -369,7 +246,7 @@ class CallService:
             idempotency.purge(session, now=now)
 
         try:
-            await self._db(sweep)
+            await self.db.run(sweep)
         except (OperationalError, InterfaceError) as exc:  # the call's answer stands; the next call sweeps
             log.warning("the calls' sweep could not reach the database: %s", type(exc).__name__)
             self._next_maintenance = 0.0
@@ -380,7 +257,7 @@ class CallService:
         caller: Caller,
         key: str | None,
         answer: Answer | None,
-        call: ToolCall | None,
+        call: ActionCall | None,
         outcome: metering.Outcome | None,
     ) -> None:
         now = self.clock()
@@ -402,7 +279,7 @@ class CallService:
 
     # --- one call -------------------------------------------------------------------------------
 
-    async def _prepare(self, caller: Caller, request: CallRequest) -> Prepared:
+    async def _prepare(self, caller: Caller, request: CallBody) -> Prepared:
         """Resolve the ref, check the input, price and time the call, then its executor's preparation: the
         database part on one driver connection where `run_reading` puts reads, the rest (if any) on the
         loop."""
@@ -438,8 +315,8 @@ class CallService:
         return found
 
     async def _run(
-        self, caller: Caller, request: CallRequest, key: str | None, started: float
-    ) -> tuple[Answer, ToolCall | None, metering.Outcome | None]:
+        self, caller: Caller, request: CallBody, key: str | None, started: float
+    ) -> tuple[Answer, ActionCall | None, metering.Outcome | None]:
         prepared = await self._prepare(caller, request)
         resolved = prepared.resolved
         executor = self.executor(resolved.kind)
@@ -462,7 +339,7 @@ class CallService:
             if key is not None:
                 idempotency.link_call(session, org_id=caller.org_id, key=key, call_id=adm.call_id)
 
-        def admit(session: Session) -> ToolCall:
+        def admit(session: Session) -> ActionCall:
             return limits.admit(
                 session, adm=adm, nodes=prepared.nodes, settings=self.settings, clock=self.clock, also=link
             )
@@ -471,40 +348,11 @@ class CallService:
         try:
             execution = await executor.execute(call, prepared)
         except BaseException:
-            await self._record(lambda s: self._finish(s, caller, None, None, call, _failed_outcome()))
+            await self.db.record(lambda s: self._finish(s, caller, None, None, call, failed_outcome()))
             raise
-        return self._answer(executor.tier, call, resolved, execution, validate_ms), call, _outcome(execution)
+        return answer_of(executor.tier, call, resolved, execution, validate_ms), call, outcome_of(execution)
 
-    @staticmethod
-    def _answer(
-        tier: str, call: ToolCall, resolved: Resolved, execution: Execution, validate_ms: float
-    ) -> Answer:
-        """The one answer shape: `{call_id, ref, tier, output, cost, timings}`, or the error with them."""
-        phases = {"validate": validate_ms, **execution.phases}
-        shared = {
-            "call_id": call.id,
-            "ref": resolved.pin,
-            "cost": execution.cost.as_dict(),
-            "timings": phases,
-        }
-        error = execution.error
-        if error is not None:
-            body = error.body()
-            body["error"].update({**shared, "tier": tier})
-            return Answer(error.status, body, error.headers)
-        return Answer(
-            200,
-            {
-                "call_id": call.id,
-                "ref": resolved.pin,
-                "tier": tier,
-                "output": execution.output,
-                "cost": shared["cost"],
-                "timings": phases,
-            },
-        )
-
-    def _timeout_ms(self, resolved: Resolved, request: CallRequest, price: int) -> int:
+    def _timeout_ms(self, resolved: Resolved, request: CallBody, price: int) -> int:
         own = resolved.action.execution.timeout_ms or self.settings.default_action_timeout_ms
         if request.timeout_ms is not None and price > 0 and request.timeout_ms < own:
             raise CallInvalid(
@@ -527,29 +375,3 @@ def _orphan_ended(task: asyncio.Future[Answer]) -> None:
         )
     elif exc is not None:
         log.error("a call failed after its request stopped waiting", exc_info=exc)
-
-
-def _outcome(execution: Execution) -> metering.Outcome:
-    error = execution.error
-    return metering.Outcome(
-        status=200 if error is None else error.status,
-        code=None if error is None else error.code,
-        reason=None if error is None else error.reason,
-        ran=execution.ran,
-        vcpu_ms=execution.vcpu_ms,
-        gib_ms=execution.gib_ms,
-        cost=execution.cost,
-        units=tuple(execution.units),
-    )
-
-
-def _failed_outcome(exc: CallError | None = None) -> metering.Outcome:
-    return metering.Outcome(
-        status=500 if exc is None else exc.status,
-        code="internal" if exc is None else exc.code,
-        reason=None if exc is None else exc.reason,
-        ran=False,
-        vcpu_ms=0,
-        gib_ms=0,
-        cost=Cost(),
-    )

@@ -1,8 +1,9 @@
 """The tables of action calls: calls (with their leases), meter events and idempotency records.
 
-- `tool_calls`: one row per admitted call. While `state` is `running` the row is the call's lease:
-  it holds one of its organization's 4 and its node's 8 slots until `lease_expires_at`, so a call
-  whose api process died frees its slots by itself. `started_at` counts toward the 120 starts a
+- `action_calls`: one row per admitted call, of every action kind (`tool_calls` before revision
+  0006). While `state` is `running` the row is the call's lease: it holds one of its organization's 4
+  and its node's 8 slots until `lease_expires_at`, so a call whose api process died frees its slots
+  by itself. `started_at` counts toward the 120 starts a
   minute. The finished row keeps the outcome and the cost in micro-USD (never a customer's input);
   a row whose lease ended while `running` is marked `lost` (its api process died; never billed).
 - `meter_events`: the metered units of a call, under the caller's key (`actions.vcpu_ms`,
@@ -29,15 +30,16 @@ DONE = "done"
 LOST = "lost"
 
 
-class ToolCall(SQLModel, table=True):
-    """An admitted call: its lease while it runs, then its outcome and cost."""
+class ActionCall(SQLModel, table=True):
+    """An admitted action call (a hosted tool's or an HTTP action's): its lease while it runs, then its
+    outcome and cost."""
 
-    __tablename__ = "tool_calls"
+    __tablename__ = "action_calls"
     __table_args__ = (
-        Index("ix_tool_calls_org_state", "org_id", "state"),
-        Index("ix_tool_calls_node_state", "node_id", "state"),
-        Index("ix_tool_calls_org_started", "org_id", "started_at"),
-        Index("ix_tool_calls_key_started", "key_id", "started_at"),
+        Index("ix_action_calls_org_state", "org_id", "state"),
+        Index("ix_action_calls_node_state", "node_id", "state"),
+        Index("ix_action_calls_org_started", "org_id", "started_at"),
+        Index("ix_action_calls_key_started", "key_id", "started_at"),
     )
     id: str = Field(primary_key=True, max_length=40)
     org_id: str = Field(max_length=40)
@@ -112,7 +114,3 @@ class CallCancel(SQLModel, table=True):
     key_id: str = Field(max_length=40, description="the key that asked for the cancel")
     requested_at: dt.datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
     node_state: str = Field(max_length=20, description="killed, not_started, unknown or unreachable")
-
-
-TABLES = ("tool_calls", "meter_events", "idempotency_records")
-CANCEL_TABLES = ("call_cancels",)

@@ -16,24 +16,26 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import time
+from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlmodel import Session, col, select
 
-from api.calls.costs import call_cost
-from api.calls.errors import NODE_ERRORS, CallError, PackUnavailable, ToolTimedOut, ToolUnavailable
+from api.calls.costs import UnitPrices, call_cost
+from api.calls.errors import NODE_ERRORS, PackUnavailable, ToolTimedOut, ToolUnavailable
 from api.calls.executor import Execution, Prepared
 from api.calls.metering import GIB_MS, PUBLISHER_MICROUSD, TOOL_CALL, VCPU_MS
 from api.calls.nodeclient import NodeAnswer, NodeTarget, send_call, send_cancel
 from api.calls.outputs import check_output
-from api.calls.tables import RUNNING, ToolCall
+from api.calls.sessions import CallSessions
+from api.calls.settings import CallSettings
+from api.calls.tables import RUNNING, ActionCall
+from api.errors import CallError
 from api.models import Node, NodeCredential
 from api.nodes import LiveNode, live_nodes, mark_unreachable
 from api.rawsql import Reads
-
-if TYPE_CHECKING:
-    from api.calls.service import CallService
+from http1.client import Http1
 
 PHASES = ("start", "copy", "unpack", "run", "collect", "delete")
 _NODE_FIELDS_SKIPPED = ("code", "reason", "message", "retry_after")
@@ -64,14 +66,29 @@ class VmExecutor:
 
     tier = "vm"
 
-    def __init__(self, service: CallService) -> None:
-        self._service = service
+    def __init__(
+        self,
+        *,
+        db: CallSessions,
+        settings: CallSettings,
+        prices: UnitPrices,
+        clock: Callable[[], dt.datetime],
+    ) -> None:
+        self._db = db
+        self._settings = settings
+        self._prices = prices
+        self._clock = clock
+        self._nodes = Http1()  # to the nodes
+
+    async def aclose(self) -> None:
+        """Close the HTTP client to the nodes."""
+        await self._nodes.aclose()
 
     def read(self, reads: Reads, prepared: Prepared, *, org_id: str) -> Prepared:
         """The live nodes that have the exact version installed (with their call keys), or
         `503 pack_unavailable`."""
-        settings, resolved = self._service.settings, prepared.resolved
-        now = self._service.clock()
+        settings, resolved = self._settings, prepared.resolved
+        now = self._clock()
         tag = f"{resolved.pack}@{resolved.version}"
         live = live_nodes(reads, now=now, max_age_s=settings.node_live_s)
         nodes = [n for n in live if tag in n.installed]
@@ -88,7 +105,7 @@ class VmExecutor:
         """Nothing more: `read` found the nodes."""
         return prepared
 
-    async def cancel(self, call: ToolCall) -> str:
+    async def cancel(self, call: ActionCall) -> str:
         """Ask the call's node to kill its VM at once."""
 
         def target(session: Session) -> NodeTarget | None:
@@ -96,14 +113,14 @@ class VmExecutor:
             keys = _call_keys(session, [call.node_id])
             return NodeTarget(node.url, node.node_id, keys[node.node_id]) if node and keys else None
 
-        node: NodeTarget | None = await self._service._db(target)
+        node: NodeTarget | None = await self._db.run(target)
         if node is None:
             return "unreachable"
-        return await send_cancel(self._service.node_http, node=node, call_id=call.id)
+        return await send_cancel(self._nodes, node=node, call_id=call.id)
 
-    async def execute(self, call: ToolCall, prepared: Prepared) -> Execution:
+    async def execute(self, call: ActionCall, prepared: Prepared) -> Execution:
         """Send the call to its node and read the outcome, usage and phases."""
-        service, resolved, checked = self._service, prepared.resolved, prepared.checked
+        settings, resolved, checked = self._settings, prepared.resolved, prepared.checked
         node = next(n for n in prepared.nodes if n.node_id == call.node_id)
         impl = resolved.action.impl
         body = {
@@ -113,17 +130,17 @@ class VmExecutor:
             "action": resolved.ref.action,
             "cmd": list(getattr(impl, "cmd", [])),
             "timeout_ms": call.timeout_ms,
-            "max_output_bytes": service.settings.max_output_bytes,
+            "max_output_bytes": settings.max_output_bytes,
             "input": checked.wire(),
             "file_fields": checked.file_fields,
             "output_file_fields": resolved.action.file_fields("output"),
             "tenant": tenant_of(call.org_id),
         }
         reply = await send_call(
-            service.node_http,
+            self._nodes,
             node=NodeTarget(node.url, node.node_id, node.call_key),
             body=body,
-            timeout_s=call.timeout_ms / 1000 + service.settings.call_overhead_s,
+            timeout_s=call.timeout_ms / 1000 + settings.call_overhead_s,
         )
         result = reply.result
         usage: dict[str, Any] = result["usage"] if isinstance(result.get("usage"), dict) else {}
@@ -143,7 +160,7 @@ class VmExecutor:
         # a cancelled call is never charged the price, even if its tool answered just before the kill
         answered = error is None and result.get("cancelled") is not True
         cost = call_cost(
-            service.prices, ran=ran, answered=answered, vcpu_ms=vcpu_ms, gib_ms=gib_ms, price=prepared.price
+            self._prices, ran=ran, answered=answered, vcpu_ms=vcpu_ms, gib_ms=gib_ms, price=prepared.price
         )
         phases = {p: round(float(timings.get(p) or 0.0), 3) for p in PHASES}
         phases["cost"] = round((time.perf_counter() - cost_started) * 1000, 3)
@@ -161,19 +178,19 @@ class VmExecutor:
             phases=phases,
         )
 
-    async def _node_error(self, reply: NodeAnswer, call: ToolCall) -> CallError:
+    async def _node_error(self, reply: NodeAnswer, call: ActionCall) -> CallError:
         result = reply.result
         err: dict[str, Any] = result["error"] if isinstance(result.get("error"), dict) else {}
         if reply.status == 0:
             if reply.timed_out:
                 return ToolTimedOut(f"{reply.failure}: the call did not finish within {call.timeout_ms} ms")
             if reply.gone:  # the retry goes to another node, or to this one once it heartbeats again
-                failed_at = self._service.clock()
-                await self._service._db(lambda s: mark_unreachable(s, node_id=call.node_id, at=failed_at))
+                failed_at = self._clock()
+                await self._db.run(lambda s: mark_unreachable(s, node_id=call.node_id, at=failed_at))
                 return ToolUnavailable(
                     f"{reply.failure}; nothing was billed",
                     reason="exec",
-                    retry_after=self._service.settings.node_heartbeat_s,
+                    retry_after=self._settings.node_heartbeat_s,
                 )
             return ToolUnavailable(
                 f"{reply.failure}; nothing was billed",
@@ -212,26 +229,26 @@ class VmExecutor:
             details=details,
         )
 
-    async def _node_retry_after(self, call: ToolCall) -> float:
+    async def _node_retry_after(self, call: ActionCall) -> float:
         """When the node may have a slot again: the soonest deadline of its other running calls, else its
         next heartbeat."""
-        now = self._service.clock()
-        heartbeat_s = self._service.settings.node_heartbeat_s
+        now = self._clock()
+        heartbeat_s = self._settings.node_heartbeat_s
 
         def soonest(session: Session) -> float:
             deadlines = session.exec(
-                select(ToolCall.deadline_at).where(
-                    col(ToolCall.node_id) == call.node_id,
-                    col(ToolCall.state) == RUNNING,
-                    col(ToolCall.id) != call.id,
-                    col(ToolCall.lease_expires_at) > now,
+                select(ActionCall.deadline_at).where(
+                    col(ActionCall.node_id) == call.node_id,
+                    col(ActionCall.state) == RUNNING,
+                    col(ActionCall.id) != call.id,
+                    col(ActionCall.lease_expires_at) > now,
                 )
             ).all()
             if deadlines:
                 return (min(deadlines) - now).total_seconds()
             return heartbeat_s
 
-        value: float = await self._service._db(soonest)
+        value: float = await self._db.run(soonest)
         return value
 
 

@@ -13,14 +13,13 @@ from api.calls.service import CallService
 from api.calls.settings import CallSettings
 from api.errors import ERROR_RESPONSES
 from api.models import utcnow
+from api.routes import calls, earnings, mcp, usage
 
 
 def install_calls(
     app: FastAPI, *, settings: CallSettings | None = None, clock: Callable[[], dt.datetime] = utcnow
 ) -> CallService:
     """Add the call service (`app.state.calls`) and the calls, MCP, usage and earnings routes."""
-    from api.routes import calls, earnings, mcp, usage
-
     service = CallService(
         engine=app.state.engine,
         settings=settings or CallSettings(),

@@ -65,6 +65,3 @@ class ConnectionListed(ConnectionPublic):
 
 class ConnectionList(SQLModel):
     items: list[ConnectionListed]
-
-
-TABLES = ("connections",)

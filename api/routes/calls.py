@@ -6,18 +6,16 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from api.calls.auth import caller_for, check_run_key
-from api.calls.cancel import parse_cancel
-from api.calls.errors import BodyTooLarge, CallError
-from api.calls.idempotency import MAX_KEY_LENGTH
-from api.calls.service import Caller, CallService
+from api.calls.errors import BodyTooLarge
+from api.calls.request import CallBody, Caller, CancelBody, parse_cancel
+from api.calls.service import CallService
 from api.db import run_reading
-from api.errors import error_responses
+from api.errors import CallError, error_responses
 from api.jsonbody import request_json
 from api.params import IdempotencyKey
-from packs.refs import MAX_REF_LENGTH, REF_PATTERN
 
 router = APIRouter(prefix="/v1/actions", tags=["calls"])
 
@@ -40,28 +38,6 @@ REPLAYED = {
         "schema": {"type": "string", "enum": ["true"]},
     }
 }
-
-
-class CallBody(BaseModel):
-    """The request: an action ref, its input, and optionally the caller's time limit.
-
-    Documentation only: `api.calls.service.parse_request` checks the body by these rules.
-    """
-
-    model_config = ConfigDict(
-        extra="forbid",
-        json_schema_extra={"examples": [{"ref": "com.example.tools/echo/echo@1", "input": {"text": "hi"}}]},
-    )
-    ref: str = Field(
-        description="ns/pack/action@1 (newest 1.x.y installed) or @1.0.0 (exact)",
-        min_length=1,
-        max_length=MAX_REF_LENGTH,
-        pattern=REF_PATTERN,
-    )
-    input: dict[str, Any] = Field(
-        default_factory=dict, description="checked against the action's inputSchema"
-    )
-    timeout_ms: int | None = Field(default=None, ge=1, description="the caller's time limit in milliseconds")
 
 
 class CallAnswer(BaseModel):
@@ -130,18 +106,6 @@ async def call_action(
     payload = await read_json(request, service.settings.max_call_body_bytes)
     answer = await service.call(caller, payload, idempotency_key=idempotency_key)
     return JSONResponse(answer.body, status_code=answer.status, headers=answer.headers)
-
-
-class CancelBody(BaseModel):
-    """Which call to cancel: the Idempotency-Key it was sent with."""
-
-    model_config = ConfigDict(extra="forbid")
-    idempotency_key: str = Field(
-        description="the Idempotency-Key of the running call",
-        min_length=1,
-        max_length=MAX_KEY_LENGTH,
-        pattern=r"^[ -~]*$",
-    )
 
 
 @router.post(

@@ -2,7 +2,7 @@
 
 The `mcp` package speaks the protocol (initialize, ping, tools/list, tools/call, protocol versions,
 JSON-RPC errors); this module checks each HTTP request's API key and answers the two tool methods
-from api.calls.mcp through the call service, as the key's organization and on the surface `mcp`.
+from api.calls.mcp_tools through the call service, as the key's organization and on the surface `mcp`.
 The server is stateless and answers JSON (no session, no server-initiated stream), so any replica
 answers any request; GET and DELETE are 405.
 
@@ -33,9 +33,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from api.calls import mcp
+from api.calls import mcp_tools
 from api.calls.auth import caller_for
-from api.calls.service import Caller, CallService
+from api.calls.request import Caller
+from api.calls.service import CallService
 from api.db import run_reading
 from api.errors import ApiError, Forbidden, ServiceUnavailable, error_response
 
@@ -50,12 +51,12 @@ def _request(ctx: ServerRequestContext[Any, Any]) -> Request:
     return request
 
 
-async def _tools(request: Request) -> dict[str, mcp.Tool]:
-    def read() -> dict[str, mcp.Tool]:
+async def _tools(request: Request) -> dict[str, mcp_tools.Tool]:
+    def read() -> dict[str, mcp_tools.Tool]:
         with Session(request.app.state.engine) as session:
-            return mcp.tools(session)
+            return mcp_tools.tools(session)
 
-    found: dict[str, mcp.Tool] = await anyio.to_thread.run_sync(read)
+    found: dict[str, mcp_tools.Tool] = await anyio.to_thread.run_sync(read)
     return found
 
 
@@ -83,7 +84,7 @@ async def call_tool(
     service: CallService = request.app.state.calls
     payload = {"ref": tool.ref, "input": params.arguments if params.arguments is not None else {}}
     answer = await service.call(caller, payload, idempotency_key=request.headers.get("Idempotency-Key"))
-    return mcp.call_result(answer)
+    return mcp_tools.call_result(answer)
 
 
 def server() -> Server[Any]:

@@ -3,58 +3,25 @@ list its versions, and start a run."""
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Annotated
 
-from anyio import to_thread
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Depends, Response
 
 from api.calls.idempotency import check_key
+from api.db import in_thread
 from api.deps import Principal, require
 from api.errors import Forbidden, error_responses
 from api.params import IdempotencyKey
-from api.runs.models import (
-    RoutineCreate,
-    RoutineList,
-    RoutinePublic,
-    RoutineVersionList,
-    RunCreate,
-    RunPublic,
-)
-from api.runs.schedules import SchedulesService
-from api.runs.service import RunsService
-from api.runs.tables import RoutineRecord
+from api.routines.models import RoutineCreate, RoutineList, RoutinePublic, RoutineVersionList
+from api.routines.tables import RoutineRecord
+from api.runs.models import RunCreate, RunPublic
 from api.scopes import ACTIONS_CALL, ROUTINES_READ, ROUTINES_RUN
+from api.services import Routines, Runs, Schedules, Starts
 from engine.routine import Routine
 
 router = APIRouter(prefix="/v1/routines", tags=["routines"])
 Runner = Annotated[Principal, Depends(require(ROUTINES_RUN))]
 Reader = Annotated[Principal, Depends(require(ROUTINES_READ))]
-
-
-async def runs_service(request: Request) -> RunsService:
-    """The app's runs service, made on first use."""
-    service: RunsService | None = getattr(request.app.state, "runs", None)
-    if service is None:
-        state = request.app.state
-        service = RunsService(state.engine, state.settings, state.checkers)
-        request.app.state.runs = service
-    return service
-
-
-Runs = Annotated[RunsService, Depends(runs_service)]
-
-
-async def schedules_service(request: Request, runs: Runs) -> SchedulesService:
-    """The app's schedules service, made on first use."""
-    service: SchedulesService | None = getattr(request.app.state, "schedules", None)
-    if service is None:
-        service = SchedulesService(runs)
-        request.app.state.schedules = service
-    return service
-
-
-Schedules = Annotated[SchedulesService, Depends(schedules_service)]
 
 
 def _public(row: RoutineRecord) -> RoutinePublic:
@@ -71,7 +38,7 @@ def _public(row: RoutineRecord) -> RoutinePublic:
 
 @router.post("", status_code=201, response_model=RoutinePublic, responses=error_responses(400, 403, 413, 503))
 async def store_routine(
-    body: RoutineCreate, principal: Runner, runs: Runs, schedules: Schedules
+    body: RoutineCreate, principal: Runner, routines: Routines, schedules: Schedules
 ) -> RoutinePublic:
     """Validate a routine's YAML and store it (a routine of the same name is replaced)."""
 
@@ -79,8 +46,8 @@ async def store_routine(
         if routine.on is not None and routine.on.schedule:
             require_call_scope(principal, "a routine with on: schedule")
 
-    row = await runs.store_routine(org_id=principal.org_id, source=body.yaml, check=check)
-    # the schedules its file declares replace those it declared before (api.runs.schedules)
+    row = await routines.store_routine(org_id=principal.org_id, source=body.yaml, check=check)
+    # the schedules its file declares replace those it declared before (api.schedules.service)
     await schedules.apply_declared(
         org_id=principal.org_id, key_id=principal.key_id, routine=Routine.model_validate(row.routine)
     )
@@ -88,22 +55,22 @@ async def store_routine(
 
 
 @router.get("", response_model=RoutineList, responses=error_responses(403))
-async def list_routines(principal: Reader, runs: Runs) -> RoutineList:
+async def list_routines(principal: Reader, routines: Routines) -> RoutineList:
     """The organization's routines."""
-    rows = await to_thread.run_sync(partial(runs.list_routines, org_id=principal.org_id))
+    rows = await in_thread(routines.list_routines, org_id=principal.org_id)
     return RoutineList(routines=[_public(r) for r in rows])
 
 
 @router.get("/{name}", response_model=RoutinePublic, responses=error_responses(403, 404))
-async def get_routine(name: str, principal: Reader, runs: Runs) -> RoutinePublic:
+async def get_routine(name: str, principal: Reader, routines: Routines) -> RoutinePublic:
     """One routine of the organization."""
-    return _public(await to_thread.run_sync(partial(runs.get_routine, org_id=principal.org_id, name=name)))
+    return _public(await in_thread(routines.get_routine, org_id=principal.org_id, name=name))
 
 
 @router.get("/{name}/versions", response_model=RoutineVersionList, responses=error_responses(403, 404))
-async def list_versions(name: str, principal: Reader, runs: Runs) -> RoutineVersionList:
+async def list_versions(name: str, principal: Reader, routines: Routines) -> RoutineVersionList:
     """Every stored version of a routine (by the sha256 of its YAML), newest first."""
-    versions = await to_thread.run_sync(partial(runs.list_versions, org_id=principal.org_id, name=name))
+    versions = await in_thread(routines.list_versions, org_id=principal.org_id, name=name)
     return RoutineVersionList(versions=versions)
 
 
@@ -129,6 +96,7 @@ async def start_run(
     name: str,
     body: RunCreate,
     principal: Runner,
+    starts: Starts,
     runs: Runs,
     response: Response,
     idempotency_key: IdempotencyKey = None,
@@ -137,7 +105,7 @@ async def start_run(
     require_call_scope(principal, "a run")
     if idempotency_key is not None:
         check_key(idempotency_key)
-    row, created = await runs.start_run(
+    row, created = await starts.start_run(
         org_id=principal.org_id,
         key_id=principal.key_id,
         name=name,

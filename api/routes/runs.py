@@ -10,10 +10,11 @@ from api.calls.idempotency import check_key
 from api.deps import Principal, require
 from api.errors import error_responses
 from api.params import IdempotencyKey
-from api.routes.routines import Runs, require_call_scope
+from api.routes.routines import require_call_scope
 from api.runs.models import CancelAccepted, RerunCreate, RunList, RunPublic
 from api.runs.waiting import MAX_WAIT_S
 from api.scopes import ROUTINES_READ, ROUTINES_RUN
+from api.services import Runs, Starts
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
 Runner = Annotated[Principal, Depends(require(ROUTINES_RUN))]
@@ -84,6 +85,7 @@ async def cancel_run(run_id: str, principal: Runner, runs: Runs) -> CancelAccept
 async def rerun(
     run_id: str,
     principal: Runner,
+    starts: Starts,
     runs: Runs,
     response: Response,
     body: RerunCreate | None = None,
@@ -93,7 +95,7 @@ async def rerun(
     require_call_scope(principal, "a re-run")
     if idempotency_key is not None:
         check_key(idempotency_key)
-    row, created = await runs.rerun(
+    row, created = await starts.rerun(
         org_id=principal.org_id,
         key_id=principal.key_id,
         run_id=run_id,

@@ -1,4 +1,4 @@
-"""Schedules of the caller's organization's routines (api.runs.schedules), and the scheduled run start
+"""Schedules of the caller's organization's routines (api.schedules.service), and the scheduled run start
 that a schedule's tick asks for (worker token and schedule grant; not in the public API)."""
 
 from __future__ import annotations
@@ -12,10 +12,12 @@ from api.calls.idempotency import check_key
 from api.deps import Principal, bearer_token, require
 from api.errors import Unauthorized, error_responses
 from api.params import IdempotencyKey
-from api.routes.routines import Runs, Schedules, require_call_scope
-from api.runs.models import RunPublic, ScheduleCreate, ScheduleList, SchedulePublic
-from api.runs.schedules import GRANT_HEADER
+from api.routes.routines import require_call_scope
+from api.runs.models import RunPublic
+from api.schedules.models import ScheduleCreate, ScheduleList, SchedulePublic
+from api.schedules.service import GRANT_HEADER
 from api.scopes import ROUTINES_READ, ROUTINES_RUN
+from api.services import Runs, Schedules
 
 router = APIRouter(prefix="/v1/routines", tags=["schedules"])
 ticks = APIRouter(prefix="/v1/schedules", tags=["schedules"], include_in_schema=False)

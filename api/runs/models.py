@@ -1,60 +1,15 @@
-"""Request and answer bodies of the routines and runs API."""
+"""Request and answer bodies of the runs API."""
 
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from engine.runs import StepResult
 
 _FORBID = ConfigDict(extra="forbid")
-
-
-class RoutineCreate(BaseModel):
-    """A routine to store: its YAML text."""
-
-    model_config = _FORBID
-    yaml: str = Field(
-        min_length=1,
-        max_length=512 * 1024,
-        description="the routine file's text",
-        examples=[
-            "name: greet\ninputs:\n  name: {type: string, default: world}\nsteps:\n  - id: greet\n"
-            "    uses: com.example.tools/echo/echo@1\n    with:\n      text: hello ${{ inputs.name }}\n"
-            "outputs:\n  greeting: ${{ steps.greet.output.text }}\n"
-        ],
-    )
-
-
-class RoutinePublic(BaseModel):
-    """A stored routine."""
-
-    name: str
-    version: int
-    description: str
-    steps: list[str] = Field(description="the step ids, in order")
-    inputs: dict[str, Any]
-    created_at: dt.datetime
-    updated_at: dt.datetime
-
-
-class RoutineList(BaseModel):
-    routines: list[RoutinePublic]
-
-
-class RoutineVersionPublic(BaseModel):
-    """One stored version of a routine."""
-
-    hash: str = Field(description="sha256:<hex> of the YAML as stored: the version's id")
-    stored_at: dt.datetime
-    yaml_bytes: int = Field(description="the size of the YAML")
-    current: bool = Field(description="true for the version stored last (what a new run runs)")
-
-
-class RoutineVersionList(BaseModel):
-    versions: list[RoutineVersionPublic]
 
 
 class RunCreate(BaseModel):
@@ -124,45 +79,3 @@ class RunList(BaseModel):
 class CancelAccepted(BaseModel):
     run_id: str
     status: str = Field(description="cancelling: the run stops its running steps and ends as cancelled")
-
-
-class ScheduleCreate(BaseModel):
-    """A schedule of a routine: a cron expression in a timezone, the runs' inputs, the overlap policy."""
-
-    model_config = _FORBID
-    cron: str = Field(
-        max_length=200,
-        description="five fields: minute hour day-of-month month day-of-week",
-        examples=["0 7 * * 1-5"],
-    )
-    timezone: str = Field(
-        default="UTC", max_length=64, description="an IANA timezone", examples=["Europe/Paris"]
-    )
-    inputs: dict[str, Any] = Field(default_factory=dict, description="the inputs of each scheduled run")
-    overlap: Literal["skip", "buffer_one", "allow_all"] = Field(
-        default="skip",
-        description="when a run is due while the previous one still runs: skip it, run it once the "
-        "previous one has ended (at most one waits), or run both",
-    )
-
-
-class SchedulePublic(BaseModel):
-    """A schedule of a routine."""
-
-    id: str
-    routine: str
-    cron: str
-    timezone: str
-    inputs: dict[str, Any]
-    overlap: Literal["skip", "buffer_one", "allow_all"]
-    paused: bool
-    declared: bool = Field(
-        description="declared by the routine file's on: schedule (replaced when it is stored)"
-    )
-    temporal_schedule_id: str = Field(description="the Temporal Schedule, as the Temporal UI shows it")
-    next_runs: list[dt.datetime] = Field(default_factory=list, description="the next times it fires")
-    created_at: dt.datetime
-
-
-class ScheduleList(BaseModel):
-    schedules: list[SchedulePublic]

@@ -20,8 +20,8 @@ from temporalio.api.failure.v1 import Failure
 from temporalio.client import WorkflowExecutionDescription, WorkflowHandle
 from temporalio.converter import DataConverter
 
-from activities.call_action import CallActionResult
 from engine.runs import RunRoutineResult, StepRetry
+from engine.steps import CallActionResult
 
 _SCHEDULED = EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
 _COMPLETED = EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED

@@ -1,15 +1,8 @@
-"""The tables of routines and runs.
+"""The tables of runs.
 
-- `routines`: one row per (organization, routine name): the YAML as sent, the validated routine as
-  JSON, and a version that counts each replacement.
 - `routine_runs`: one row per run: its workflow id, the key that started it, the Idempotency-Key
   and request hash when one was sent, and the final result once the run has ended (so a finished
   run is read without asking Temporal).
-- `routine_versions`: every version of a routine ever stored, by the sha256 of its YAML (`sha256:<hex>`):
-  a run names the version it ran (`routine_runs.routine_hash`), and a re-run runs that version again.
-- `routine_schedules`: the schedules of a routine (api.runs.schedules): the cron, timezone, inputs and
-  overlap policy, whether the routine file declared it, the key its runs are started for, and the
-  sha256 of its schedule grant (what lets its Temporal Schedule ask this api for a run).
 - `run_grants`: what lets a run's steps call actions (api.runs.grants): the sha256 of a random secret
   minted when the api starts the run, the run, organization, key and workflow it is bound to, when
   it expires (the run's execution timeout), and when the run was cancelled or seen to end.
@@ -24,22 +17,6 @@ from sqlalchemy import JSON, Column, Index, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 from api.models import UTCDateTime, utcnow
-
-
-class RoutineRecord(SQLModel, table=True):
-    """A stored, validated routine of one organization."""
-
-    __tablename__ = "routines"
-    __table_args__ = (UniqueConstraint("org_id", "name", name="uq_routines_org_name"),)
-    id: str = Field(primary_key=True, max_length=40)
-    org_id: str = Field(max_length=40, index=True)
-    name: str = Field(max_length=63)
-    version: int = 1
-    description: str = ""
-    source: str = Field(description="the YAML as sent")
-    routine: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
-    created_at: dt.datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
-    updated_at: dt.datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
 
 
 class RunRecord(SQLModel, table=True):
@@ -74,37 +51,6 @@ class RunRecord(SQLModel, table=True):
     schedule_id: str | None = Field(default=None, max_length=40, description="the schedule that started it")
 
 
-class RoutineVersion(SQLModel, table=True):
-    """One version of a routine as it was stored, kept after the routine is stored again."""
-
-    __tablename__ = "routine_versions"
-    org_id: str = Field(primary_key=True, max_length=40)
-    name: str = Field(primary_key=True, max_length=63)
-    hash: str = Field(primary_key=True, max_length=80, description="sha256:<hex> of the YAML as sent")
-    source: str = Field(description="the YAML as sent")
-    routine: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
-    stored_at: dt.datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
-
-
-class RoutineSchedule(SQLModel, table=True):
-    """A schedule of a routine: its Temporal Schedule is `routine-schedule-<id>`."""
-
-    __tablename__ = "routine_schedules"
-    __table_args__ = (Index("ix_routine_schedules_org_routine", "org_id", "routine_name"),)
-    id: str = Field(primary_key=True, max_length=40)
-    org_id: str = Field(max_length=40)
-    routine_name: str = Field(max_length=63)
-    key_id: str = Field(max_length=40, description="the API key its runs are started for")
-    cron: str = Field(max_length=200)
-    timezone: str = Field(max_length=64)
-    inputs: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
-    overlap: str = Field(max_length=20)
-    declared: bool = Field(default=False, description="declared by the routine file's on: schedule")
-    paused: bool = False
-    grant_hash: str = Field(max_length=64, description="sha256 of the schedule's grant, hex")
-    created_at: dt.datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
-
-
 class RunGrant(SQLModel, table=True):
     """A run's grant: its steps' calls are honoured while it is neither ended, cancelled nor expired."""
 
@@ -118,6 +64,3 @@ class RunGrant(SQLModel, table=True):
     expires_at: dt.datetime = Field(sa_type=UTCDateTime)
     cancelled_at: dt.datetime | None = Field(default=None, sa_type=UTCDateTime)
     ended_at: dt.datetime | None = Field(default=None, sa_type=UTCDateTime)
-
-
-TABLES = ("routines", "routine_runs", "run_grants", "routine_versions", "routine_schedules")

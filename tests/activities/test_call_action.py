@@ -16,10 +16,11 @@ from realstack import FREE_ECHO, FREE_FAIL, RoutineStack
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.call_action import ActionActivities, CallActionInput, CallActionResult
+from activities.call_action import ActionActivities
 from activities.config import ActivitySettings
 from activities.errors import error_for_response, is_wait
 from activities.idempotency import step_idempotency_key
+from engine.steps import CallActionInput, CallActionResult
 
 # ActivityEnvironment runs the activity as if in workflow "test"
 WORKFLOW_ID = "test"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.dev import DEV_KID, prepare
+from cli.dev_state import DEV_KID, prepare
 
 
 def test_dev_state_is_made_on_first_start_and_reused_after(

@@ -23,7 +23,7 @@ from api.calls import limits, metering
 from api.calls.costs import Cost
 from api.calls.service import CallService
 from api.calls.settings import CallSettings
-from api.calls.tables import DONE, ToolCall
+from api.calls.tables import DONE, ActionCall
 from api.db import WriterBusy, make_engine, now_or_never
 from api.migrations import migrate
 from api.models import Node, NodeCredential
@@ -37,8 +37,8 @@ def engine(migrated_engine: Engine) -> Engine:  # noqa: F811
     return migrated_engine
 
 
-def _call(call_id: str = "tcall_1") -> ToolCall:
-    return ToolCall(
+def _call(call_id: str = "tcall_1") -> ActionCall:
+    return ActionCall(
         id=call_id,
         org_id="org",
         key_id="key",
@@ -64,7 +64,7 @@ def test_rows_written_on_the_driver_read_back_through_sqlalchemy_as_written(engi
         metering.record(session, call=_call(), outcome=outcome, now=AT + dt.timedelta(milliseconds=5))
         session.commit()
     with Session(engine) as session:
-        row = session.get(ToolCall, "tcall_1")
+        row = session.get(ActionCall, "tcall_1")
         assert row is not None
         assert (row.started_at, row.lease_expires_at) == (AT, AT + dt.timedelta(seconds=31))
         assert (row.state, row.status, row.ran, row.vcpu_ms) == (DONE, 200, True, 3)
@@ -105,12 +105,12 @@ def test_a_driver_error_comes_out_as_sqlalchemys_and_the_session_goes_on(engine:
         rawsql.execute(session, limits._ADD_CALL, _call("tcall_2").model_dump())
         session.commit()
     with rawsql.Reads(engine) as reads:
-        ids = select(col(ToolCall.id)).where(col(ToolCall.org_id) == bindparam("org"))
+        ids = select(col(ActionCall.id)).where(col(ActionCall.org_id) == bindparam("org"))
         assert sorted(r.id for r in reads.run(ids, {"org": "org"}).rows) == ["tcall_1", "tcall_2"]
 
 
 def test_a_statement_whose_sql_depends_on_its_values_is_refused(engine: Engine) -> None:
-    expanding = select(col(ToolCall.id)).where(col(ToolCall.id).in_(bindparam("ids", expanding=True)))
+    expanding = select(col(ActionCall.id)).where(col(ActionCall.id).in_(bindparam("ids", expanding=True)))
     with rawsql.Reads(engine) as reads, pytest.raises(ValueError, match="expanding parameter"):
         reads.run(expanding, {"ids": ["a"]})
 
@@ -134,7 +134,7 @@ def _add(session: Session, call_id: str) -> str:
 
 def _ids(engine: Engine) -> list[str]:
     with Session(engine) as session:
-        return sorted(session.scalars(select(col(ToolCall.id))).all())
+        return sorted(session.scalars(select(col(ActionCall.id))).all())
 
 
 def test_a_write_begins_now_only_when_no_writer_of_this_process_holds_the_turn(
@@ -234,7 +234,7 @@ async def test_a_calls_write_waits_for_its_turn_off_the_event_loop(sqlite_engine
             ticks += 1
 
     ticker = asyncio.create_task(tick())
-    write = asyncio.create_task(service._write(lambda s: _add(s, "tcall_1")))
+    write = asyncio.create_task(service.db.write(lambda s: _add(s, "tcall_1")))
     await asyncio.sleep(0.3)
     assert not write.done() and ticks > 0  # the loop went on while the write waited for its turn
     release.set()

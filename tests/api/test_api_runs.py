@@ -329,7 +329,7 @@ async def test_run_starts_are_limited_per_organization_and_minute(routine_stack:
 async def test_a_run_goes_first_when_its_organization_has_few_runs_in_flight(
     routine_stack: RoutineStack,
 ) -> None:
-    from api.runs.service import run_priority
+    from api.runs.limits import run_priority
 
     org = routine_stack.runner()
     fast = f"name: fast\nsteps:\n  - id: e\n    uses: {FREE_ECHO}\n    with: {{text: hi}}\n"
@@ -348,17 +348,15 @@ async def test_an_api_process_starts_one_run_of_an_organization_at_a_time_and_ot
 
     from sqlmodel import create_engine
 
-    from api.checker import Checkers
-    from api.config import Settings
-    from api.runs.service import RunsService
+    from api.runs.limits import RunLimits
 
     url = f"sqlite:///{tmp_path / 'unused.db'}"
-    runs = RunsService(create_engine(url), Settings(), Checkers(url, routine_s=5, manifest_s=5))
+    runs = RunLimits(create_engine(url), starts_per_minute=120, runs_per_org=4)
     order: list[str] = []
     release = asyncio.Event()
 
     async def start(org: str, name: str) -> None:
-        async with runs._turn(org):
+        async with runs.turn(org):
             order.append(f"{name} in")
             if name == "a1":
                 await release.wait()
@@ -381,13 +379,11 @@ async def test_a_count_of_running_runs_is_reused_for_a_moment_unless_it_would_re
 ) -> None:
     from sqlmodel import create_engine
 
-    from api.checker import Checkers
-    from api.config import Settings
-    from api.runs import service
-    from api.runs.service import RunsService
+    from api.runs import limits
+    from api.runs.limits import RunLimits
 
     url = f"sqlite:///{tmp_path / 'unused.db'}"
-    runs = RunsService(create_engine(url), Settings(runs_per_org=2), Checkers(url, routine_s=5, manifest_s=5))
+    runs = RunLimits(create_engine(url), starts_per_minute=120, runs_per_org=2)
     asked: list[str] = []
     real = temporal_env.client
 
@@ -397,15 +393,15 @@ async def test_a_count_of_running_runs_is_reused_for_a_moment_unless_it_would_re
             return await real.count_workflows(query)
 
     client: Any = Counting()
-    assert await runs._check_running(client, "org_c") == 0 and len(asked) == 1
+    assert await runs.check_running(client, "org_c") == 0 and len(asked) == 1
     runs._running["org_c"].since += 1  # as a run this process started does
-    assert await runs._check_running(client, "org_c") == 1 and len(asked) == 1  # the count reused
+    assert await runs.check_running(client, "org_c") == 1 and len(asked) == 1  # the count reused
     runs._running["org_c"].since += 1
     # 0 + 2 would refuse: counted again, and Temporal runs none of org_c's runs
-    assert await runs._check_running(client, "org_c") == 0 and len(asked) == 2
+    assert await runs.check_running(client, "org_c") == 0 and len(asked) == 2
     assert "B3osOrg = 'org_c'" in asked[-1]
-    monkeypatch.setattr(service, "RUNNING_COUNT_FRESH_S", 0.0)
-    await runs._check_running(client, "org_c")
+    monkeypatch.setattr(limits, "RUNNING_COUNT_FRESH_S", 0.0)
+    await runs.check_running(client, "org_c")
     assert len(asked) == 3  # a stale count is taken again
 
 

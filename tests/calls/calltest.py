@@ -12,7 +12,7 @@ import httpx
 from sqlmodel import Session, col, func, select
 
 from activities.idempotency import step_idempotency_key
-from api.calls.tables import RUNNING, ToolCall
+from api.calls.tables import RUNNING, ActionCall
 from api.runs import grants
 
 from .stack import WORKER_TOKEN, Org, Stack
@@ -81,7 +81,7 @@ def running(stack: Stack, org: Org) -> int:
     """How many calls of an organization hold a slot now."""
     with Session(stack.engine) as session:
         count = session.exec(
-            select(func.count()).where(col(ToolCall.org_id) == org.org_id, col(ToolCall.state) == RUNNING)
+            select(func.count()).where(col(ActionCall.org_id) == org.org_id, col(ActionCall.state) == RUNNING)
         ).one()
     return int(count)
 

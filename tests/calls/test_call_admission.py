@@ -12,10 +12,10 @@ from sqlmodel import Session, col, func, select
 
 from api.accounts import new_id
 from api.calls import limits
-from api.calls.errors import CallError
 from api.calls.settings import CallSettings
-from api.calls.tables import ToolCall
+from api.calls.tables import ActionCall
 from api.db import make_engine
+from api.errors import CallError
 from api.models import Node, utcnow
 
 SETTINGS = CallSettings()
@@ -68,8 +68,8 @@ def _row(
     *,
     state: str = "running",
     lease_expires_at: dt.datetime | None = None,
-) -> ToolCall:
-    return ToolCall(
+) -> ActionCall:
+    return ActionCall(
         id=new_id("tcall"),
         org_id=org,
         key_id="k",
@@ -126,7 +126,7 @@ def test_starts_stop_at_120_a_minute_and_retry_after_is_when_the_oldest_leaves(e
     assert sum(r.startswith("ok:") for r in results) == 1
     assert sorted(r for r in results if not r.startswith("ok:")) == ["rate_limited::1"] * 3
     with Session(engine) as session:
-        assert session.exec(select(func.count()).where(col(ToolCall.org_id) == "org-r")).one() == 120
+        assert session.exec(select(func.count()).where(col(ActionCall.org_id) == "org-r")).one() == 120
 
 
 def test_priced_calls_in_flight_hold_their_price_against_the_quota(engine: Engine) -> None:
@@ -150,5 +150,5 @@ def test_an_expired_lease_holds_no_slot_and_is_marked_lost(engine: Engine) -> No
     assert _admit(engine, "org-l", _nodes(engine, "n1")).startswith("ok:")
     with Session(engine) as session:
         assert limits.mark_lost(session, now=now) == 4
-        states = session.exec(select(ToolCall.state).where(col(ToolCall.org_id) == "org-l")).all()
+        states = session.exec(select(ActionCall.state).where(col(ActionCall.org_id) == "org-l")).all()
     assert sorted(states) == ["lost"] * 4 + ["running"]

@@ -68,7 +68,7 @@ def test_a_call_cancelled_by_its_id_ends_at_once(stack: Stack) -> None:
     pending = Pending(stack, org, f"{FREE}/fail@1")
     with stack.engine.connect() as conn:
         (call_id,) = conn.exec_driver_sql(
-            "SELECT id FROM tool_calls WHERE org_id = ? AND state = 'running'", (org.org_id,)
+            "SELECT id FROM action_calls WHERE org_id = ? AND state = 'running'", (org.org_id,)
         ).one()
     other = stack.org()
     r = httpx.post(f"{stack.url}/v1/actions/calls/{call_id}/cancel", headers=other.headers, timeout=30)

@@ -13,7 +13,7 @@ from sqlmodel import Session
 from api import accounts, publishers
 from api.calls import metering
 from api.calls.costs import Cost
-from api.calls.tables import ToolCall
+from api.calls.tables import ActionCall
 from api.config import Settings
 from api.main import create_app
 from api.scopes import OWNER_SCOPES
@@ -56,7 +56,7 @@ def sell(client: TestClient, at: dt.datetime, price: int, action: str = "echo") 
     """Record one answered priced call at `at`, the way the call service records it."""
     engine = client.app.state.engine  # type: ignore[attr-defined]
     with Session(engine) as session:
-        call = ToolCall(
+        call = ActionCall(
             id=accounts.new_id("tcall"),
             org_id="org_customer",
             key_id="key_customer",

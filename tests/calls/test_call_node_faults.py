@@ -10,7 +10,7 @@ import time
 
 from sqlmodel import Session, col, delete, select
 
-from api.calls.tables import MeterEvent, ToolCall
+from api.calls.tables import ActionCall, MeterEvent
 from api.models import Node
 
 from .calltest import call, error
@@ -19,9 +19,9 @@ from .stack import ECHO, NAMESPACE, Stack, build_variant, publish
 NOTHING = {"compute": 0, "floor": 0, "price": 0, "total": 0}
 
 
-def _only_call(stack: Stack, org_id: str) -> ToolCall:
+def _only_call(stack: Stack, org_id: str) -> ActionCall:
     with Session(stack.engine) as session:
-        (row,) = session.exec(select(ToolCall).where(col(ToolCall.org_id) == org_id)).all()
+        (row,) = session.exec(select(ActionCall).where(col(ActionCall.org_id) == org_id)).all()
         assert session.exec(select(MeterEvent).where(col(MeterEvent.call_id) == row.id)).all() == []
         return row
 

@@ -19,7 +19,7 @@ import pytest
 from sqlmodel import Session, col, delete, select
 
 from api import node_credentials
-from api.calls.tables import ToolCall
+from api.calls.tables import ActionCall
 from api.models import Node
 from node.credential import PROOF_HEADER, answer_proof, call_key
 
@@ -118,7 +118,7 @@ def _altered(secret: str) -> str:
 
 def _nodes_of(stack: Stack, org_id: str) -> list[str]:
     with Session(stack.engine) as session:
-        stmt = select(ToolCall).where(col(ToolCall.org_id) == org_id).order_by(col(ToolCall.started_at))
+        stmt = select(ActionCall).where(col(ActionCall.org_id) == org_id).order_by(col(ActionCall.started_at))
         return [c.node_id for c in session.exec(stmt)]
 
 

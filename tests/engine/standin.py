@@ -27,10 +27,11 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
-from activities.call_action import CallActionInput, CallActionResult, Ledger
+from activities.call_action import Ledger
 from activities.errors import error_for_answer
 from engine.resolvers import LocalPackResolver
 from engine.runs import RunRoutineInput, RunRoutineResult, StepResult, routine_workflow_id
+from engine.steps import CallActionInput, CallActionResult
 from engine.validate import load_routine, resolve_inputs
 from engine.workflow import RoutineWorkflow
 from node.runner import content_type_of

@@ -28,10 +28,10 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from test_workflow import _sleepers
 
-from activities.call_action import CallActionInput, CallActionResult
 from engine import workflow as workflow_module
 from engine.routine import RetryPolicy
 from engine.runs import RunRoutineInput
+from engine.steps import CallActionInput, CallActionResult
 from engine.validate import RoutineError, load_routine
 from engine.workflow import RoutineWorkflow, retry_policy
 

@@ -26,7 +26,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from activities.idempotency import step_idempotency_key
-from api.calls.tables import RUNNING, CallCancel, ToolCall
+from api.calls.tables import RUNNING, ActionCall, CallCancel
 from engine.workflow import RoutineWorkflow
 
 SCHEDULED = EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
@@ -150,7 +150,9 @@ def _running(stack: RoutineStack, org: Org) -> int:
     with Session(stack.engine) as session:
         return len(
             session.exec(
-                select(ToolCall.id).where(col(ToolCall.org_id) == org.org_id, col(ToolCall.state) == RUNNING)
+                select(ActionCall.id).where(
+                    col(ActionCall.org_id) == org.org_id, col(ActionCall.state) == RUNNING
+                )
             ).all()
         )
 

@@ -21,7 +21,7 @@ from sqlmodel import Session, col, select
 from test_workflow import SCHEDULED, STARTED, at, events, failure_details
 
 from activities.idempotency import step_idempotency_key
-from api.calls.tables import RUNNING, ToolCall
+from api.calls.tables import RUNNING, ActionCall
 
 SLEEP_TIMEOUT_MS = 3000  # the node cuts each sleeper at 3 s; overhead 1 s: deadline 4 s after admission
 CALL_AT_S = 1.5  # the step's call is meant to come when the soonest deadline is 1.5 s away: Retry-After 2
@@ -44,10 +44,10 @@ async def _lag(stack: RoutineStack) -> float:
     return _ts(call.started_at) - started
 
 
-def _running(stack: RoutineStack, orgs: list[Org]) -> list[ToolCall]:
+def _running(stack: RoutineStack, orgs: list[Org]) -> list[ActionCall]:
     with Session(stack.engine) as session:
-        stmt = select(ToolCall).where(
-            col(ToolCall.org_id).in_([o.org_id for o in orgs]), col(ToolCall.state) == RUNNING
+        stmt = select(ActionCall).where(
+            col(ActionCall.org_id).in_([o.org_id for o in orgs]), col(ActionCall.state) == RUNNING
         )
         return list(session.exec(stmt).all())
 

@@ -12,7 +12,7 @@ from realstack import FREE_ECHO, FREE_FAIL, RoutineStack, no_traceback
 from sqlmodel import Session, col, select
 
 from activities.idempotency import step_idempotency_key
-from api.calls.tables import RUNNING, MeterEvent, ToolCall
+from api.calls.tables import RUNNING, ActionCall, MeterEvent
 from engine.routine import Routine
 from engine.runs import RunRoutineInput, RunRoutineResult, routine_workflow_id
 from engine.workflow import RoutineWorkflow
@@ -66,7 +66,7 @@ async def test_a_killed_worker_is_replaced_and_no_step_runs_twice(routine_stack:
     stored = routine_stack.stored_keys(org)
     assert set(stored) == keys
     with Session(routine_stack.engine) as session:
-        calls = session.exec(select(ToolCall).where(col(ToolCall.org_id) == org.org_id)).all()
+        calls = session.exec(select(ActionCall).where(col(ActionCall.org_id) == org.org_id)).all()
         charged = session.exec(
             select(MeterEvent.call_id).where(
                 col(MeterEvent.org_id) == org.org_id, col(MeterEvent.unit) == "actions.tool_call"

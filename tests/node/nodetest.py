@@ -3,7 +3,6 @@ proof (node.credential)."""
 
 from __future__ import annotations
 
-from workers import TEST_VM_UID_BASE
 import contextlib
 import json
 import os
@@ -13,6 +12,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+from workers import TEST_VM_UID_BASE
 
 from node.cache import InstallCache
 from node.credential import call_key, signed_headers

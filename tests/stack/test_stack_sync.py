@@ -19,7 +19,7 @@ import pytest
 from sqlalchemy import Engine
 from sqlmodel import Session, col, select
 
-from api.calls.tables import ToolCall
+from api.calls.tables import ActionCall
 from api.db import make_engine
 from api.models import Node, PackVersion
 
@@ -177,7 +177,7 @@ def test_a_call_through_the_api_runs_on_the_node(sync_stack: SyncStack) -> None:
     body = r.json()
     assert body["output"]["text"] == "hi" and body["output"]["file"]["$bytes"] == "aGVsbG8K"
     with Session(sync_stack.engine) as session:
-        call = session.get(ToolCall, body["call_id"])
+        call = session.get(ActionCall, body["call_id"])
     assert call is not None and call.node_id == "node-a"
 
 
@@ -217,11 +217,13 @@ def test_a_second_node_joins_and_calls_go_to_the_least_loaded_node(sync_stack: S
     )
     first.start()
 
-    def running() -> list[ToolCall]:
+    def running() -> list[ActionCall]:
         with Session(sync_stack.engine) as session:
             return list(
                 session.exec(
-                    select(ToolCall).where(col(ToolCall.state) == "running", col(ToolCall.action) == "fail")
+                    select(ActionCall).where(
+                        col(ActionCall.state) == "running", col(ActionCall.action) == "fail"
+                    )
                 ).all()
             )
 
@@ -232,6 +234,6 @@ def test_a_second_node_joins_and_calls_go_to_the_least_loaded_node(sync_stack: S
     assert second.status_code == 200, second.text
     assert answers and answers[0].status_code == 200, answers
     with Session(sync_stack.engine) as session:
-        placed = session.get(ToolCall, second.json()["call_id"])
+        placed = session.get(ActionCall, second.json()["call_id"])
     assert placed is not None
     assert {busy, placed.node_id} == {"node-a", "node-b"}

@@ -18,11 +18,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import mcp_types
-from sqlmodel import Session, col, select
+from sqlmodel import Session, select
 
 from api import registry
-from api.calls.service import Answer
+from api.calls.answers import Answer
 from api.models import PackVersion
+from packs import resolve as resolving
 from packs.manifest import Action
 from packs.resolve import ResolveError
 
@@ -55,12 +56,14 @@ def tool_name(pack: str, action: str) -> str:
 
 def tools(session: Session) -> dict[str, Tool]:
     """Every tool, by name, from the newest release of each pack (what `@<major>` resolves to)."""
-    rows = session.exec(select(PackVersion).where(col(PackVersion.prerelease) == "")).all()
+    by_pack: dict[str, dict[str, PackVersion]] = {}
+    for row in session.exec(select(PackVersion)).all():
+        by_pack.setdefault(row.pack, {})[row.version] = row
     newest: dict[str, PackVersion] = {}
-    for v in rows:
-        seen = newest.get(v.pack)
-        if seen is None or (v.major, v.minor, v.patch) > (seen.major, seen.minor, seen.patch):
-            newest[v.pack] = v
+    for pack, rows in by_pack.items():
+        pick = resolving.newest(rows)
+        if pick is not None:
+            newest[pack] = rows[pick]
     found: dict[str, Tool] = {}
     for pack in sorted(newest):
         version = newest[pack]

@@ -38,16 +38,21 @@ from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSear
 from temporalio.service import RPCError, RPCStatusCode
 
 from api.accounts import hash_secret, new_id
+from api.db import in_thread
 from api.errors import Forbidden, InvalidRequest, NotFound, ServiceUnavailable, Unauthorized
 from api.models import ApiKey
-from api.runs.models import ScheduleCreate, SchedulePublic
-from api.runs.service import RunsService
-from api.runs.tables import RoutineRecord, RoutineSchedule, RunRecord
+from api.routines.store import RoutineStore
+from api.routines.tables import RoutineRecord
+from api.runs.starts import RunStarts
+from api.runs.tables import RunRecord
+from api.schedules.models import ScheduleCreate, SchedulePublic
+from api.schedules.tables import RoutineSchedule
 from api.scopes import ACTIONS_CALL
 from api.scopes import grants as scope_grants
+from api.temporal import Temporal
+from engine.cron import ScheduleError, check_cron, check_timezone
 from engine.routine import SCHEDULES_PER_ROUTINE, Routine
 from engine.runs import SEARCH_ATTRIBUTE_ROUTINE, SEARCH_ATTRIBUTE_SCHEDULE
-from engine.schedules import ScheduleError, check_cron, check_timezone
 from engine.ticks import SCHEDULE_WORKFLOW_TYPE, ScheduleTickInput, temporal_schedule_id
 from engine.validate import RoutineInputError, resolve_inputs
 
@@ -62,10 +67,13 @@ TICK_SLACK = timedelta(hours=1)  # a tick waits for its run, which lasts at most
 
 
 class SchedulesService:
-    """The schedules of every organization, over the runs service's database and Temporal client."""
+    """The schedules of every organization, over one database engine and one Temporal client."""
 
-    def __init__(self, runs: RunsService) -> None:
-        self._runs = runs
+    def __init__(self, temporal: Temporal, routines: RoutineStore, starts: RunStarts) -> None:
+        self._temporal = temporal
+        self._routines = routines
+        self._starts = starts
+        self._engine = routines.engine
 
     # --- create, list, delete -----------------------------------------------------------------
 
@@ -78,21 +86,21 @@ class SchedulesService:
             NotFound: no such routine. InvalidRequest: the cron, timezone or inputs (field named), or the
                 routine has SCHEDULES_PER_ROUTINE schedules already.
         """
-        record: RoutineRecord = await self._runs._db(self._runs.get_routine, org_id=org_id, name=name)
+        record: RoutineRecord = await in_thread(self._routines.get_routine, org_id=org_id, name=name)
         row = check_schedule(Routine.model_validate(record.routine), body)
         row.org_id, row.routine_name, row.key_id, row.declared = org_id, name, key_id, declared
         secret = GRANT_PREFIX + secrets.token_urlsafe(32)
         row.grant_hash = hash_secret(secret)
-        await self._runs._db(self._insert, row)
+        await in_thread(self._insert, row)
         try:
             await self._create_temporal(row, secret)
         except BaseException:
-            await self._runs._db(self._delete_row, row.id)
+            await in_thread(self._delete_row, row.id)
             raise
         return await self._public(row)
 
     def _insert(self, row: RoutineSchedule) -> None:
-        with Session(self._runs._engine) as session:
+        with Session(self._engine) as session:
             count = len(
                 session.exec(
                     select(RoutineSchedule.id).where(
@@ -111,15 +119,15 @@ class SchedulesService:
             session.refresh(row)
 
     def _delete_row(self, schedule_id: str) -> None:
-        with Session(self._runs._engine) as session:
+        with Session(self._engine) as session:
             row = session.get(RoutineSchedule, schedule_id)
             if row is not None:
                 session.delete(row)
                 session.commit()
 
     async def _create_temporal(self, row: RoutineSchedule, secret: str) -> None:
-        client = await self._runs.client()
-        settings = self._runs._settings
+        client = await self._temporal.client()
+        settings = self._temporal.settings
         action = ScheduleActionStartWorkflow(
             SCHEDULE_WORKFLOW_TYPE,
             ScheduleTickInput(schedule_id=row.id, routine=row.routine_name, grant=secret),
@@ -152,12 +160,12 @@ class SchedulesService:
 
     async def list_schedules(self, *, org_id: str, name: str) -> list[SchedulePublic]:
         """The schedules of the organization's routine, oldest first (NotFound: no such routine)."""
-        await self._runs._db(self._runs.get_routine, org_id=org_id, name=name)
-        rows: list[RoutineSchedule] = await self._runs._db(self._rows, org_id, name)
+        await in_thread(self._routines.get_routine, org_id=org_id, name=name)
+        rows: list[RoutineSchedule] = await in_thread(self._rows, org_id, name)
         return [await self._public(row) for row in rows]
 
     def _rows(self, org_id: str, name: str, *, declared: bool | None = None) -> list[RoutineSchedule]:
-        with Session(self._runs._engine) as session:
+        with Session(self._engine) as session:
             query = select(RoutineSchedule).where(
                 RoutineSchedule.org_id == org_id, RoutineSchedule.routine_name == name
             )
@@ -166,7 +174,7 @@ class SchedulesService:
             return list(session.exec(query.order_by(col(RoutineSchedule.created_at))).all())
 
     def _get(self, org_id: str, name: str, schedule_id: str) -> RoutineSchedule:
-        with Session(self._runs._engine) as session:
+        with Session(self._engine) as session:
             row = session.get(RoutineSchedule, schedule_id)
         if row is None or row.org_id != org_id or row.routine_name != name:
             raise NotFound(
@@ -177,12 +185,12 @@ class SchedulesService:
 
     async def delete(self, *, org_id: str, name: str, schedule_id: str) -> None:
         """Delete a schedule: its row (its grant starts nothing more), then its Temporal Schedule."""
-        row: RoutineSchedule = await self._runs._db(self._get, org_id, name, schedule_id)
-        await self._runs._db(self._delete_row, row.id)
+        row: RoutineSchedule = await in_thread(self._get, org_id, name, schedule_id)
+        await in_thread(self._delete_row, row.id)
         await self._delete_temporal(row.id)
 
     async def _delete_temporal(self, schedule_id: str) -> None:
-        client = await self._runs.client()
+        client = await self._temporal.client()
         try:
             await client.get_schedule_handle(temporal_schedule_id(schedule_id)).delete()
         except RPCError as exc:
@@ -193,9 +201,9 @@ class SchedulesService:
 
     async def apply_declared(self, *, org_id: str, key_id: str, routine: Routine) -> list[SchedulePublic]:
         """Replace the schedules a routine's file declares (`on: schedule`) by those it declares now."""
-        old: list[RoutineSchedule] = await self._runs._db(self._rows, org_id, routine.name, declared=True)
+        old: list[RoutineSchedule] = await in_thread(self._rows, org_id, routine.name, declared=True)
         for row in old:
-            await self._runs._db(self._delete_row, row.id)
+            await in_thread(self._delete_row, row.id)
             await self._delete_temporal(row.id)
         created = []
         for trigger in routine.on.schedule if routine.on else []:
@@ -209,7 +217,7 @@ class SchedulesService:
 
     async def pause(self, *, org_id: str, name: str, schedule_id: str, paused: bool) -> SchedulePublic:
         """Pause (no run starts on its own) or unpause a schedule."""
-        row: RoutineSchedule = await self._runs._db(self._get, org_id, name, schedule_id)
+        row: RoutineSchedule = await in_thread(self._get, org_id, name, schedule_id)
         handle = await self._handle(row.id)
         try:
             if paused:
@@ -220,12 +228,12 @@ class SchedulesService:
             raise ServiceUnavailable(
                 f"Temporal did not change the schedule: {exc.message}", retry_after_s=5
             ) from exc
-        await self._runs._db(self._set_paused, row.id, paused)
+        await in_thread(self._set_paused, row.id, paused)
         row.paused = paused
         return await self._public(row)
 
     def _set_paused(self, schedule_id: str, paused: bool) -> None:
-        with Session(self._runs._engine) as session:
+        with Session(self._engine) as session:
             row = session.get(RoutineSchedule, schedule_id)
             if row is not None:
                 row.paused = paused
@@ -234,7 +242,7 @@ class SchedulesService:
 
     async def trigger(self, *, org_id: str, name: str, schedule_id: str) -> SchedulePublic:
         """Fire the schedule now (a run starts even while another runs, and while it is paused)."""
-        row: RoutineSchedule = await self._runs._db(self._get, org_id, name, schedule_id)
+        row: RoutineSchedule = await in_thread(self._get, org_id, name, schedule_id)
         handle = await self._handle(row.id)
         try:
             await handle.trigger(overlap=ScheduleOverlapPolicy.ALLOW_ALL)
@@ -245,7 +253,7 @@ class SchedulesService:
         return await self._public(row)
 
     async def _handle(self, schedule_id: str) -> ScheduleHandle:
-        return (await self._runs.client()).get_schedule_handle(temporal_schedule_id(schedule_id))
+        return (await self._temporal.client()).get_schedule_handle(temporal_schedule_id(schedule_id))
 
     async def _public(self, row: RoutineSchedule) -> SchedulePublic:
         """The schedule as the api shows it, with its next times from Temporal (none when unreachable)."""
@@ -280,24 +288,24 @@ class SchedulesService:
             Unauthorized: the grant is not this schedule's (or the schedule was deleted).
             Forbidden: the key that created the schedule was revoked or lacks actions:call.
         """
-        row, key = await self._runs._db(self._granted, schedule_id, secret)
+        row, key = await in_thread(self._granted, schedule_id, secret)
         if key is None or key.revoked_at is not None or not scope_grants(key.scopes, ACTIONS_CALL):
             raise Forbidden(
                 f"The key that created schedule {row.id} was revoked or lacks {ACTIONS_CALL}: its runs are "
                 "refused; create the schedule again with a key that may run routines.",
                 reason="schedule_key_revoked",
             )
-        return await self._runs._start(
+        return await self._starts.start(
             org_id=row.org_id,
             key_id=row.key_id,
-            version=self._runs._current(row.org_id, row.routine_name, row.inputs),
+            version=self._starts.current(row.org_id, row.routine_name, row.inputs),
             idempotency_key=idempotency_key,
             request={"schedule": row.id, "inputs": row.inputs},
             schedule_id=row.id,
         )
 
     def _granted(self, schedule_id: str, secret: str) -> tuple[RoutineSchedule, ApiKey | None]:
-        with Session(self._runs._engine) as session:
+        with Session(self._engine) as session:
             row = session.get(RoutineSchedule, schedule_id)
             if row is None or not hmac.compare_digest(row.grant_hash, hash_secret(secret)):
                 raise Unauthorized(

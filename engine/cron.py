@@ -1,7 +1,7 @@
 """Schedules of a routine: the checks of a cron expression, a timezone and an overlap policy.
 
 One module for the three places that take a schedule: a routine file's `on: {schedule: [...]}`
-(engine.validate), `POST /v1/routines/{name}/schedules` (api.runs.schedules) and the CLI. A cron
+(engine.validate), `POST /v1/routines/{name}/schedules` (api.schedules.service) and the CLI. A cron
 expression has five fields (minute, hour, day of month, month, day of week), each `*`, a number, a
 range `a-b`, a step `*/n` or `a-b/n`, or a list of those; months and days may be named (`JAN`,
 `MON`). The timezone is an IANA name (`Europe/Paris`, default `UTC`).

@@ -1,0 +1,3 @@
+"""Schedules of routines, on Temporal Schedules, and the scheduled run start (`service`). `tables` holds the
+rows (`routine_schedules`), `models` the bodies.
+"""
