@@ -16,7 +16,7 @@ run: setup bytecode
 test: setup bytecode
 	$(BIN)/ruff check .
 	$(BIN)/mypy .
-	$(BIN)/pytest
+	$(BIN)/pytest -n 4 --dist loadgroup
 
 setup: deb $(STAMP)
 

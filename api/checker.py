@@ -6,9 +6,12 @@ parser builds ~11 tree nodes per list item), and in a thread of the api it held 
 all that time, so every other request of the process, whatever its organization, waited for it. A
 pack manifest's request templates are CEL too (a manifest of 1 MiB of them: minutes). A checker is a
 process of its own: the api sends it the YAML or the manifest, it answers the routine as it is stored
-or its problems, or the manifest's publish-check violations. The api waits `routine_check_s`
-(`B3OS_ROUTINE_CHECK_S`, default 5 s) for a routine, `manifest_check_s` (`B3OS_MANIFEST_CHECK_S`,
-default 5 s) for a manifest, then kills the checker and refuses what it sent with a sentence. An api's
+or its problems, or the manifest's publish-check violations. A routine may take `routine_check_s`
+(`B3OS_ROUTINE_CHECK_S`, default 5 s) of the checker's CPU time, a manifest `manifest_check_s`
+(`B3OS_MANIFEST_CHECK_S`, default 5 s): past it the checker answers so and ends, and the api refuses what
+it sent with a sentence. CPU time, not the clock, so that a busy machine (the checker runs at a lower
+priority) never refuses what a quiet one accepts; the api waits at most `WAIT_FACTOR` times as long on the
+clock, then kills the checker and refuses the same way. An api's
 `Checkers` use up to `CHECKERS` checkers at once, and an organization checks one thing at a time in a
 process (its other stores wait their turn), so one organization cannot take every checker. The
 processes are kept by the api process (`_IDLE`) from their first use (the first check of a process
@@ -17,16 +20,17 @@ waits ~1 s for one) until the process ends, for every app it serves (tests make 
 handlers do not run), when their stdin closes. A
 checker reads the registry (each `uses:` resolved, literal `with:` values checked against the action's
 inputSchema) from the api's database; it writes nothing. Its address space is capped (`MEMORY_BYTES`):
-a routine or manifest that needs more is refused too, and its CPU time: a checker whose api died while
-it read one stops at its time, as it would have been stopped. It runs at a lower priority than the api
+a routine or manifest that needs more is refused too. A timer of the checker's CPU time (`ITIMER_PROF`)
+ends a check at its time, and its CPU limit (`RLIMIT_CPU`, 2 s later) ends a checker that cannot act on
+the timer (a long call in C) or whose api died while it read one. It runs at a lower priority than the api
 (`NICE`).
 
 The protocol, one JSON document per line: the checker says `ready` once it has started; the api sends
 `{"memory": bytes, "seconds": s, "routine": {"database": url, "yaml": text}}` per routine (the URL is
 not in argv, which `ps` shows every user) or `{"memory": bytes, "seconds": s, "manifest": {...}}` per
 manifest; the checker answers `{"routine": {...}}`, `{"problems": ["routine.yaml:line:col: ..."]}`,
-`{"violations": [{"check", "field", "message"}, ...]}`, or `{"failed": "..."}` (a fault of the
-checker's own: the api answers 503).
+`{"violations": [{"check", "field", "message"}, ...]}`, `{"over_time": s}` (its CPU time was up: it then
+ends), or `{"failed": "..."}` (a fault of the checker's own: the api answers 503).
 """
 
 from __future__ import annotations
@@ -66,6 +70,10 @@ CPU that runs' starts and calls need, rather than they for it."""
 MEMORY_BYTES = 2 * 1024**3
 """A checker's address space: a routine that needs more to be read is refused."""
 
+WAIT_FACTOR = 12
+"""How many times a check's CPU time the api waits for its answer on the clock: a checker of priority
+`NICE` beside busy processes of the default priority gets about a tenth of a CPU."""
+
 STARTUP_S = 60
 """The longest a checker may take to start (import its modules)."""
 
@@ -74,6 +82,15 @@ FILENAME = "routine.yaml"
 
 _MAIN = f"import os; os.nice({NICE}); from api.checker import main; main()"
 """A checker's program: its priority lowered before it imports anything (~1 s of CPU)."""
+
+
+class _OverTime(BaseException):
+    """A check's CPU time is up (raised in the checker by its timer; not an Exception, so that no
+    `except Exception` of the code it interrupts takes it for a fault of its own)."""
+
+
+def _over_time(signum: int, frame: object) -> None:
+    raise _OverTime
 
 
 class _Died(Exception):
@@ -150,7 +167,7 @@ def _asked(checker: _Checker, request: bytes, timeout_s: float) -> dict[str, Any
     except BaseException:
         checker.end()
         raise
-    if answer is None:
+    if answer is None or "over_time" in answer:
         checker.end()
         return None
     with _IDLE_LOCK:
@@ -247,7 +264,7 @@ class Checkers:
         line = json.dumps({"memory": self._memory_bytes, "seconds": seconds, **request}).encode() + b"\n"
         async with org_turn(self._turns, org_id, asyncio.Lock), self._slots:
             try:
-                answer = await to_thread.run_sync(_exchange, line, seconds)
+                answer = await to_thread.run_sync(_exchange, line, seconds * WAIT_FACTOR)
             except OSError as exc:
                 log.warning("a checker did not start: %s", exc)
                 raise ServiceUnavailable(f"No checker could start: {exc}", retry_after_s=5) from None
@@ -313,6 +330,7 @@ def main() -> None:
     engines: dict[str, Engine] = {}
     _, hard = resource.getrlimit(resource.RLIMIT_AS)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C of a terminal is the api's to act on
+    signal.signal(signal.SIGPROF, _over_time)
     sys.stdout.write("ready\n")
     sys.stdout.flush()
     for line in sys.stdin:
@@ -323,7 +341,15 @@ def main() -> None:
             used = resource.getrusage(resource.RUSAGE_SELF)
             cpu_s = int(used.ru_utime + used.ru_stime + request["seconds"]) + 2  # SIGXCPU past it
             resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, resource.RLIM_INFINITY))
-            answer = _answer(request, engines)
+            signal.setitimer(signal.ITIMER_PROF, request["seconds"])
+            try:
+                answer = _answer(request, engines)
+            finally:
+                signal.setitimer(signal.ITIMER_PROF, 0)
+        except _OverTime:
+            sys.stdout.write(json.dumps({"over_time": request["seconds"]}) + "\n")
+            sys.stdout.flush()
+            sys.exit(0)  # what it was doing was cut short anywhere: a new checker reads the next
         except MemoryError:
             sys.exit(3)  # the api says it was too large to check
         except Exception as exc:  # a fault of the checker's own, said to the api (503), not a crash

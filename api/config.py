@@ -65,10 +65,10 @@ class Settings(BaseSettings):
     max_blob_bytes: int = Field(default=64 * MIB, ge=1, description="the largest blob a PUT accepts")
     max_body_bytes: int = Field(default=2 * MIB, ge=1024, description="the largest JSON request body")
     routine_check_s: float = Field(
-        default=5.0, gt=0, le=600, description="the longest a routine's YAML may take to read and check"
+        default=5.0, gt=0, le=600, description="the CPU seconds a routine's YAML may take to read and check"
     )
     manifest_check_s: float = Field(
-        default=5.0, gt=0, le=600, description="the longest a pack manifest's publish checks may take"
+        default=5.0, gt=0, le=600, description="the CPU seconds a pack manifest's publish checks may take"
     )
     registry_page_size: int = Field(default=100, ge=1, le=1000, description="versions per node feed page")
     temporal_address: str = Field(default="127.0.0.1:7233", description="the Temporal frontend, host:port")

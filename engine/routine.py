@@ -10,7 +10,7 @@ step before it (the first step for none), so a routine without `needs:` runs its
 `direct_needs` and `transitive_needs` compute that graph for the workflow and the validator alike.
 
 The workflow receives only a validated `Routine` (parsing and validation happen at the edge, in
-engine.validate). This module imports only the standard library, pydantic and engine.schedules (the
+engine.validate). This module imports only the standard library, pydantic and engine.cron (the
 standard library only), so the workflow sandbox can load it. The reference is docs/routines.md.
 """
 
@@ -22,7 +22,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
-from engine.schedules import Overlap
+from engine.cron import Overlap
 
 DURATION_PATTERN = r"^[0-9]{1,9}(ms|s|m|h)$"
 """A duration: a whole number and a unit, `500ms`, `30s`, `2m`, `1h`."""

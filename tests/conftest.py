@@ -6,6 +6,7 @@ import shutil
 import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hermetic import hermetic
@@ -63,3 +64,55 @@ async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
     )
     yield env
     await env.shutdown()
+
+
+# --- how pytest-xdist shares the suite out (`make test` runs it with `-n 4 --dist loadgroup`) ------------
+
+STACK_GROUPS = 2
+"""Workers that run the tests of the session's real stack (`routine_stack`): each such worker starts one
+(~15 s of CPU and its idle processes), so these tests go to two of them rather than to all."""
+
+FIRST = ("cluster", "stack-0", "stack-1")
+"""Groups sent out before everything else: the longest, so that they run beside the rest, not after it."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test with the xdist group it must run in (tests that share a module-scoped fixture run on
+    one worker, as do those of the cluster and each half of the real stack's tests), and put the longest
+    groups first."""
+    stack_modules = sorted({item.module.__name__ for item in items if _uses(item, "routine_stack")})
+    groups: dict[str, str] = {}
+    for item in items:
+        if _uses(item, "cluster"):
+            group = "cluster"
+        elif _uses(item, "routine_stack"):
+            group = f"stack-{stack_modules.index(item.module.__name__) % STACK_GROUPS}"
+        elif any(d.scope in ("module", "package", "class") for d in _fixturedefs(item)):
+            group = item.module.__name__
+        else:
+            continue
+        groups[item.nodeid] = group
+        item.add_marker(pytest.mark.xdist_group(group))
+    rank = {group: i for i, group in enumerate(FIRST)}
+    items.sort(key=lambda item: rank.get(groups.get(item.nodeid, ""), len(FIRST)))
+
+
+def _fixturedefs(item: pytest.Item) -> list[Any]:
+    info = getattr(item, "_fixtureinfo", None)
+    return [d for defs in info.name2fixturedefs.values() for d in defs] if info else []
+
+
+def _uses(item: pytest.Item, fixture: str) -> bool:
+    return fixture in getattr(item, "fixturenames", ())
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Refuse to run when xdist could not apply the groups (a pytest it does not know): every worker would
+    start its own cluster and stack, and the suite would take twice as long."""
+    if not getattr(session.config.option, "loadgroup", False):
+        return
+    for item in session.items:
+        if item.get_closest_marker("xdist_group") and "@" not in item.nodeid:
+            raise pytest.UsageError(f"pytest-xdist did not group {item.nodeid}: check the pytest version")

@@ -33,6 +33,7 @@ from sqlmodel import Session, col, select
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
+from workers import PATIENCE_S
 
 from api.calls.tables import ActionCall, IdempotencyRecord
 from api.db import make_engine
@@ -84,7 +85,7 @@ class RoutineStack(Stack):
     @staticmethod
     def wait_polling(proc: Proc) -> None:
         """Wait until a worker process polls its task queue."""
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + PATIENCE_S
         while b"polling" not in proc.log.read_bytes():
             if proc.popen.poll() is not None or time.monotonic() > deadline:
                 raise AssertionError(f"the worker did not start:\n{proc.log.read_text()[-3000:]}")

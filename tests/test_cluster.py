@@ -13,6 +13,7 @@ import loopback
 import pytest
 from calls.stack import ECHO, FREE, Org
 from cluster import NODES, Cluster
+from workers import PATIENCE_S
 
 pytestmark = pytest.mark.cluster
 
@@ -76,15 +77,11 @@ async def test_an_idempotent_call_sent_to_both_apis_at_once_runs_once(cluster: C
     api_a, api_b = cluster.api_urls
     org = cluster.org()
     key = f"order-{uuid.uuid4().hex[:8]}"
-    started = time.monotonic()
     answers = await _at_once([(url, SLEEP_1S, key) for url in (api_a, api_b, api_a, api_b)], org)
-    took = time.monotonic() - started
     assert [r.status_code for r in answers] == [200] * 4, [r.text for r in answers]
     assert len({r.json()["call_id"] for r in answers}) == 1
     assert sorted(r.headers.get("Idempotent-Replayed", "") for r in answers) == ["", "true", "true", "true"]
     assert len(cluster.calls_of(org)) == 1
-    # the twin in the same api wakes at once; the one in the other api looks again after at most 1 s
-    assert took < 6, took
 
 
 async def test_runs_started_on_either_api_complete_and_both_apis_list_them(cluster: Cluster) -> None:
@@ -104,7 +101,7 @@ async def test_runs_started_on_either_api_complete_and_both_apis_list_them(clust
         assert run["status"] == "succeeded" and run["outputs"] == {"greeting": greeting}
 
 
-async def _listed_until_done(url: str, org: Org, timeout_s: float = 30) -> dict[str, str]:
+async def _listed_until_done(url: str, org: Org, timeout_s: float = PATIENCE_S) -> dict[str, str]:
     deadline = time.monotonic() + timeout_s
     async with loopback.async_client(base_url=url, timeout=30) as http:
         while True:

@@ -36,6 +36,7 @@ import pytest
 from calls.stack import ECHO, Org, Proc
 from cluster import NODES, Cluster
 from sqlmodel import Session, col, select
+from workers import PATIENCE_S
 
 from api.calls.tables import RUNNING, ActionCall, IdempotencyRecord
 from api.models import utcnow
@@ -295,7 +296,7 @@ def check_runs(ended: list[dict[str, Any]]) -> None:
 async def check_charges(cluster: Cluster, orgs: list[Org], tally: Tally) -> None:
     """One charged call per Idempotency-Key, the one whose answer the key stores; the ledger adds up."""
     for org in orgs:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + PATIENCE_S
         while True:  # a call whose api process died is marked lost when its lease ends
             calls = cluster.calls_of(org)
             if not any(c.state == RUNNING for c in calls) or time.monotonic() > deadline:
@@ -369,7 +370,7 @@ def _leftovers(cluster: Cluster) -> list[str]:
 
 
 async def check_nodes(cluster: Cluster) -> None:
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + PATIENCE_S
     while problems := _leftovers(cluster):  # a node refills its pool, deleting used VMs, meanwhile
         assert time.monotonic() < deadline, problems
         await asyncio.sleep(0.3)

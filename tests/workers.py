@@ -41,3 +41,9 @@ def free_port() -> int:
                 continue
             return port
     raise RuntimeError(f"no free port in {_FIRST_PORT}..{_FIRST_PORT + PORTS_PER_WORKER - 1}")
+
+
+PATIENCE_S = 60.0
+"""How long a test waits for something that must happen (a process to answer, a call to start, a run to
+end): long enough for a machine as busy as any the suite runs on, so that only what never happens fails
+(pytest-timeout ends a test at 120 s)."""

@@ -21,7 +21,7 @@ import loopback
 from apitest import NAMESPACE, Org, build_echo, register_key, upload
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlmodel import Session
-from workers import free_port as _free_port
+from workers import PATIENCE_S, free_port
 
 from api import accounts, node_credentials, publishers
 from api.db import make_engine
@@ -58,7 +58,7 @@ class LiveApi:
 
 
 def _wait_healthy(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + PATIENCE_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise AssertionError(f"the api exited:\n{log.read_text()[-3000:]}")
@@ -76,7 +76,7 @@ def _start_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
         worker = subprocess.Popen(
             [sys.executable, "-m", "engine.worker"], env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT
         )
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + PATIENCE_S
     while b"polling" not in log.read_bytes():
         if worker.poll() is not None or time.monotonic() > deadline:
             worker.kill()
@@ -105,7 +105,7 @@ def start_live_api(root: Path, *, temporal_address: str | None = None) -> LiveAp
         B3OS_TEMPORAL_ADDRESS=temporal_address or "127.0.0.1:1",
         B3OS_TEMPORAL_TASK_QUEUE=f"live-api-{root.name}",
     )
-    port = _free_port()
+    port = free_port()
     log = root / "api.log"
     with log.open("wb") as out:
         process = subprocess.Popen(api_argv(port), env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)

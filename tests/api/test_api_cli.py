@@ -18,7 +18,7 @@ import pytest
 from apitest import ECHO, NAMESPACE, REPO
 from fastapi import FastAPI, Response
 from fastapi.testclient import TestClient
-from workers import free_port as _free_port
+from workers import PATIENCE_S, free_port
 
 from b3os import B3OS, RateLimited
 from cli._embedded import api_argv
@@ -29,7 +29,7 @@ from packs.loader import load_built_bundle
 PINS = [f"{NAMESPACE}/echo/{a}@1.0.0" for a in ("noop", "echo", "fail")]
 
 
-def _wait_healthy(url: str, process: subprocess.Popen[bytes], timeout_s: float = 30) -> None:
+def _wait_healthy(url: str, process: subprocess.Popen[bytes], timeout_s: float = PATIENCE_S) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         assert process.poll() is None, "the api exited while starting"
@@ -81,7 +81,7 @@ def b3os_cli(
 
 @pytest.fixture
 def server(env: dict[str, str]) -> Iterator[str]:
-    port = _free_port()
+    port = free_port()
     process = subprocess.Popen(
         api_argv(port),
         env=env,
@@ -151,7 +151,7 @@ def test_publish_without_a_key_or_a_server_says_why(env: dict[str, str], tmp_pat
         "tool",
         "publish",
         str(ECHO),
-        env={**no_key, "B3OS_API_KEY": "b3_x", "B3OS_API_URL": f"http://127.0.0.1:{_free_port()}"},
+        env={**no_key, "B3OS_API_KEY": "b3_x", "B3OS_API_URL": f"http://127.0.0.1:{free_port()}"},
     )
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert "has no tool.tar" in out.stderr or "is missing: build the pack first" in out.stderr
@@ -243,7 +243,7 @@ def test_the_cli_client_waits_exactly_retry_after_then_retries() -> None:
 def test_b3os_dev_starts_publishes_the_examples_and_stops_on_sigterm(
     env: dict[str, str], tmp_path: Path
 ) -> None:
-    port = _free_port()
+    port = free_port()
     dev_env = {k: v for k, v in env.items() if k not in ("B3OS_DATABASE_URL", "B3OS_DATA_DIR")}
     with subprocess.Popen(
         [
@@ -258,7 +258,7 @@ def test_b3os_dev_starts_publishes_the_examples_and_stops_on_sigterm(
             *(
                 a
                 for flag in ("--node-port", "--egress-port", "--temporal-port", "--ui-port")
-                for a in (flag, str(_free_port()))
+                for a in (flag, str(free_port()))
             ),
         ],
         env=dev_env,

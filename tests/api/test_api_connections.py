@@ -25,6 +25,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy import inspect, text
 from sqlmodel import Session
+from workers import PATIENCE_S
 
 from api.config import Settings
 from api.connections import service
@@ -604,7 +605,7 @@ def api_url(app: FastAPI) -> Iterator[str]:
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + PATIENCE_S
     while not server.started:
         assert time.monotonic() < deadline, "uvicorn did not start"
         time.sleep(0.02)

@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 from sqlmodel import Session, col, func, select
+from workers import PATIENCE_S
 
 from activities.idempotency import step_idempotency_key
 from api.calls.tables import RUNNING, ActionCall
@@ -115,7 +116,7 @@ def vm_commands(stack: Stack) -> list[str]:
     return list(vm_processes(stack).values())
 
 
-def wait_vm_command(stack: Stack, text: str, timeout_s: float = 10.0) -> None:
+def wait_vm_command(stack: Stack, text: str, timeout_s: float = PATIENCE_S) -> None:
     """Wait until a process of a node's VM runs a command line holding `text` (such as "sleep 30 ")."""
     deadline = time.monotonic() + timeout_s
     while not any(text in command for command in vm_commands(stack)):

@@ -23,7 +23,7 @@ import httpx
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import Engine
 from sqlmodel import Session, col, select
-from workers import STACK_VM_UID_BASE, UIDS_PER_WORKER, free_port
+from workers import PATIENCE_S, STACK_VM_UID_BASE, UIDS_PER_WORKER, free_port
 
 from api import accounts, node_credentials, publishers
 from api.db import make_engine
@@ -253,7 +253,7 @@ class Stack:
         raise AssertionError(f"node {node_id} did not install {tags}:\n{logs}")
 
 
-def wait_http(url: str, proc: Proc, timeout_s: float = 30.0) -> None:
+def wait_http(url: str, proc: Proc, timeout_s: float = PATIENCE_S) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.popen.poll() is not None:

@@ -13,6 +13,7 @@ from urllib.parse import quote
 import httpx
 import pytest
 from sqlmodel import Session, select
+from workers import PATIENCE_S
 
 from api.connections.tables import ConnectionRecord
 
@@ -273,7 +274,7 @@ def test_http_calls_have_their_own_lane_of_eight_at_once_beside_tool_calls(stack
     org = stack.org()
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         slow = [pool.submit(call, stack, org, f"{PROBE}/public@1", {"path": "slow"}) for _ in range(8)]
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + PATIENCE_S
         while api.hits("/public/slow") < 8:
             assert time.monotonic() < deadline
             time.sleep(0.02)

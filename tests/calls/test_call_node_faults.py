@@ -9,6 +9,7 @@ import shutil
 import time
 
 from sqlmodel import Session, col, delete, select
+from workers import PATIENCE_S
 
 from api.calls.tables import ActionCall, MeterEvent
 from api.models import Node
@@ -66,7 +67,7 @@ def test_a_tool_tree_deleted_from_the_install_cache_is_tool_failed_unpack_and_fr
     row = _only_call(stack, org.org_id)
     assert (row.code, row.reason, row.ran, row.total) == ("tool_failed", "unpack", False, 0)
     # The node dropped the version: its next heartbeat no longer lists it, and the api places no call there.
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + PATIENCE_S
     while True:
         with Session(stack.engine) as session:
             node = session.get(Node, "node-a")

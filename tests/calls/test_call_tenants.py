@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import httpx
+from workers import PATIENCE_S
 
 from node.vm.cgroups import FULL_SHARE
 
@@ -35,7 +36,7 @@ def _cpu_weight(pid: int) -> int:
 
 def _weights(stack: Stack, text: str, count: int) -> list[int]:
     """The CPU weights of the `count` VM commands holding `text`, once that many run."""
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + PATIENCE_S
     while True:
         pids = [pid for pid, command in vm_processes(stack).items() if command.startswith(text)]
         if len(pids) == count:

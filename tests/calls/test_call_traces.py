@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from realstack import RoutineStack
 from temporalio.testing import WorkflowEnvironment
+from workers import PATIENCE_S
 
 from api.db import make_engine
 
@@ -98,7 +99,9 @@ def test_a_routine_run_is_one_trace_from_the_cli_through_temporal_to_the_node(tr
     roots = [s for s in spans_of(traced.spans) if s["name"] == "b3os routine run"]
     assert len(roots) == 1, roots
     trace_id = roots[0]["trace_id"]
-    deadline = time.monotonic() + 10  # the node's and the worker's last spans end just after the answer
+    deadline = (
+        time.monotonic() + PATIENCE_S
+    )  # the node's and the worker's last spans end just after the answer
     while True:
         mine = [s for s in spans_of(traced.spans) if s["trace_id"] == trace_id]
         names = {(s["service"], s["name"]) for s in mine}

@@ -28,7 +28,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from sqlalchemy import Engine
-from workers import free_port as _free_port
+from workers import free_port
 
 from api.db import make_engine
 from api.migrations import migrate
@@ -96,7 +96,7 @@ class PostgresCluster:
             check=True,
             capture_output=True,
         )
-        cluster = cls(directory=directory, port=_free_port())
+        cluster = cls(directory=directory, port=free_port())
         cluster.resume()
         return cluster
 

@@ -35,7 +35,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import trustme
-from workers import free_port
+from workers import PATIENCE_S, free_port
 
 from egress.sealing import connection_binding, seal
 
@@ -241,7 +241,7 @@ def start_proxy(
     with log.open("wb") as out:
         popen = subprocess.Popen(argv, env=full, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
     proxy = ProxyProcess(f"http://127.0.0.1:{port}", token, "", popen, log)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + PATIENCE_S
     while True:
         if popen.poll() is not None or time.monotonic() > deadline:
             proxy.stop()

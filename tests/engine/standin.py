@@ -26,6 +26,7 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
+from workers import PATIENCE_S
 
 from activities.call_action import Ledger
 from activities.errors import error_for_answer
@@ -64,7 +65,7 @@ async def call_action(input: CallActionInput) -> CallActionResult:
         raise ledger.close(exc, input.max_attempts) from None
 
 
-async def wait_sleeping(label: str, timeout_s: float = 10.0) -> None:
+async def wait_sleeping(label: str, timeout_s: float = PATIENCE_S) -> None:
     """Return once the `fail` sleep of this step (`id` or `id-index`) runs in this process."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s

@@ -315,7 +315,9 @@ async def test_a_step_waiting_on_a_429_says_so_in_the_run_and_in_the_cli(
     routine_stack: RoutineStack, tmp_path: Path
 ) -> None:
     # The org's 4 calls at once are taken by sleepers sent through an api whose call overhead is 1 s, so
-    # the step's call gets a real 429 concurrency_limited with a Retry-After of about 3 s.
+    # the step's call gets a real 429 concurrency_limited with a Retry-After of about 3 s. The CLI has
+    # started (its interpreter and modules) before the sleepers and goes on when told: what it does then
+    # falls within their 5 s however busy the machine.
     url, proc = routine_stack.start_api(extra_env={"B3OS_CALL_OVERHEAD_S": "1"}, listed=False)
     org = routine_stack.runner()
     (tmp_path / "busy.yaml").write_text(
@@ -325,12 +327,17 @@ async def test_a_step_waiting_on_a_429_says_so_in_the_run_and_in_the_cli(
     env.update(B3OS_API_URL=routine_stack.url, B3OS_API_KEY=org.key)
     try:
         async with loopback.async_client(timeout=30) as client:
-            sleepers = await _sleepers(routine_stack, client, routine_stack.add_key(org), url, 4)
             cli = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "cli", "routine", "run", "busy.yaml",
-                cwd=tmp_path, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                sys.executable, "-c", CLI_ON_GO, "routine", "run", "busy.yaml", cwd=tmp_path, env=env,
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             )  # fmt: skip
-            assert cli.stdout is not None
+            assert cli.stdin is not None and cli.stdout is not None
+            assert await cli.stdout.readline() == b"ready\n"
+            sleepers = await _sleepers(
+                routine_stack, client, routine_stack.add_key(org), url, 4, timeout_ms=5000
+            )
+            cli.stdin.write(b"go\n")
+            await cli.stdin.drain()
             first = (await cli.stdout.readline()).decode()
             run_id = re.fullmatch(r"run (\S+) of busy started\n", first)
             assert run_id is not None, first
@@ -365,6 +372,17 @@ async def test_a_step_waiting_on_a_429_says_so_in_the_run_and_in_the_cli(
     assert finished is not None and int(finished.group(1)) >= attempts[-1], lines
     final = await routine_stack.read(org, run_id.group(1))
     assert "retrying" not in final["steps"]["echo"]  # the finished run carries no retry
+
+
+CLI_ON_GO = """
+import sys
+import cli.routine_run
+from cli.main import main
+print("ready", flush=True)
+sys.stdin.readline()
+sys.exit(main(sys.argv[1:]))
+"""
+"""`python -m cli ARGS` once a line comes on stdin: the CLI's interpreter and modules start before."""
 
 
 def test_literal_values_over_their_payload_limits_are_refused_by_the_validator() -> None:

@@ -18,6 +18,7 @@ from realstack import ECHO_REF, FAIL_REF, RoutineStack
 from temporalio.client import WorkflowFailureError
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
+from workers import PATIENCE_S
 
 from activities.idempotency import step_idempotency_key
 from engine.routine import Routine
@@ -131,7 +132,7 @@ async def test_the_grant_of_a_cancelled_run_starts_no_call(routine_stack: Routin
     stored = await routine_stack.store(org, source)
     assert stored.status_code == 201, stored.text
     run_id = await routine_stack.start_run(org, "stopped")
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + PATIENCE_S
     while not routine_stack.calls_of(org):
         assert time.monotonic() < deadline
         await asyncio.sleep(0.05)
@@ -148,7 +149,7 @@ async def test_the_grant_of_a_cancelled_run_starts_no_call(routine_stack: Routin
     refused = await asyncio.to_thread(_call_with, routine_stack, grant, workflow_id, "later")
     assert refused.json()["error"]["reason"] == "run_ended"
     (call,) = routine_stack.calls_of(org)  # the step's call was cancelled by its activity, under the grant
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + PATIENCE_S
     while (call,) == routine_stack.calls_of(org) and call.finished_at is None:
         assert time.monotonic() < deadline
         await asyncio.sleep(0.05)

@@ -24,6 +24,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
+from workers import PATIENCE_S
 
 from activities.idempotency import step_idempotency_key
 from api.calls.tables import RUNNING, ActionCall, CallCancel
@@ -139,7 +140,7 @@ async def _sleepers(
         asyncio.ensure_future(client.post(f"{url}/v1/actions/call", json=body, headers=org.headers))
         for _ in range(n)
     ]
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + PATIENCE_S
     while _running(stack, org) < n:
         assert time.monotonic() < deadline, [t.result().text for t in tasks if t.done()]
         await asyncio.sleep(0.02)
@@ -297,7 +298,7 @@ steps:
     stored = await routine_stack.store(org, source)
     assert stored.status_code == 201, stored.text
     run_id = await routine_stack.start_run(org, "cancel")
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + PATIENCE_S
     while _running(routine_stack, org) < 1:
         assert time.monotonic() < deadline
         await asyncio.sleep(0.02)
@@ -319,7 +320,7 @@ steps:
     assert at(cancelled) - cancelled_at < 2.5  # the step's activity heard of the cancel and stopped
     assert events(history, EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED)
     # The activity asked the api to cancel its call: the node killed the VM at once (not at its 5 s timeout).
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + PATIENCE_S
     while (calls := routine_stack.calls_of(org))[0].state == RUNNING:
         assert time.monotonic() < deadline
         await asyncio.sleep(0.05)

@@ -19,6 +19,7 @@ from calls.stack import Org
 from realstack import FREE_ECHO, FREE_FAIL, RoutineStack
 from sqlmodel import Session, col, select
 from test_workflow import SCHEDULED, STARTED, at, events, failure_details
+from workers import PATIENCE_S
 
 from activities.idempotency import step_idempotency_key
 from api.calls.tables import RUNNING, ActionCall
@@ -75,7 +76,7 @@ async def test_a_real_503_node_busy_is_waited_exactly_its_retry_after_with_the_s
                         )
                         for _ in range(4)
                     ]
-                deadline = time.monotonic() + 10
+                deadline = time.monotonic() + PATIENCE_S
                 while len(running := _running(routine_stack, others)) < 8:
                     assert time.monotonic() < deadline, [t.result().text for t in sleepers if t.done()]
                     await asyncio.sleep(0.02)

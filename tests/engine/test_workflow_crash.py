@@ -10,6 +10,7 @@ import uuid
 
 from realstack import FREE_ECHO, FREE_FAIL, RoutineStack, no_traceback
 from sqlmodel import Session, col, select
+from workers import PATIENCE_S
 
 from activities.idempotency import step_idempotency_key
 from api.calls.tables import RUNNING, ActionCall, MeterEvent
@@ -46,7 +47,7 @@ async def test_a_killed_worker_is_replaced_and_no_step_runs_twice(routine_stack:
         result_type=RunRoutineResult,
     )
     # kill the worker while the second step's call sleeps on the node
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + PATIENCE_S
     while not any(c.action == "fail" and c.state == RUNNING for c in routine_stack.calls_of(org)):
         assert time.monotonic() < deadline, routine_stack.calls_of(org)
         await asyncio.sleep(0.02)

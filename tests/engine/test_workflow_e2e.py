@@ -20,6 +20,7 @@ import pytest
 from calls.stack import WORKER_TOKEN, Org, Proc, free_port, wait_http
 from realstack import FREE_ECHO, FREE_FAIL, RoutineStack, no_traceback
 from temporalio.api.enums.v1 import EventType
+from workers import PATIENCE_S
 
 from activities.idempotency import step_idempotency_key
 
@@ -151,7 +152,7 @@ outputs:
     stored = await routine_stack.store(org, source, url=url)
     assert stored.status_code == 201, stored.text
     run_id = await routine_stack.start_run(org, "restart", url=url)
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + PATIENCE_S
     while not any(c.action == "fail" for c in routine_stack.calls_of(org)):
         assert time.monotonic() < deadline
         await asyncio.sleep(0.02)

@@ -12,7 +12,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
-from workers import TEST_VM_UID_BASE
+from workers import PATIENCE_S, TEST_VM_UID_BASE
 
 from node.cache import InstallCache
 from node.credential import call_key, signed_headers
@@ -147,7 +147,7 @@ def _vm_of(pid: int) -> str:
     return next((n for line in lines if (n := line.rsplit("/", 1)[-1]).startswith("vm-")), "")
 
 
-def wait_running(text: str, *, vms: int = 1, timeout_s: float = 10.0) -> bool:
+def wait_running(text: str, *, vms: int = 1, timeout_s: float = PATIENCE_S) -> bool:
     """Wait until `vms` VMs of this process run a process whose command line holds `text`.
 
     Returns:
@@ -163,7 +163,7 @@ def wait_running(text: str, *, vms: int = 1, timeout_s: float = 10.0) -> bool:
         time.sleep(0.01)
 
 
-def wait_started(driver: BwrapDriver, text: str, *, vms: int, timeout_s: float = 10.0) -> bool:
+def wait_started(driver: BwrapDriver, text: str, *, vms: int, timeout_s: float = PATIENCE_S) -> bool:
     """Wait until `vms` VMs of `driver` have run a process whose command line holds `text`, together or one
     after another (a tool that fails fast may end before the next one starts). Only the VMs' cgroups are
     read, not all of /proc: the VMs come before this process for the CPU, and a slow look can miss a tool

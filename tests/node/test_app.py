@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 from nodetest import NODE_ENV, NODE_ID, NODE_SECRET, NODE_UID_BASE, REPO, echo_call, node_request
-from workers import free_port as _free_port
+from workers import PATIENCE_S, free_port
 
 from node.cache import InstallCache
 from node.credential import ANSWER_PROOF_HEADER, PROOF_HEADER, TIMESTAMP_HEADER, answer_is_proven, call_key
@@ -25,7 +25,7 @@ from node.credential import ANSWER_PROOF_HEADER, PROOF_HEADER, TIMESTAMP_HEADER,
 
 @pytest.fixture(scope="module")
 def node_url(cache: InstallCache, base_rootfs: Path) -> Iterator[str]:
-    port = _free_port()
+    port = free_port()
     run_dir = Path(tempfile.mkdtemp(prefix="b3os-node-vms-", dir="/tmp"))
     env = {
         **os.environ,
@@ -38,7 +38,7 @@ def node_url(cache: InstallCache, base_rootfs: Path) -> Iterator[str]:
         [sys.executable, "-m", "cli", "node", "run", "--port", str(port)], cwd=REPO, env=env
     )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + PATIENCE_S
     while True:
         try:
             if node_request("GET", f"{url}/v1/node/status").status_code == 200:
@@ -159,7 +159,7 @@ def test_a_ninth_call_at_once_is_503_node_busy_with_retry_after(node_url: str) -
     ]
     for t in threads:
         t.start()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + PATIENCE_S
     while node_request("GET", f"{node_url}/v1/node/status").json()["slots_free"] > 0:
         assert time.monotonic() < deadline
         time.sleep(0.02)

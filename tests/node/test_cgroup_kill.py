@@ -9,6 +9,7 @@ import sys
 import time
 
 import pytest
+from workers import PATIENCE_S
 
 from node.vm.cgroups import CgroupLimits, NodeCgroups
 
@@ -44,7 +45,7 @@ def test_killing_a_group_ends_every_process_in_it_and_what_it_forks_meanwhile(
         group.add(forker.pid)
         forker.stdin.write(b"go\n")
         forker.stdin.close()
-        end = time.monotonic() + 10
+        end = time.monotonic() + PATIENCE_S
         while len(group.pids()) < 20 and time.monotonic() < end:
             time.sleep(0.01)
         assert len(group.pids()) >= 20

@@ -25,6 +25,7 @@ from nodetest import (
     vm_processes,
     wait_running,
 )
+from workers import PATIENCE_S
 
 from node.cache import InstallCache
 from node.models import NodeCallResult
@@ -162,7 +163,7 @@ def _one_slot_held(
 
 def _wait_until_a_call_holds_a_slot(runner: Runner) -> int:
     """Wait until a call started in another thread holds a slot (with over 1 s left); its Retry-After."""
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + PATIENCE_S
     while (retry_after := runner.retry_after_s()) == 1:
         assert time.monotonic() < deadline, "the call did not take a slot"
         time.sleep(0.01)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import socket
 import threading
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -55,11 +54,9 @@ def test_a_fork_bomb_stops_at_the_pids_limit(runner: Runner) -> None:
 
 
 def test_a_cpu_spin_times_out_and_gets_one_vcpu_only(runner: Runner) -> None:
-    started = time.monotonic()
     result = runner.call(hostile_call("spin", timeout_ms=1000))
     assert _err(result)["code"] == "tool_timed_out"
     assert _err(result)["message"] == "the tool's command did not finish in 1000 ms"
-    assert time.monotonic() - started < 2.5
     # two spinning processes on a 2-core machine, held to one vCPU by the CFS quota (less when the
     # machine is busy with other work)
     assert 100 <= result.usage["vcpu_ms"] <= 1300
@@ -100,10 +97,8 @@ def test_an_output_file_that_is_not_a_regular_file_under_out_is_refused(
 
 
 def test_a_daemon_does_not_outlive_the_call(runner: Runner) -> None:
-    started = time.monotonic()
-    result = runner.call(hostile_call("daemon"))
+    result = runner.call(hostile_call("daemon"))  # a call that waited for its daemon would time out
     assert result.ok and result.output == {"left": "a daemon"}
-    assert time.monotonic() - started < 5
 
 
 def test_a_tool_sees_no_host_file_no_node_secret_and_no_other_process(

@@ -138,7 +138,6 @@ def test_a_tool_sees_no_host_path_in_its_inits_command_line_or_its_mount_table(
 
 @needs_pidfd_exit
 def test_a_call_answers_when_its_sandboxs_init_is_stopped(runner: Runner, driver: BwrapDriver) -> None:
-    started = time.monotonic()
     thread, result = _in_background(runner, hostile_call("sleepy", {"sleep_s": 1.0}, timeout_ms=6000))
     tool, vm_id = _running_tool(driver)
     init = int(_status(str(tool))["PPid"])
@@ -147,8 +146,8 @@ def test_a_call_answers_when_its_sandboxs_init_is_stopped(runner: Runner, driver
     for pid in (init, monitor):  # what a ptrace-stop of init did: nothing reaps or reports the tool's exit
         os.kill(pid, signal.SIGSTOP)
     thread.join()
+    # a call that waited on the stopped init would end at its 6 s timeout as tool_timed_out, not ok
     assert result["r"].ok and result["r"].output == {"slept": 1.0, "size": None}, result["r"].error
-    assert time.monotonic() - started < 4
 
 
 @needs_pidfd_exit

@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 from nodetest import NODE_ENV, NODE_UID_BASE, REPO, VM_UIDS, echo_call, node_request
-from workers import free_port as _free_port
+from workers import PATIENCE_S, free_port
 
 from node.cache import InstallCache
 from node.vm import mounts
@@ -37,7 +37,7 @@ class Node:
             "B3OS_VM_UID_BASE": str(NODE_UID_BASE),
             "B3OS_POOL_SIZE": "2",
         }
-        port = self.port = _free_port()
+        port = self.port = free_port()
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "cli", "node", "run", "--port", str(port), "--log-level", "info"],
@@ -47,7 +47,7 @@ class Node:
                 stderr=subprocess.STDOUT,
             )
         self.dir = run_dir / f"node-{self.proc.pid}"
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + PATIENCE_S
         while True:
             try:
                 status = node_request("GET", f"http://127.0.0.1:{port}/v1/node/status")
@@ -57,7 +57,7 @@ class Node:
                 pass
             assert self.proc.poll() is None and time.monotonic() < deadline, self.log.read_text()[-2000:]
             time.sleep(0.1)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + PATIENCE_S
         while len(list(self.dir.glob("vm-*"))) < 2:  # its pool is up
             assert time.monotonic() < deadline
             time.sleep(0.05)

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from realstack import FREE_ECHO, FREE_FAIL, RoutineStack
+from workers import PATIENCE_S
 
 from b3os import B3OS, AsyncB3OS, Conflict, InvalidRequest, NotFound
 
@@ -93,7 +94,7 @@ def test_a_running_run_is_cancelled_and_a_finished_one_is_a_conflict(stack: Rout
     with B3OS(stack.url, stack.runner().key) as b3os:
         b3os.routines.put(SLOW)
         run_id = b3os.routines.run("sdk-slow")["run_id"]
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + PATIENCE_S
         while b3os.runs.get(run_id)["steps"].get("nap", {}).get("status") != "running":
             assert time.monotonic() < deadline, "the step never started"
             time.sleep(0.1)

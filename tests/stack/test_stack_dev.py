@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 from sqlmodel import Session
+from workers import PATIENCE_S
 
 from api.db import make_engine
 from api.models import Node
@@ -131,7 +132,7 @@ def test_sigterm_stops_every_child_and_their_children(dev: Dev) -> None:
     assert len(children) >= 4
     dev.process.send_signal(signal.SIGTERM)
     assert dev.process.wait(timeout=30) == 0
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + PATIENCE_S
     while left := [pid for pid in children if running(pid)]:
         assert time.monotonic() < deadline, f"processes {left} outlived b3os dev"
         time.sleep(0.02)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from workers import PATIENCE_S
 
 from cli.stack import _descendants, port_taken
 from cli.supervise import FIRST_DELAY_S, MAX_DELAY_S, Restarts, exit_text, restart_line
@@ -176,7 +177,7 @@ def test_sigint_then_stops_every_part_and_leaves_no_vm_mount_or_cgroup(dev: Dev)
     said = len(dev.err_lines)
     dev.process.send_signal(signal.SIGINT)
     assert dev.process.wait(timeout=60) == 0
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + PATIENCE_S
     while left := [pid for pid in children if running(pid)]:
         assert time.monotonic() < deadline, f"processes {left} outlived b3os dev"
         time.sleep(0.02)
