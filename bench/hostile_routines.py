@@ -34,11 +34,9 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -451,12 +449,9 @@ def main(argv: list[str]) -> int:
     )
     args = parser.parse_args(argv)
     sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "engine")]
-    from realstack import RoutineStack, start_routine_stack
-    from temporalio.common import SearchAttributeKey
-    from temporalio.contrib.pydantic import pydantic_data_converter
-    from temporalio.testing import WorkflowEnvironment
+    from realstack import RoutineStack
 
-    from engine.temporal_server import dev_server_args
+    from bench.routinestack import routine_stack
 
     stack_env = RoutineStack.env
 
@@ -468,21 +463,8 @@ def main(argv: list[str]) -> int:
     RoutineStack.env = env  # type: ignore[method-assign]
 
     async def run() -> None:
-        temporal = shutil.which("temporal") or str(Path(sys.executable).parent / "temporal")
-        env = await WorkflowEnvironment.start_local(
-            dev_server_existing_path=temporal,
-            data_converter=pydantic_data_converter,
-            search_attributes=[SearchAttributeKey.for_keyword(n) for n in ("B3osRoutine", "B3osOrg")],
-            dev_server_extra_args=dev_server_args(),
-        )
-        root = Path(tempfile.mkdtemp(prefix="b3os-bench-hostile-"))
-        stack = start_routine_stack(root, env)
-        try:
+        async with routine_stack("hostile", api_admission_wait=False) as stack:
             await _bench(stack, args.rounds, args.fairness_only, args.small)
-        finally:
-            stack.stop()
-            await env.shutdown()
-            shutil.rmtree(root, ignore_errors=True)
 
     asyncio.run(run())
     return 0

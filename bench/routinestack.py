@@ -16,8 +16,9 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 @asynccontextmanager
-async def routine_stack(name: str) -> AsyncIterator[Any]:
-    """A started `RoutineStack` under a temp dir named after the bench `name`."""
+async def routine_stack(name: str, *, api_admission_wait: bool = True) -> AsyncIterator[Any]:
+    """A started `RoutineStack` under a temp dir named after the bench `name` (`api_admission_wait`: the
+    api's own routine admission wait; else the tests')."""
     sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "egress")]
     import calls.stack
     from realstack import start_routine_stack
@@ -27,7 +28,8 @@ async def routine_stack(name: str) -> AsyncIterator[Any]:
 
     from engine.temporal_server import dev_server_args
 
-    calls.stack.ROUTINE_ADMISSION_WAIT_S = None  # the api's default, not the tests' 429-at-once
+    if api_admission_wait:
+        calls.stack.ROUTINE_ADMISSION_WAIT_S = None  # the api's default, not the tests' 429-at-once
     temporal = shutil.which("temporal") or str(Path(sys.executable).parent / "temporal")
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal,

@@ -31,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def build_command(args: argparse.Namespace, command: str, build: Callable[..., BuildResult]) -> int:
-    """Run one build (`build_pack` or `build_tool`) for `command` and print what it wrote, or why not.
+    """Run one build (`build_pack`, of any pack or of tool packs only) for `command`; print the result.
 
     Returns:
         The exit status: 0 when built, 1 with every violation or the error's sentence on stderr.

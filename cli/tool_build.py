@@ -9,6 +9,7 @@ written to OUT instead and DIR is left as it is. `b3os pack build` builds any pa
 from __future__ import annotations
 
 import argparse
+import functools
 
 from cli import pack_build
 
@@ -18,6 +19,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from packs.build import build_tool
+    from packs.build import build_pack
 
-    return pack_build.build_command(args, "b3os tool build", build_tool)
+    return pack_build.build_command(args, "b3os tool build", functools.partial(build_pack, tool=True))

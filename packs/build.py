@@ -5,8 +5,8 @@ sign, write.
 a declarative pack (no `tool` section) has no archive, and its bundle is NOTICES.md (when present) and
 fixtures/**. The signed manifest goes back to DIR/b3pack.json; with `out_dir` a complete signed copy
 of the pack is written there instead (b3pack.json, .b3os-build/ and tool/ of a tool pack, the notices
-file, fixtures/) and DIR is left untouched. `build_tool` is the same build, refusing a pack with no
-tool section.
+file, fixtures/) and DIR is left untouched. With `tool=True` (`b3os tool build`) a pack with no tool
+section is refused.
 """
 
 from __future__ import annotations
@@ -91,8 +91,9 @@ def build_pack(
     keys_dir: Path | None = None,
     out_dir: Path | None = None,
     private_key: Ed25519PrivateKey | None = None,
+    tool: bool = False,
 ) -> BuildResult:
-    """Build, check and sign a pack, with a tool or declarative.
+    """Build, check and sign a pack, with a tool or declarative (`tool`: only a pack with a tool section).
 
     Args:
         pack_dir: the pack directory (b3pack.json; tool/ of a tool pack; the notices file; fixtures/).
@@ -100,13 +101,16 @@ def build_pack(
         keys_dir: the key directory (default $B3OS_KEYS_DIR or ~/.b3os/keys).
         out_dir: write a signed copy of the pack there instead of in place.
         private_key: sign with this key instead of the key store's (tests).
+        tool: refuse a pack without a tool section (`b3os tool build`).
 
     Raises:
-        ManifestError, BuildError: the pack cannot be read or archived.
+        ManifestError, BuildError: the pack cannot be read or archived, or `tool` and it has no tool section.
         ChecksFailed: the publish checks refused the manifest (every violation).
         KeyStoreError, SignatureError: no key for the kid, or a kid outside the pack's namespace.
     """
     pack = load_pack(Path(pack_dir))
+    if tool and not pack.is_tool:
+        raise _no_tool_section(pack)
     archive: bytes | None = None
     if pack.is_tool:
         manifest, archive = fill_archive(pack)
@@ -153,26 +157,6 @@ def build_pack(
         archive=archive,
         archive_path=archive_path,
     )
-
-
-def build_tool(
-    pack_dir: Path,
-    *,
-    kid: str,
-    keys_dir: Path | None = None,
-    out_dir: Path | None = None,
-    private_key: Ed25519PrivateKey | None = None,
-) -> BuildResult:
-    """Build, check and sign a tool pack: `build_pack` for a pack that has a tool section.
-
-    Raises:
-        ManifestError: the pack has no tool section (or as `build_pack`).
-        BuildError, ChecksFailed, KeyStoreError, SignatureError: as `build_pack`.
-    """
-    pack = load_pack(Path(pack_dir))
-    if not pack.is_tool:
-        raise _no_tool_section(pack)
-    return build_pack(pack_dir, kid=kid, keys_dir=keys_dir, out_dir=out_dir, private_key=private_key)
 
 
 def _earlier_build(out: Path) -> bool:

@@ -72,15 +72,28 @@ STACK_GROUPS = 2
 """Workers that run the tests of the session's real stack (`routine_stack`): each such worker starts one
 (~15 s of CPU and its idle processes), so these tests go to two of them rather than to all."""
 
-FIRST = ("cluster", "stack-0", "stack-1")
-"""Groups sent out before everything else: the longest, so that they run beside the rest, not after it."""
+FIRST = (
+    "stack-0",
+    "stack-1",
+    "cluster",
+    "test_api_schema",
+    "stack.test_stack_supervise",
+    "test_api_cli",
+    "test_checker",
+    "stack.test_stack_dev",
+    "test_api_docs",
+    "stack.test_stack_embedded",
+    "test_api_json_limits",
+)
+"""Groups and modules sent out before everything else (`make test` runs xdist with
+`--no-loadscope-reorder`), the longest first: so that they run beside the rest, not after it."""
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark each test with the xdist group it must run in (tests that share a module-scoped fixture run on
     one worker, as do those of the cluster and each half of the real stack's tests), and put the longest
-    groups first."""
+    groups and modules first."""
     stack_modules = sorted({item.module.__name__ for item in items if _uses(item, "routine_stack")})
     groups: dict[str, str] = {}
     for item in items:
@@ -94,8 +107,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             continue
         groups[item.nodeid] = group
         item.add_marker(pytest.mark.xdist_group(group))
-    rank = {group: i for i, group in enumerate(FIRST)}
-    items.sort(key=lambda item: rank.get(groups.get(item.nodeid, ""), len(FIRST)))
+    rank = {name: i for i, name in enumerate(FIRST)}
+    items.sort(key=lambda item: rank.get(groups.get(item.nodeid, item.module.__name__), len(FIRST)))
 
 
 def _fixturedefs(item: pytest.Item) -> list[Any]:

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from packs.build import build_tool
+from packs.build import build_pack
 from packs.hashing import BundleFile
 from packs.loader import load_built_bundle
 from packs.signing import public_key_b64
@@ -69,7 +69,7 @@ def build_echo(
     if edit is not None:
         edit(manifest)
     (root / "b3pack.json").write_text(json.dumps(manifest))
-    build_tool(root, kid=kid, private_key=key)
+    build_pack(root, kid=kid, private_key=key, tool=True)
     manifest, files = load_built_bundle(root)
     return Built(root=root, manifest=manifest, files=files)
 

@@ -173,7 +173,7 @@ def test_concurrent_publishes_over_http_have_exactly_one_winner(
 ) -> None:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    from packs.build import build_tool
+    from packs.build import build_pack
     from packs.signing import public_key_b64
 
     key = _init(b3os_cli)
@@ -185,7 +185,7 @@ def test_concurrent_publishes_over_http_have_exactly_one_winner(
         headers=headers,
         json={"kid": kid, "public_key": public_key_b64(signing)},
     ).raise_for_status()
-    build_tool(ECHO, kid=kid, private_key=signing, out_dir=tmp_path / "echo")
+    build_pack(ECHO, kid=kid, private_key=signing, out_dir=tmp_path / "echo", tool=True)
     manifest, files = load_built_bundle(tmp_path / "echo")
     for data in files.values():
         name = BundleFile.of("x", data).sha256

@@ -45,17 +45,20 @@ async def refused_beside_a_quick_routine(
     checkers: Checkers, heavy_check: Awaitable[object]
 ) -> InvalidRequest:
     """Start two checkers (a start takes ~1 s, which a check's time does not count), then `heavy_check` of
-    org_a; while it holds a checker past its time, org_b's quick routine is read. Returns its refusal."""
+    org_a; while it holds a checker, org_b's quick routine is read and answered first. Returns the heavy
+    check's refusal."""
     for answer in await asyncio.gather(
         *(checkers.routine(org, small("warm")) for org in ("org_x", "org_y")), return_exceptions=True
     ):
         assert isinstance(answer, InvalidRequest), answer
     heavy = asyncio.ensure_future(heavy_check)
     await asyncio.sleep(0.05)  # it has taken a checker
+    quick = asyncio.ensure_future(checkers.routine("org_b", small("quick")))
+    done, _ = await asyncio.wait({heavy, quick}, return_when=asyncio.FIRST_COMPLETED)
+    assert quick in done  # read in the other checker, not after the heavy one
     with pytest.raises(InvalidRequest) as other:
-        await checkers.routine("org_b", small("quick"))
+        await quick
     assert "cannot resolve" in other.value.extra["problems"][0]
-    assert not heavy.done()
     with pytest.raises(InvalidRequest) as refused:
         await heavy
     return refused.value

@@ -35,7 +35,7 @@ from cli.tool_publish import publish_dir
 from node.config import Settings as NodeSettings
 from node.template import build_base
 from node.vm.stale import cleanup_stale
-from packs.build import build_pack, build_tool
+from packs.build import build_pack
 from packs.signing import public_key_b64
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "egress"))
@@ -276,7 +276,7 @@ def build_variant(
     manifest = json.loads((root / "b3pack.json").read_text())
     manifest.update(pack=pack, version=version, pricing=pricing)
     (root / "b3pack.json").write_text(json.dumps(manifest))
-    build_tool(root, kid=KID, private_key=key)
+    build_pack(root, kid=KID, private_key=key, tool=True)
     return root
 
 

@@ -12,7 +12,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from packfixtures import ECHO_DIR, KID
 
-from packs.build import build_tool
+from packs.build import build_pack
 from packs.errors import ChecksFailed, HashMismatchError, KeyStoreError, SignatureError
 from packs.loader import load_built_bundle, load_pack
 from packs.signing import generate_key, load_public_key_b64, public_key_b64, verify_manifest
@@ -23,7 +23,7 @@ from packs.verify import verify_pack_dir
 def built(echo_copy: Path, keys_dir: Path, tmp_path: Path) -> Path:
     generate_key(KID, keys_dir)
     out = tmp_path / "built"
-    build_tool(echo_copy, kid=KID, out_dir=out)
+    build_pack(echo_copy, kid=KID, out_dir=out, tool=True)
     return out
 
 
@@ -59,12 +59,12 @@ def test_build_with_out_leaves_the_source_untouched(echo_copy: Path, built: Path
 
 def test_build_in_place_writes_the_signed_manifest_and_the_archive(echo_copy: Path, keys_dir: Path) -> None:
     generate_key(KID, keys_dir)
-    result = build_tool(echo_copy, kid=KID)
+    result = build_pack(echo_copy, kid=KID, tool=True)
     assert result.archive_path == echo_copy / ".b3os-build" / "tool.tar"
     assert json.loads((echo_copy / "b3pack.json").read_text())["signature"]["hash"] == result.hash
     assert verify_pack_dir(echo_copy).problems == []
     # Building again gives the same archive and the same hash.
-    assert build_tool(echo_copy, kid=KID).hash == result.hash
+    assert build_pack(echo_copy, kid=KID, tool=True).hash == result.hash
 
 
 def test_two_builds_from_copies_differing_in_mtimes_owners_and_umask_agree(
@@ -82,8 +82,8 @@ def test_two_builds_from_copies_differing_in_mtimes_owners_and_umask_agree(
             p = os.path.join(dirpath, name)
             os.chown(p, 1001, 1001)
             os.utime(p, (1_700_000_000, 1_700_000_000))
-    ra = build_tool(a, kid=KID, private_key=fixed_key, out_dir=tmp_path / "oa")
-    rb = build_tool(b, kid=KID, private_key=fixed_key, out_dir=tmp_path / "ob")
+    ra = build_pack(a, kid=KID, private_key=fixed_key, out_dir=tmp_path / "oa", tool=True)
+    rb = build_pack(b, kid=KID, private_key=fixed_key, out_dir=tmp_path / "ob", tool=True)
     assert ra.archive == rb.archive
     assert ra.hash == rb.hash
     assert ra.manifest["signature"] == rb.manifest["signature"]
@@ -165,16 +165,16 @@ def test_build_refuses_with_every_violation(echo_copy: Path, keys_dir: Path) -> 
     m["tool"]["image"] = "ubuntu"
     path.write_text(json.dumps(m))
     with pytest.raises(ChecksFailed) as err:
-        build_tool(echo_copy, kid=KID)
+        build_pack(echo_copy, kid=KID, tool=True)
     assert [v.check for v in err.value.violations] == [14, 16]
     assert not (echo_copy / ".b3os-build").exists()
 
 
 def test_build_needs_a_key_of_the_pack_namespace(echo_copy: Path, keys_dir: Path) -> None:
     with pytest.raises(KeyStoreError, match=f"^no private key for {KID} in {keys_dir}"):
-        build_tool(echo_copy, kid=KID)
+        build_pack(echo_copy, kid=KID, tool=True)
     with pytest.raises(SignatureError, match="^key id 'com.other#k' is not of the pack's namespace"):
-        build_tool(echo_copy, kid="com.other#k")
+        build_pack(echo_copy, kid="com.other#k", tool=True)
 
 
 def test_the_loader_names_what_is_missing(echo_copy: Path) -> None:
@@ -206,7 +206,7 @@ def test_a_tar_gz_pack_builds_and_verifies(echo_copy: Path, keys_dir: Path, tmp_
     m = json.loads(path.read_text())
     m["tool"]["bundle"]["archive"]["format"] = "tar.gz"
     path.write_text(json.dumps(m))
-    result = build_tool(echo_copy, kid=KID, out_dir=tmp_path / "gz")
+    result = build_pack(echo_copy, kid=KID, out_dir=tmp_path / "gz", tool=True)
     assert result.archive_path.name == "tool.tar.gz"
     assert result.archive[:2] == b"\x1f\x8b"
     assert [f.path for f in result.files if f.path.startswith("tool")] == ["tool.tar.gz"]
@@ -231,7 +231,7 @@ def test_out_refuses_a_directory_holding_other_files(echo_copy: Path, keys_dir: 
     other.mkdir()
     (other / "mine.txt").write_text("keep")
     with pytest.raises(BuildError, match="is not empty and holds no earlier build"):
-        build_tool(echo_copy, kid=KID, out_dir=other)
+        build_pack(echo_copy, kid=KID, out_dir=other, tool=True)
     assert (other / "mine.txt").read_text() == "keep"
-    build_tool(echo_copy, kid=KID, out_dir=tmp_path / "again")
-    build_tool(echo_copy, kid=KID, out_dir=tmp_path / "again")  # an earlier build is replaced
+    build_pack(echo_copy, kid=KID, out_dir=tmp_path / "again", tool=True)
+    build_pack(echo_copy, kid=KID, out_dir=tmp_path / "again", tool=True)  # an earlier build is replaced

@@ -12,7 +12,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from packfixtures import ECHO_DIR, KID, REPO
 
-from packs.build import build_pack, build_tool
+from packs.build import build_pack
 from packs.checks import run_checks
 from packs.errors import BuildError, ChecksFailed, ManifestError
 from packs.loader import load_built_bundle
@@ -125,7 +125,7 @@ def test_an_unbuilt_declarative_pack_is_not_published(github: Path) -> None:
 
 def test_tool_build_refuses_a_declarative_pack_naming_pack_build(github: Path, tmp_path: Path) -> None:
     with pytest.raises(ManifestError, match="has no tool section: `b3os tool build` builds tool packs"):
-        build_tool(github, kid=IO_KID, private_key=Ed25519PrivateKey.generate())
+        build_pack(github, kid=IO_KID, private_key=Ed25519PrivateKey.generate(), tool=True)
     res = b3os("tool", "build", str(github), "--kid", IO_KID, keys=tmp_path / "keys")
     assert res.returncode == 1
     assert res.stderr == (
@@ -154,7 +154,7 @@ def test_pack_build_of_a_tool_pack_is_tool_build(
     echo_copy: Path, tmp_path: Path, fixed_key: Ed25519PrivateKey
 ) -> None:
     by_pack = build_pack(echo_copy, kid=KID, private_key=fixed_key, out_dir=tmp_path / "pack")
-    by_tool = build_tool(echo_copy, kid=KID, private_key=fixed_key, out_dir=tmp_path / "tool")
+    by_tool = build_pack(echo_copy, kid=KID, private_key=fixed_key, out_dir=tmp_path / "tool", tool=True)
     assert by_pack.archive_path == tmp_path / "pack" / ".b3os-build" / "tool.tar"
     assert by_pack.manifest == by_tool.manifest and by_pack.archive == by_tool.archive
     assert tree(tmp_path / "pack") == tree(tmp_path / "tool")
