@@ -53,7 +53,8 @@ from anyio import to_thread
 
 from api.errors import InvalidRequest, ServiceUnavailable
 from api.turns import Gates, org_turn
-from packs.checks import Violation, run_checks
+from packs.checks import run_checks
+from packs.errors import Violation
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine

@@ -28,8 +28,7 @@ from api.blobstore import BlobStore, stored_sha256
 from api.db import is_postgres
 from api.errors import Conflict, Forbidden, InvalidRequest
 from api.models import BlobUpload, Pack, PackVersion, Publisher, SigningKey
-from packs.checks import Violation
-from packs.errors import HashMismatchError, SignatureError
+from packs.errors import HashMismatchError, SignatureError, Violation
 from packs.hashing import BundleFile
 from packs.names import PACK_ID_RE, is_semver
 from packs.semver import parse_version

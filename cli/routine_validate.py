@@ -37,8 +37,8 @@ def api_settings() -> tuple[str, str] | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.resolvers import LocalPackResolver, RegistryResolver, ResolveError
-    from engine.validate import ActionResolver, RoutineError, load_routine_file
+    from engine.resolvers import ActionResolver, LocalPackResolver, RegistryResolver, ResolveError
+    from engine.validate import RoutineError, load_routine_file
 
     resolver: ActionResolver | None = None
     registry: RegistryResolver | None = None

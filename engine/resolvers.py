@@ -1,4 +1,4 @@
-"""Action resolvers for validation: find an action's inputSchema from a `uses:` ref.
+"""Action resolvers for validation: find an action's inputSchema from a `uses:` ref (`ActionResolver`).
 
 Both resolve by the one rule of `packs.resolve` (exact version, or the newest release of the major):
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
@@ -25,6 +25,18 @@ from packs.manifest import Manifest, parse_manifest
 from packs.resolve import ResolveError, parse_ref, resolve
 
 __all__ = ["LocalPackResolver", "RegistryResolver", "ResolveError"]
+
+
+class ActionResolver(Protocol):
+    """Finds an action's inputSchema from its ref (the registry, or a local pack directory)."""
+
+    def input_schema(self, ref: str) -> dict[str, Any] | None:
+        """The action's inputSchema, or None when it is not known.
+
+        Raises:
+            Exception: the ref cannot be resolved; the message says why.
+        """
+        ...
 
 
 class LocalPackResolver:

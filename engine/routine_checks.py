@@ -21,7 +21,7 @@ from packs.cel_syntax import MAX_EXPRESSION_CHARS, MAX_FIELD_EXPRESSION_CHARS, M
 from packs.schemas import Validator
 
 if TYPE_CHECKING:
-    from engine.validate import ActionResolver
+    from engine.resolvers import ActionResolver
 
 Triple = tuple[int, int, str]
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol, get_args
+from typing import TYPE_CHECKING, Any, NamedTuple, get_args
 
 import jsonschema
 import yaml
@@ -32,6 +32,9 @@ from engine.routine_checks import check_expressions, check_sizes, check_with
 from engine.routine_needs import check_needs
 from engine.yaml_positions import Located, YamlRefused, compose
 from packs.schemas import Validator, refused_pattern
+
+if TYPE_CHECKING:
+    from engine.resolvers import ActionResolver
 
 
 class Problem(NamedTuple):
@@ -61,18 +64,6 @@ class RoutineInputError(EngineError):
     def __init__(self, problems: list[str]) -> None:
         self.problems = problems
         super().__init__("; ".join(problems))
-
-
-class ActionResolver(Protocol):
-    """Finds an action's inputSchema from its ref (the registry, or a local pack directory)."""
-
-    def input_schema(self, ref: str) -> dict[str, Any] | None:
-        """The action's inputSchema, or None when it is not known.
-
-        Raises:
-            Exception: the ref cannot be resolved; the message says why.
-        """
-        ...
 
 
 _FIELDS: dict[str, list[str]] = {

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from packs.checks_connections import CONNECTION_CHECKS
@@ -26,6 +25,7 @@ from packs.checks_util import (
     render,
     schema_error,
 )
+from packs.errors import Violation
 from packs.names import NAME_HINT, NAMESPACE_HINT, is_name, is_namespace, is_semver
 from packs.semver import ENGINE_VERSION, CaretRange
 
@@ -113,15 +113,6 @@ ACTION_FIELDS = (
     "connections",
 )
 REFUSED_FEATURES = ("sessions", "setup", "image", "formats")
-
-
-@dataclass(frozen=True)
-class Violation:
-    """One refused value: `check` number, `field` path (such as "tool.size") and the full sentence."""
-
-    check: int
-    field: str
-    message: str
 
 
 def run_checks(manifest: Any) -> list[Violation]:
@@ -343,4 +334,4 @@ GENERAL_CHECKS: tuple[Callable[[Mapping[str, Any], Report], None], ...] = (
     check_signature,
 )
 
-__all__ = ["CHECKS", "Violation", "run_checks", "is_tool_pack", "render"]
+__all__ = ["CHECKS", "run_checks", "is_tool_pack", "render"]

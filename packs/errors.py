@@ -12,15 +12,22 @@ One root, so that callers can catch everything the pack format raises at once::
      ├── SignatureError      the signature block is missing or malformed, or does not verify
      └── HashMismatchError   the recomputed content hash (or archive digest) differs from the signed one
 
-Every error carries a sentence that names the field or file and the value at fault.
+Every error carries a sentence that names the field or file and the value at fault; `ChecksFailed` carries
+each `Violation`.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
-if TYPE_CHECKING:
-    from packs.checks import Violation
+
+@dataclass(frozen=True)
+class Violation:
+    """One refused value: `check` number, `field` path (such as "tool.size") and the full sentence."""
+
+    check: int
+    field: str
+    message: str
 
 
 class PackError(Exception):

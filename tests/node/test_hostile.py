@@ -136,8 +136,9 @@ def test_other_calls_keep_running_while_hostile_tools_misbehave(runner: Runner, 
     ]
     for t in threads:
         t.start()
-    # the fork bomb ends within ~0.3 s of its start, maybe before the third VM starts
-    assert wait_started(driver, "/tool/run", vms=3), "the hostile tools did not start"
+    # the spin and the allocation run for seconds; the fork bomb ends within ~0.3 s of its start, which a
+    # busy machine may not let this process see (its outcome below says it ran)
+    assert wait_started(driver, "/tool/run", vms=2), "the hostile tools did not start"
     for _ in range(5):
         noop = runner.call(echo_call("noop", {}))
         assert noop.ok, noop.error

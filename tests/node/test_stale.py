@@ -63,7 +63,11 @@ class Node:
             time.sleep(0.05)
 
     def cgroups(self) -> list[Path]:
-        return list(Path("/sys/fs/cgroup").glob(f"*/**/b3os-node-{self.proc.pid}"))
+        """The node's cgroups below the hierarchies' roots (a walk that passes over the groups other test
+        workers' nodes make and remove meanwhile)."""
+        name = f"b3os-node-{self.proc.pid}"
+        roots = [p for p in Path("/sys/fs/cgroup").iterdir() if p.is_dir()]
+        return [Path(d) / name for root in roots for d, subdirs, _ in os.walk(root) if name in subdirs]
 
     def stop(self) -> None:
         if self.proc.poll() is None:
