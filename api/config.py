@@ -3,7 +3,7 @@
 Served through `get_settings` (a FastAPI dependency) so tests build an app with their own `Settings`.
 `B3OS_DATABASE_URL` wins over `DATABASE_URL`; without either the database is the SQLite file
 `<data_dir>/b3os.db`. Blobs live under `<data_dir>/blobs` unless `B3OS_BLOB_DIR` says otherwise, or in
-the database with `B3OS_BLOB_STORE=database` (api.blobstore).
+the database with `B3OS_BLOB_STORE=database` (api.registry.blobs).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 An API key arrives as `Authorization: Bearer b3_...` and becomes a `Principal` (key id, org,
 scopes). `require(scope, ...)` checks scopes with `api.scopes.grants`. A node presents its own
-credential (`b3n_...`, api.node_credentials) instead and becomes a `NodeCaller` of that node id.
+credential (`b3n_...`, api.accounts.node_credentials) instead and becomes a `NodeCaller` of that node id.
 """
 
 from __future__ import annotations
@@ -15,16 +15,16 @@ from typing import Annotated, Protocol, TypeVar
 from fastapi import Depends, Request
 from sqlmodel import Session
 
-from api.accounts import FoundKey, find_key_of_org
-from api.authlimit import AuthLimiter
+from api.accounts.auth_limit import AuthLimiter
+from api.accounts.node_credentials import find_credential
+from api.accounts.organizations import FoundKey, find_key_of_org
+from api.accounts.scopes import BY_NAME_ONLY, grants
 from api.checker import Checkers
 from api.config import Settings, get_settings
 from api.db import get_session, run_reading
 from api.errors import Forbidden, Unauthorized
 from api.models import NodeCredential
-from api.node_credentials import find_credential
 from api.rawsql import Reads
-from api.scopes import BY_NAME_ONLY, grants
 from node.credential import is_node_secret
 
 SessionDep = Annotated[Session, Depends(get_session)]

@@ -14,8 +14,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from api import metrics
-from api.authlimit import AuthLimiter
-from api.blobstore import open_blob_store
+from api.accounts.auth_limit import AuthLimiter
 from api.bodylimit import BodyLimit
 from api.calls.wiring import install_calls
 from api.checker import Checkers
@@ -27,6 +26,7 @@ from api.jsonbody import JsonGuard
 from api.metrics import REGISTRY
 from api.migrations import migrate
 from api.openapi import openapi_document
+from api.registry.blobs import open_blob_store
 from api.routes import (
     blobs,
     connections,

@@ -16,7 +16,7 @@ from pydantic import ConfigDict, field_validator
 from sqlalchemy import JSON, BigInteger, Column, DateTime, LargeBinary, TypeDecorator, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
-from api.scopes import KNOWN_SCOPES, SCOPE_PATTERN, is_known
+from api.accounts.scopes import KNOWN_SCOPES, SCOPE_PATTERN, is_known
 
 
 def utcnow() -> dt.datetime:
@@ -171,7 +171,7 @@ class SigningKeyPublic(SigningKeyBase):
 
 
 class BlobUpload(SQLModel, table=True):
-    """Which organization uploaded which blob (the bytes are in the blob store: api.blobstore)."""
+    """Which organization uploaded which blob (the bytes are in the blob store: api.registry.blobs)."""
 
     __tablename__ = "blob_uploads"
     sha256: str = Field(primary_key=True, max_length=64)
@@ -181,7 +181,7 @@ class BlobUpload(SQLModel, table=True):
 
 
 class BlobContent(SQLModel, table=True):
-    """A blob's bytes, when the blob store is the database (B3OS_BLOB_STORE=database; api.blobstore)."""
+    """A blob's bytes, when the blob store is the database (B3OS_BLOB_STORE=database; api.registry.blobs)."""
 
     __tablename__ = "blobs"
     sha256: str = Field(primary_key=True, max_length=64)
@@ -255,7 +255,7 @@ class NodePublic(NodeBase):
 
 
 class NodeCredential(SQLModel, table=True):
-    """A node's own credential (api.node_credentials): its secret's hash and the key of its call traffic."""
+    """A node's own credential (api.accounts.node_credentials): its secret's hash, the key of its calls."""
 
     __tablename__ = "node_credentials"
     node_id: str = Field(primary_key=True, max_length=100)

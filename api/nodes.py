@@ -1,7 +1,7 @@
 """Nodes as the api knows them: registration by heartbeat, liveness, and the registry feed.
 
 A node heartbeats every few seconds with its URL, free slots and installed versions; a node whose
-last heartbeat is older than `max_age_s`, or whose credential is revoked (api.node_credentials), is
+last heartbeat is older than `max_age_s`, or whose credential is revoked (api.accounts.node_credentials), is
 not offered calls. A heartbeat's URL must be `http(s)://host[:port]` (no user, path, query or
 fragment) with every address of the host on a network the operator allows (B3OS_NODE_NETWORKS);
 a host name is resolved when the heartbeat arrives. The feed hands out published pack versions in

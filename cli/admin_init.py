@@ -56,13 +56,14 @@ def initialize(
     """
     from sqlmodel import Session, select
 
-    from api import accounts, publishers
+    from api.accounts import organizations
+    from api.accounts.scopes import OWNER_SCOPES
     from api.config import Settings
     from api.db import engine_from_settings
     from api.errors import ApiError
     from api.migrations import migrate
     from api.models import Organization
-    from api.scopes import OWNER_SCOPES
+    from api.registry import publishers
 
     resolved = settings if isinstance(settings, Settings) else Settings()
     engine = engine_from_settings(resolved)
@@ -75,8 +76,10 @@ def initialize(
                     f"This installation is already initialized (operator organization {operator.id}); "
                     "make keys with POST /v1/keys, or another organization with --additional."
                 )
-            org = accounts.create_organization(session, name=org_name, is_operator=operator is None)
-            key, secret = accounts.create_api_key(session, org_id=org.id, scopes=OWNER_SCOPES, name=key_name)
+            org = organizations.create_organization(session, name=org_name, is_operator=operator is None)
+            key, secret = organizations.create_api_key(
+                session, org_id=org.id, scopes=OWNER_SCOPES, name=key_name
+            )
             try:
                 for namespace in namespaces:
                     publishers.set_publisher(session, namespace=namespace, org_id=org.id)

@@ -67,13 +67,14 @@ def prepare(
     """
     from sqlmodel import Session, select
 
-    from api import accounts, node_credentials, publishers
+    from api.accounts import node_credentials, organizations
+    from api.accounts.scopes import OWNER_SCOPES
     from api.config import Settings
     from api.db import engine_from_settings
     from api.errors import ApiError
     from api.migrations import migrate
     from api.models import Organization, Publisher
-    from api.scopes import OWNER_SCOPES
+    from api.registry import publishers
     from packs.errors import PackError
     from packs.signing import generate_key, keys_dir, load_public_key_b64
 
@@ -94,11 +95,13 @@ def prepare(
         with Session(engine) as session:
             org = session.exec(select(Organization).where(Organization.is_operator == True)).first()  # noqa: E712
             if org is None:
-                org = accounts.create_organization(session, name="Development", is_operator=True)
-            old = accounts.find_key(session, secret=previous.get("B3OS_API_KEY", ""))
+                org = organizations.create_organization(session, name="Development", is_operator=True)
+            old = organizations.find_key(session, secret=previous.get("B3OS_API_KEY", ""))
             secret = previous["B3OS_API_KEY"] if old is not None and old.revoked_at is None else None
             if secret is None:
-                _, secret = accounts.create_api_key(session, org_id=org.id, scopes=OWNER_SCOPES, name="dev")
+                _, secret = organizations.create_api_key(
+                    session, org_id=org.id, scopes=OWNER_SCOPES, name="dev"
+                )
             for namespace, public in publics.items():
                 if session.get(Publisher, namespace) is None:
                     publishers.set_publisher(session, namespace=namespace, org_id=org.id)

@@ -52,7 +52,7 @@ def _with_session(work: Callable[[Any], Any]) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from api import node_credentials
+    from api.accounts import node_credentials
 
     try:
         if args.action == "issue":

@@ -66,16 +66,15 @@ async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
     await env.shutdown()
 
 
-# --- how pytest-xdist shares the suite out (`make test` runs it with `-n 4 --dist loadgroup`) ------------
+# --- how pytest-xdist shares the suite out (`make test`: -n 5 --dist loadgroup --no-loadscope-reorder) ---
 
-STACK_GROUPS = 3
+STACK_GROUPS = 2
 """Workers that run the tests of the session's real stack (`routine_stack`): each such worker starts one
-(~15 s of CPU and its idle processes), so these tests go to three of them rather than to all."""
+(~15 s of CPU and its idle processes), so these tests go to two of them rather than to all."""
 
 FIRST = (
     "stack-0",
     "stack-1",
-    "stack-2",
     "cluster",
     "test_api_schema",
     "stack.test_stack_supervise",
@@ -93,7 +92,7 @@ FIRST = (
 @pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark each test with the xdist group it must run in (tests that share a module-scoped fixture run on
-    one worker, as do those of the cluster and each third of the real stack's tests), and put the longest
+    one worker, as do those of the cluster and each half of the real stack's tests), and put the longest
     groups and modules first."""
     stack_modules = sorted({item.module.__name__ for item in items if _uses(item, "routine_stack")})
     groups: dict[str, str] = {}

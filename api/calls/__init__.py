@@ -4,7 +4,7 @@ One module per concept, along the one call path (`service`):
 
 - `request`: who calls, and the call and cancel bodies with their rules.
 - `idempotency`: Idempotency-Key claims and stored answers.
-- resolve and check: `api.registry` (the one rule of `packs.resolve`), `inputs` (input validation
+- resolve and check: `api.registry.catalog` (the one rule of `packs.resolve`), `inputs` (input validation
   against `inputSchema`, schema defaults filled in), `files` (file values and their content types).
 - admit: `limits` (calls at once, starts a minute, quotas, node slots).
 - execute by kind: `executor` (the protocol), `vm` (on a node, through `nodeclient`), `http_action`

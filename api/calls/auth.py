@@ -18,6 +18,8 @@ from typing import Protocol
 
 from fastapi import Request
 
+from api.accounts.scopes import ACTIONS_CALL
+from api.accounts.scopes import grants as scope_grants
 from api.calls.request import Caller
 from api.db import read_session
 from api.deps import bearer_token, principal_of
@@ -25,15 +27,13 @@ from api.errors import Forbidden, Unauthorized
 from api.models import ApiKey
 from api.rawsql import Reads
 from api.runs import grants
-from api.scopes import ACTIONS_CALL
-from api.scopes import grants as scope_grants
 
 ON_BEHALF_OF = "X-B3OS-On-Behalf-Of"
 
 
 class CallingKey(Protocol):
     """What a call needs of its key: the row a step's grant names, or the key a request came with
-    (`api.accounts.FoundKey`)."""
+    (`api.accounts.organizations.FoundKey`)."""
 
     @property
     def id(self) -> str: ...

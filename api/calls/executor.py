@@ -1,6 +1,6 @@
 """What differs between action kinds on the one call path: an executor per `impl.kind`.
 
-    resolve (api.registry) -> admit (service: key, idempotency, input, limits) -> execute -> meter, answer
+    resolve (api.registry.catalog) -> admit (key, idempotency, input, limits) -> execute -> meter, answer
 
 The service does everything shared; an executor does what its kind needs:
 

@@ -20,9 +20,9 @@ from typing import Any
 import mcp_types
 from sqlmodel import Session, select
 
-from api import registry
 from api.calls.answers import Answer
 from api.models import PackVersion
+from api.registry import catalog
 from packs import resolve as resolving
 from packs.manifest import Action
 from packs.resolve import ResolveError
@@ -68,7 +68,7 @@ def tools(session: Session) -> dict[str, Tool]:
     for pack in sorted(newest):
         version = newest[pack]
         try:
-            manifest = registry.typed(version)
+            manifest = catalog.typed(version)
         except ResolveError:
             continue  # a version this engine cannot run is not offered
         for action in manifest.actions:

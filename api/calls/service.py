@@ -1,7 +1,7 @@
 """The call service: one action call from request to answer, for every surface (HTTP, MCP, routines)
 and every action kind.
 
-    request -> idempotency claim -> resolve the ref (api.registry, the one rule) -> check the input
+    request -> idempotency claim -> resolve the ref (api.registry.catalog, the one rule) -> check the input
             -> price and time it -> the executor prepares (vm: nodes; http: connections, request)
             -> admit (limits, lease, the key's claim linked to the call) -> the executor runs it
             -> record the charge, the units and the stored answer in one transaction
@@ -41,8 +41,8 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlmodel import Session
 
-from api import metrics, registry
-from api.accounts import new_id
+from api import metrics
+from api.accounts.organizations import new_id
 from api.calls import cancel, idempotency, limits, metering
 from api.calls.answers import Answer, answer_of, failed_outcome, outcome_of
 from api.calls.costs import action_price_microusd
@@ -66,6 +66,7 @@ from api.db import run_reading
 from api.errors import CallError
 from api.models import utcnow
 from api.rawsql import Reads
+from api.registry import catalog
 from packs.resolve import Resolved, ResolveError
 
 log = logging.getLogger(__name__)
@@ -106,7 +107,7 @@ class CallService:
         self._next_maintenance = 0.0
         self._waiting: collections.deque[asyncio.Future[None]] = collections.deque()
         self._twins: dict[tuple[str, str], asyncio.Event] = {}  # (org, key) of this process's running calls
-        self._versions: registry.KnownVersions = {}  # pack versions read (immutable: never invalidated)
+        self._versions: catalog.KnownVersions = {}  # pack versions read (immutable: never invalidated)
         prices = settings.unit_prices()
         self._vm = VmExecutor(db=self.db, settings=settings, prices=prices, clock=clock)
         self._http = HttpExecutor(db=self.db, prices=prices, egress_url=egress_url, egress_token=egress_token)
@@ -291,11 +292,11 @@ class CallService:
 
         def find(reads: Reads) -> Prepared:
             try:
-                resolved, raw = registry.resolve_known(reads, ref=ref, known=self._versions)
+                resolved, raw = catalog.resolve_known(reads, ref=ref, known=self._versions)
             except ResolveError as exc:
                 raise RefNotFound(f"{ref}: {exc}", details={"ref": str(ref)}) from None
             checked = check_input(resolved.action.input_schema, request.input)
-            price = action_price_microusd(raw, registry.find_action(raw, ref.action) or {})
+            price = action_price_microusd(raw, catalog.find_action(raw, ref.action) or {})
             prepared = Prepared(
                 resolved=resolved,
                 checked=checked,

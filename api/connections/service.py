@@ -36,13 +36,13 @@ from sqlalchemy import update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlmodel import Session, col, select
 
-from api import registry
-from api.accounts import new_id
+from api.accounts.organizations import new_id
 from api.calls.inputs import fill_defaults, schema_errors
 from api.config import Settings
 from api.connections.tables import ConnectionRecord
 from api.errors import InvalidRequest, NotFound, ServiceUnavailable
 from api.models import utcnow
+from api.registry import catalog
 from egress.sealing import PREFIX, SealError, connection_binding, load_public_key, seal
 from packs.manifest import Connection
 
@@ -85,7 +85,7 @@ class CheckedSecret:
 
 def declared_connection(session: Session, *, pack: str, connection: str) -> Connection:
     """The connection `connection` as the newest version of `pack` declares it, or NotFound naming it."""
-    version = registry.newest(session, pack=pack)
+    version = catalog.newest(session, pack=pack)
     if version is None:
         raise NotFound(f"There is no pack {pack[:300]} in the registry.", field="pack")
     raw = version.manifest.get("connections")

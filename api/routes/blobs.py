@@ -11,11 +11,11 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 from starlette.concurrency import run_in_threadpool
 
-from api.blobstore import DIGEST_PATTERN, BlobStore, parse_digest
+from api.accounts.scopes import ACTIONS_WRITE
 from api.deps import NodeCaller, Principal, principal_or_node, require
 from api.errors import NotFound, PayloadTooLarge, error_responses
 from api.models import BlobUpload
-from api.scopes import ACTIONS_WRITE
+from api.registry.blobs import DIGEST_PATTERN, BlobStore, parse_digest
 
 router = APIRouter(prefix="/v1/actions/registry/blobs", tags=["registry"])
 # Any publisher uploads bundle files; publishing a tool pack is what needs TOOLS_PUBLISH (routes/registry.py).

@@ -6,11 +6,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Response
 
+from api.accounts.scopes import CONNECTIONS_READ, CONNECTIONS_WRITE
 from api.connections import service
 from api.connections.tables import ConnectionCreate, ConnectionList, ConnectionListed, ConnectionPublic
 from api.deps import Principal, SessionDep, SettingsDep, require
 from api.errors import NotFound, error_responses
-from api.scopes import CONNECTIONS_READ, CONNECTIONS_WRITE
 
 router = APIRouter(prefix="/v1/connections", tags=["connections"])
 Writer = Annotated[Principal, Depends(require(CONNECTIONS_WRITE))]

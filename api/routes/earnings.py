@@ -12,7 +12,7 @@ from api.calls.sales import earnings_report
 from api.deps import PrincipalDep
 from api.errors import error_responses
 from api.params import Month, Namespace
-from api.publishers import own_publisher
+from api.registry.publishers import own_publisher
 from api.routes.usage import month_or_now
 
 router = APIRouter(prefix="/v1/actions/publishers", tags=["earnings"])

@@ -7,11 +7,11 @@ from typing import Annotated
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel
 
-from api import accounts
+from api.accounts import organizations
+from api.accounts.scopes import KEYS_ADMIN, covers
 from api.deps import Principal, SessionDep, SettingsDep, require
 from api.errors import Forbidden, NotFound, error_responses
 from api.models import ApiKeyCreate, ApiKeyCreated, ApiKeyPublic
-from api.scopes import KEYS_ADMIN, covers
 
 router = APIRouter(prefix="/v1/keys", tags=["keys"])
 Admin = Annotated[Principal, Depends(require(KEYS_ADMIN))]
@@ -26,13 +26,13 @@ def create_key(
     body: ApiKeyCreate, principal: Admin, session: SessionDep, settings: SettingsDep
 ) -> ApiKeyCreated:
     """Create a key in the caller's organization; the secret is in this answer only."""
-    accounts.check_key_creations(session, org_id=principal.org_id, per_hour=settings.keys_per_hour)
+    organizations.check_key_creations(session, org_id=principal.org_id, per_hour=settings.keys_per_hour)
     for scope in body.scopes:
         if not covers(principal.scopes, scope):
             raise Forbidden(
                 f"A key cannot hand out the scope {scope}, which it does not hold itself.", field="scopes"
             )
-    key, secret = accounts.create_api_key(
+    key, secret = organizations.create_api_key(
         session,
         org_id=principal.org_id,
         name=body.name,
@@ -46,14 +46,14 @@ def create_key(
 @router.get("", response_model=ApiKeyList, responses=error_responses(403))
 def list_keys(principal: Admin, session: SessionDep) -> ApiKeyList:
     """The caller's organization's keys (never their secrets)."""
-    keys = accounts.list_api_keys(session, org_id=principal.org_id)
+    keys = organizations.list_api_keys(session, org_id=principal.org_id)
     return ApiKeyList(keys=[ApiKeyPublic.model_validate(k.model_dump()) for k in keys])
 
 
 @router.delete("/{key_id}", response_model=ApiKeyPublic, responses=error_responses(403, 404))
 def revoke_key(key_id: str, principal: Admin, session: SessionDep) -> ApiKeyPublic:
     """Revoke one of the caller's organization's keys; it stops working at once."""
-    key = accounts.get_api_key(session, org_id=principal.org_id, key_id=key_id)
+    key = organizations.get_api_key(session, org_id=principal.org_id, key_id=key_id)
     if key is None:
         raise NotFound(f"Your organization has no key {key_id[:100]}.", field="key_id")
     for scope in key.scopes:
@@ -62,6 +62,6 @@ def revoke_key(key_id: str, principal: Admin, session: SessionDep) -> ApiKeyPubl
                 f"A key cannot revoke a key holding the scope {scope}, which it could not hand out itself.",
                 field="key_id",
             )
-    accounts.revoke_api_key(session, key=key)
+    organizations.revoke_api_key(session, key=key)
     session.commit()
     return ApiKeyPublic.model_validate(key.model_dump())

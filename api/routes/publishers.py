@@ -8,12 +8,12 @@ from fastapi import APIRouter, Depends
 from pydantic import BaseModel
 from sqlmodel import select
 
-from api import publishers
+from api.accounts.scopes import PUBLISHERS_ADMIN, TOOLS_PUBLISH
 from api.deps import Principal, PrincipalDep, SessionDep, require
 from api.errors import Forbidden, error_responses
 from api.models import Publisher, PublisherCreate, PublisherPublic, SigningKeyCreate, SigningKeyPublic
 from api.params import Namespace
-from api.scopes import PUBLISHERS_ADMIN, TOOLS_PUBLISH
+from api.registry import publishers
 
 router = APIRouter(tags=["publishers"])
 PublishersAdmin = Annotated[Principal, Depends(require(PUBLISHERS_ADMIN))]

@@ -11,14 +11,14 @@ from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, ConfigDict, Field
 from sqlmodel import col, select
 
-from api import registry
+from api.accounts.scopes import ACTIONS_WRITE, TOOLS_PUBLISH
 from api.deps import CheckersDep, Principal, PrincipalDep, SessionDep, require
 from api.errors import InvalidRequest, NotFound, error_responses
 from api.models import PackVersion
 from api.params import Namespace, PackName, Version
-from api.publishing import publish
+from api.registry import catalog
+from api.registry.publishing import publish
 from api.routes.blobs import BlobsDep
-from api.scopes import ACTIONS_WRITE, TOOLS_PUBLISH
 from packs.checks import is_tool_pack
 from packs.hashing import BundleFile
 from packs.refs import MAX_REF_LENGTH, REF_PATTERN
@@ -96,7 +96,7 @@ def _summary(v: PackVersion) -> PackSummary:
         title=m.get("title"),
         description=m.get("description"),
         publisher=m.get("publisher"),
-        actions=[ActionSummary(**a) for a in registry.action_summaries(v)],
+        actions=[ActionSummary(**a) for a in catalog.action_summaries(v)],
     )
 
 
@@ -131,21 +131,21 @@ async def publish_pack(
 def list_packs(_: PrincipalDep, session: SessionDep) -> PackList:
     """Every pack at its newest version."""
     names = session.exec(select(PackVersion.pack).distinct().order_by(col(PackVersion.pack))).all()
-    newest = [registry.newest(session, pack=name) for name in names]
+    newest = [catalog.newest(session, pack=name) for name in names]
     return PackList(packs=[_summary(v) for v in newest if v is not None])
 
 
 @router.get("/{namespace}/{name}", response_model=PackSummary, responses=error_responses(404))
 def get_pack(namespace: Namespace, name: PackName, _: PrincipalDep, session: SessionDep) -> PackSummary:
     """The pack at its newest version (by semver), with the exact pin of each action."""
-    return _summary(registry.versions_of(session, pack=f"{namespace}/{name}")[0])
+    return _summary(catalog.versions_of(session, pack=f"{namespace}/{name}")[0])
 
 
 @router.get("/{namespace}/{name}/versions", response_model=VersionList, responses=error_responses(404))
 def list_versions(namespace: Namespace, name: PackName, _: PrincipalDep, session: SessionDep) -> VersionList:
     """Every version of the pack, newest first."""
     pack = f"{namespace}/{name}"
-    versions = registry.versions_of(session, pack=pack)
+    versions = catalog.versions_of(session, pack=pack)
     return VersionList(pack=pack, versions=[VersionSummary.model_validate(v.model_dump()) for v in versions])
 
 
@@ -154,7 +154,7 @@ def get_manifest(
     namespace: Namespace, name: PackName, version: Version, _: PrincipalDep, session: SessionDep
 ) -> dict[str, Any]:
     """The signed manifest of one version, as published."""
-    return registry.get_version(session, pack=f"{namespace}/{name}", version=version).manifest
+    return catalog.get_version(session, pack=f"{namespace}/{name}", version=version).manifest
 
 
 @router.get("/{namespace}/{name}/tools", response_model=ToolList, responses=error_responses(404))
@@ -168,11 +168,11 @@ def list_tools(
     """MCP tool definitions of the pack's actions: `{pack}__{action}` with description and inputSchema."""
     pack = f"{namespace}/{name}"
     row = (
-        registry.get_version(session, pack=pack, version=version)
+        catalog.get_version(session, pack=pack, version=version)
         if version
-        else registry.versions_of(session, pack=pack)[0]
+        else catalog.versions_of(session, pack=pack)[0]
     )
-    return ToolList(pack=pack, version=row.version, tools=registry.mcp_tools(row))
+    return ToolList(pack=pack, version=row.version, tools=catalog.mcp_tools(row))
 
 
 class ResolvedAction(BaseModel):
@@ -201,7 +201,7 @@ def resolve_action(
 ) -> ResolvedAction:
     """Resolve an action ref to the exact version and action a call of it runs now."""
     try:
-        resolved, _row = registry.resolve(session, ref=parse_ref(ref))
+        resolved, _row = catalog.resolve(session, ref=parse_ref(ref))
     except ResolveError as exc:
         if exc.missing == "ref":
             raise InvalidRequest(str(exc), field="ref") from None

@@ -7,6 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Response
 
+from api.accounts.scopes import ACTIONS_CALL, ROUTINES_READ, ROUTINES_RUN
 from api.calls.idempotency import check_key
 from api.db import in_thread
 from api.deps import Principal, require
@@ -15,7 +16,6 @@ from api.params import IdempotencyKey
 from api.routines.models import RoutineCreate, RoutineList, RoutinePublic, RoutineVersionList
 from api.routines.tables import RoutineRecord
 from api.runs.models import RunCreate, RunPublic
-from api.scopes import ACTIONS_CALL, ROUTINES_READ, ROUTINES_RUN
 from api.services import Routines, Runs, Schedules, Starts
 from engine.routine import Routine
 

@@ -6,6 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Response
 
+from api.accounts.scopes import ROUTINES_READ, ROUTINES_RUN
 from api.calls.idempotency import check_key
 from api.deps import Principal, require
 from api.errors import error_responses
@@ -13,7 +14,6 @@ from api.params import IdempotencyKey
 from api.routes.routines import require_call_scope
 from api.runs.models import CancelAccepted, RerunCreate, RunList, RunPublic
 from api.runs.waiting import MAX_WAIT_S
-from api.scopes import ROUTINES_READ, ROUTINES_RUN
 from api.services import Runs, Starts
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])

@@ -7,6 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request, Response
 
+from api.accounts.scopes import ROUTINES_READ, ROUTINES_RUN
 from api.calls.auth import is_worker_token
 from api.calls.idempotency import check_key
 from api.deps import Principal, bearer_token, require
@@ -16,7 +17,6 @@ from api.routes.routines import require_call_scope
 from api.runs.models import RunPublic
 from api.schedules.models import ScheduleCreate, ScheduleList, SchedulePublic
 from api.schedules.service import GRANT_HEADER
-from api.scopes import ROUTINES_READ, ROUTINES_RUN
 from api.services import Runs, Schedules
 
 router = APIRouter(prefix="/v1/routines", tags=["schedules"])

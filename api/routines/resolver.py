@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlmodel import Session
 
-from api.registry import resolve
+from api.registry.catalog import resolve
 from packs.resolve import parse_ref
 
 

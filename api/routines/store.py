@@ -21,7 +21,7 @@ from cachetools import LRUCache
 from sqlalchemy import Engine, bindparam
 from sqlmodel import Session, col, select
 
-from api.accounts import new_id
+from api.accounts.organizations import new_id
 from api.checker import Checkers
 from api.db import in_thread, read_session
 from api.errors import NotFound

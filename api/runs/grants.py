@@ -34,7 +34,7 @@ from sqlalchemy import select as select_columns
 from sqlmodel import Session, col, update
 
 from activities.idempotency import step_idempotency_key
-from api.accounts import FOUND_KEY_COLUMNS, FoundKey, found_key, hash_secret
+from api.accounts.organizations import FOUND_KEY_COLUMNS, FoundKey, found_key, hash_secret
 from api.errors import Forbidden, Unauthorized
 from api.models import ApiKey, Organization, utcnow
 from api.rawsql import Reads

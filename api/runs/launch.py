@@ -18,11 +18,11 @@ from sqlmodel import Session, select
 from temporalio.api.common.v1 import Payload
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from api import registry
 from api.calls import idempotency
 from api.db import read_session
 from api.errors import InvalidRequest
 from api.rawsql import Reads
+from api.registry import catalog
 from api.routines.store import RoutineStore
 from api.runs import grants
 from api.runs.limits import RunLimits
@@ -81,7 +81,7 @@ class Launches:
         self._routines = routines
         self._limits = limits
         self._lasts = lasts
-        self._versions: registry.KnownVersions = {}  # pack versions read for pins (immutable, as routines)
+        self._versions: catalog.KnownVersions = {}  # pack versions read for pins (immutable, as routines)
 
     def ready(self, request: StartRequest, version: Callable[[], RunVersion]) -> RunRecord | Launch:
         """A start made ready (in a worker thread): the key's earlier run if it has one; else, the starts
@@ -160,7 +160,7 @@ class Launches:
                     continue
                 try:
                     ref = parse_ref(step.uses)  # a malformed one is refused here too
-                    resolved, _ = registry.resolve_known(reads, ref=ref, known=self._versions)
+                    resolved, _ = catalog.resolve_known(reads, ref=ref, known=self._versions)
                 except ResolveError as exc:
                     raise InvalidRequest(
                         f"Routine {name!r}, step {step.id!r}: uses: cannot resolve {step.uses}: {exc}",

@@ -34,7 +34,7 @@ from temporalio.common import (
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
-from api.accounts import new_id
+from api.accounts.organizations import new_id
 from api.calls import idempotency
 from api.calls.errors import IdempotencyKeyReused
 from api.db import in_thread

@@ -37,7 +37,9 @@ from temporalio.client import (
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 from temporalio.service import RPCError, RPCStatusCode
 
-from api.accounts import hash_secret, new_id
+from api.accounts.organizations import hash_secret, new_id
+from api.accounts.scopes import ACTIONS_CALL
+from api.accounts.scopes import grants as scope_grants
 from api.db import in_thread
 from api.errors import Forbidden, InvalidRequest, NotFound, ServiceUnavailable, Unauthorized
 from api.models import ApiKey
@@ -47,8 +49,6 @@ from api.runs.starts import RunStarts
 from api.runs.tables import RunRecord
 from api.schedules.models import ScheduleCreate, SchedulePublic
 from api.schedules.tables import RoutineSchedule
-from api.scopes import ACTIONS_CALL
-from api.scopes import grants as scope_grants
 from api.temporal import Temporal
 from engine.cron import ScheduleError, check_cron, check_timezone
 from engine.routine import SCHEDULES_PER_ROUTINE, Routine

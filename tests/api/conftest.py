@@ -11,10 +11,11 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlmodel import Session
 
-from api import accounts, node_credentials, publishers
+from api.accounts import node_credentials, organizations
+from api.accounts.scopes import OWNER_SCOPES
 from api.config import Settings
 from api.main import create_app
-from api.scopes import OWNER_SCOPES
+from api.registry import publishers
 
 
 @pytest.fixture
@@ -47,8 +48,8 @@ def make_org(app: FastAPI) -> Callable[..., Org]:
         name: str = "test org",
     ) -> Org:
         with Session(app.state.engine) as session:
-            org = accounts.create_organization(session, name=name, is_operator=operator)
-            key, secret = accounts.create_api_key(session, org_id=org.id, scopes=scopes, name="test")
+            org = organizations.create_organization(session, name=name, is_operator=operator)
+            key, secret = organizations.create_api_key(session, org_id=org.id, scopes=scopes, name="test")
             for namespace in namespaces:
                 publishers.set_publisher(session, namespace=namespace, org_id=org.id)
             session.commit()
@@ -63,7 +64,7 @@ def add_key(app: FastAPI) -> Callable[..., Org]:
 
     def add(org: Org, scopes: Sequence[str]) -> Org:
         with Session(app.state.engine) as session:
-            key, secret = accounts.create_api_key(session, org_id=org.org_id, scopes=scopes)
+            key, secret = organizations.create_api_key(session, org_id=org.org_id, scopes=scopes)
             session.commit()
             return Org(org_id=org.org_id, key_id=key.id, key=secret)
 

@@ -23,9 +23,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlmodel import Session
 from workers import PATIENCE_S, free_port
 
-from api import accounts, node_credentials, publishers
+from api.accounts import node_credentials, organizations
+from api.accounts.scopes import OWNER_SCOPES
 from api.db import make_engine
-from api.scopes import OWNER_SCOPES
+from api.registry import publishers
 from cli._embedded import api_argv
 
 REPO = Path(__file__).resolve().parents[2]
@@ -114,8 +115,10 @@ def start_live_api(root: Path, *, temporal_address: str | None = None) -> LiveAp
         _wait_healthy(url, process, log)
         engine = make_engine(db_url)
         with Session(engine) as session:
-            org = accounts.create_organization(session, name="live api owner", is_operator=True)
-            key, secret = accounts.create_api_key(session, org_id=org.id, scopes=OWNER_SCOPES, name="owner")
+            org = organizations.create_organization(session, name="live api owner", is_operator=True)
+            key, secret = organizations.create_api_key(
+                session, org_id=org.id, scopes=OWNER_SCOPES, name="owner"
+            )
             publishers.set_publisher(session, namespace=NAMESPACE, org_id=org.id)
             _, node_secret = node_credentials.issue_credential(session, node_id="live-api-node")
             session.commit()

@@ -27,11 +27,11 @@ from sqlalchemy import inspect, text
 from sqlmodel import Session
 from workers import PATIENCE_S
 
+from api.accounts.scopes import CONNECTIONS_READ, CONNECTIONS_WRITE
 from api.config import Settings
 from api.connections import service
 from api.connections.tables import ConnectionRecord
 from api.main import create_app
-from api.scopes import CONNECTIONS_READ, CONNECTIONS_WRITE
 from cli.main import main
 from egress.sealing import SealError, connection_binding, generate_key, open_sealed, public_key_b64, seal
 from packs.signing import sign_manifest

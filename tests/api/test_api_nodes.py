@@ -11,7 +11,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlmodel import Session
 
-from api import node_credentials
+from api.accounts import node_credentials
 from api.config import Settings
 from api.main import create_app
 from api.nodes import live_nodes

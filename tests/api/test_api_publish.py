@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 from sqlmodel import Session
 
 from api.errors import Conflict
-from api.publishing import publish
+from api.registry.publishing import publish
 from b3os import B3OS
 from cli._http import CliError
 from cli.pack_publish import publish_command

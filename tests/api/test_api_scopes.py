@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from api.scopes import covers, grants
+from api.accounts.scopes import covers, grants
 
 
 @pytest.mark.parametrize(

@@ -25,10 +25,11 @@ from sqlalchemy import Engine
 from sqlmodel import Session, col, select
 from workers import PATIENCE_S, STACK_VM_UID_BASE, UIDS_PER_WORKER, free_port
 
-from api import accounts, node_credentials, publishers
+from api.accounts import node_credentials, organizations
+from api.accounts.scopes import OWNER_SCOPES
 from api.db import make_engine
 from api.models import Node
-from api.scopes import OWNER_SCOPES
+from api.registry import publishers
 from b3os import B3OS
 from cli._embedded import api_argv
 from cli.tool_publish import publish_dir
@@ -221,8 +222,8 @@ class Stack:
     ) -> Org:
         """A fresh organization with one key."""
         with Session(self.engine) as session:
-            org = accounts.create_organization(session, name=f"org {uuid.uuid4().hex[:6]}")
-            key, secret = accounts.create_api_key(
+            org = organizations.create_organization(session, name=f"org {uuid.uuid4().hex[:6]}")
+            key, secret = organizations.create_api_key(
                 session, org_id=org.id, scopes=scopes, monthly_spend_cap_microusd=cap
             )
             for namespace in namespaces:
@@ -232,7 +233,7 @@ class Stack:
 
     def add_key(self, org: Org, *, cap: int | None = None, scopes: Sequence[str] = CALLER_SCOPES) -> Org:
         with Session(self.engine) as session:
-            key, secret = accounts.create_api_key(
+            key, secret = organizations.create_api_key(
                 session, org_id=org.org_id, scopes=scopes, monthly_spend_cap_microusd=cap
             )
             session.commit()

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import Engine
 from sqlmodel import Session, col, func, select
 
-from api.accounts import new_id
+from api.accounts.organizations import new_id
 from api.calls import limits
 from api.calls.settings import CallSettings
 from api.calls.tables import ActionCall

@@ -10,13 +10,14 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlmodel import Session
 
-from api import accounts, publishers
+from api.accounts import organizations
+from api.accounts.scopes import OWNER_SCOPES
 from api.calls import metering
 from api.calls.costs import Cost
 from api.calls.tables import ActionCall
 from api.config import Settings
 from api.main import create_app
-from api.scopes import OWNER_SCOPES
+from api.registry import publishers
 
 NS = "com.example.tools"
 FIRST = dt.datetime(2026, 3, 15, 10, 0, tzinfo=dt.UTC)
@@ -36,11 +37,11 @@ def app_and_clock(tmp_path: Path) -> Iterator[tuple[TestClient, Clock, dict[str,
     clock = Clock(FIRST)
     app.state.calls.clock = clock
     with Session(app.state.engine) as session:
-        pub = accounts.create_organization(session, name="publisher")
-        _, pub_secret = accounts.create_api_key(session, org_id=pub.id, scopes=OWNER_SCOPES)
+        pub = organizations.create_organization(session, name="publisher")
+        _, pub_secret = organizations.create_api_key(session, org_id=pub.id, scopes=OWNER_SCOPES)
         publishers.set_publisher(session, namespace=NS, org_id=pub.id)
-        other = accounts.create_organization(session, name="customer")
-        _, other_secret = accounts.create_api_key(session, org_id=other.id, scopes=OWNER_SCOPES)
+        other = organizations.create_organization(session, name="customer")
+        _, other_secret = organizations.create_api_key(session, org_id=other.id, scopes=OWNER_SCOPES)
         session.commit()
     with TestClient(app) as client:
         yield (
@@ -57,7 +58,7 @@ def sell(client: TestClient, at: dt.datetime, price: int, action: str = "echo") 
     engine = client.app.state.engine  # type: ignore[attr-defined]
     with Session(engine) as session:
         call = ActionCall(
-            id=accounts.new_id("tcall"),
+            id=organizations.new_id("tcall"),
             org_id="org_customer",
             key_id="key_customer",
             surface="http",

@@ -19,7 +19,7 @@ import pytest
 from sqlmodel import Session, col, delete, select
 from workers import PATIENCE_S
 
-from api import node_credentials
+from api.accounts import node_credentials
 from api.calls.tables import ActionCall
 from api.models import Node
 from node.credential import PROOF_HEADER, answer_proof, call_key

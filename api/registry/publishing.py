@@ -24,10 +24,10 @@ from sqlalchemy import func, text
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
-from api.blobstore import BlobStore, stored_sha256
 from api.db import is_postgres
 from api.errors import Conflict, Forbidden, InvalidRequest
 from api.models import BlobUpload, Pack, PackVersion, Publisher, SigningKey
+from api.registry.blobs import BlobStore, stored_sha256
 from packs.errors import HashMismatchError, SignatureError, Violation
 from packs.hashing import BundleFile
 from packs.names import PACK_ID_RE, is_semver

@@ -1,0 +1,1 @@
+"""Who may call: organizations and their API keys, scopes, failed-login limits, node credentials."""

@@ -1,0 +1,1 @@
+"""The pack registry: publishers and their signing keys, publishing, pack versions, blobs."""
