@@ -16,7 +16,7 @@ run: setup bytecode
 test: setup bytecode
 	$(BIN)/ruff check .
 	$(BIN)/mypy .
-	$(BIN)/pytest -n 5 --dist loadgroup --no-loadscope-reorder
+	$(BIN)/pytest -n 4 --dist loadgroup --no-loadscope-reorder
 
 setup: deb $(STAMP)
 

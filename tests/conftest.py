@@ -66,7 +66,7 @@ async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
     await env.shutdown()
 
 
-# --- how pytest-xdist shares the suite out (`make test`: -n 5 --dist loadgroup --no-loadscope-reorder) ---
+# --- how pytest-xdist shares the suite out (`make test`: -n 4 --dist loadgroup --no-loadscope-reorder) ---
 
 STACK_GROUPS = 2
 """Workers that run the tests of the session's real stack (`routine_stack`): each such worker starts one

@@ -87,27 +87,28 @@ def running(stack: Stack, org: Org) -> int:
     return int(count)
 
 
-def _parent(pid: int) -> int:
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return 0
-    return next((int(line.split()[1]) for line in status.splitlines() if line.startswith("PPid:")), 0)
+def _parents() -> dict[int, int]:
+    """Every process's parent, from one read of /proc (pid -> ppid)."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                parents[int(entry.name)] = int((entry / "stat").read_text().rpartition(")")[2].split()[1])
+    return parents
 
 
 def vm_processes(stack: Stack) -> dict[int, str]:
     """The processes the stack's processes started (a node's VMs' among them): pid -> command line."""
     own = {p.popen.pid for p in stack.procs if p.popen.poll() is None}
+    parents = _parents()
     found = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        cur, hops = _parent(int(entry.name)), 0
+    for pid in parents:
+        cur, hops = parents[pid], 0
         while cur > 1 and cur not in own and hops < 64:
-            cur, hops = _parent(cur), hops + 1
+            cur, hops = parents.get(cur, 0), hops + 1
         if cur in own:
             with contextlib.suppress(OSError, UnicodeDecodeError):
-                found[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                found[pid] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
     return found
 
 
