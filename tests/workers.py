@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import os
 import socket
+from pathlib import Path
 
 WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or "0")
 """This process's worker number."""
@@ -47,3 +48,11 @@ PATIENCE_S = 60.0
 """How long a test waits for something that must happen (a process to answer, a call to start, a run to
 end): long enough for a machine as busy as any the suite runs on, so that only what never happens fails
 (pytest-timeout ends a test at 120 s)."""
+
+
+def node_cgroups(pid: int) -> list[Path]:
+    """The cgroups of the node process `pid` below the hierarchies' roots: a walk that passes over the groups
+    other workers' nodes make and remove meanwhile (a glob fails on a group removed while it reads)."""
+    name = f"b3os-node-{pid}"
+    roots = [p for p in Path("/sys/fs/cgroup").iterdir() if p.is_dir()]
+    return [Path(d) / name for root in roots for d, subdirs, _ in os.walk(root) if name in subdirs]

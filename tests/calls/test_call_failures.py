@@ -6,11 +6,11 @@ import json
 import signal
 import threading
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 from sqlmodel import Session, col, delete
+from workers import node_cgroups
 
 from api.models import Node
 from cli.main import main as b3os_main
@@ -100,7 +100,7 @@ def test_a_node_that_died_since_its_heartbeat_is_tool_unavailable_exec_and_free(
     assert f"removed {run_dir / f'node-{node.popen.pid}'} (" in out
     assert f"/b3os-node-{node.popen.pid}\n" in out  # its cgroup in each hierarchy
     assert mounts.mounts_under(run_dir) == [] and list(run_dir.iterdir()) == []
-    assert not list(Path("/sys/fs/cgroup").glob(f"*/**/b3os-node-{node.popen.pid}"))
+    assert not node_cgroups(node.popen.pid)
 
 
 async def test_a_sweep_that_cannot_reach_the_database_leaves_the_calls_answer_and_runs_again_next_call() -> (

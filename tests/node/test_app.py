@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 from nodetest import NODE_ENV, NODE_ID, NODE_SECRET, NODE_UID_BASE, REPO, echo_call, node_request
-from workers import PATIENCE_S, free_port
+from workers import PATIENCE_S, free_port, node_cgroups
 
 from node.cache import InstallCache
 from node.credential import ANSWER_PROOF_HEADER, PROOF_HEADER, TIMESTAMP_HEADER, answer_is_proven, call_key
@@ -51,7 +51,7 @@ def node_url(cache: InstallCache, base_rootfs: Path) -> Iterator[str]:
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=20) in (0, -signal.SIGTERM)
     assert list(run_dir.iterdir()) == [], "the node left VM directories behind"
-    assert not any(Path("/sys/fs/cgroup").glob(f"*/**/b3os-node-{proc.pid}"))
+    assert not node_cgroups(proc.pid)
     run_dir.rmdir()
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 from nodetest import NODE_ENV, NODE_UID_BASE, REPO, VM_UIDS, echo_call, node_request
-from workers import PATIENCE_S, free_port
+from workers import PATIENCE_S, free_port, node_cgroups
 
 from node.cache import InstallCache
 from node.vm import mounts
@@ -63,11 +63,7 @@ class Node:
             time.sleep(0.05)
 
     def cgroups(self) -> list[Path]:
-        """The node's cgroups below the hierarchies' roots (a walk that passes over the groups other test
-        workers' nodes make and remove meanwhile)."""
-        name = f"b3os-node-{self.proc.pid}"
-        roots = [p for p in Path("/sys/fs/cgroup").iterdir() if p.is_dir()]
-        return [Path(d) / name for root in roots for d, subdirs, _ in os.walk(root) if name in subdirs]
+        return node_cgroups(self.proc.pid)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
