@@ -123,11 +123,14 @@ class RoutineStack(Stack):
     async def read(
         self, org: Org, run_id: str, *, url: str | None = None, wait_s: float = 0
     ) -> dict[str, Any]:
-        async with loopback.async_client(base_url=url or self.url, timeout=30 + wait_s) as http:
-            r = await http.get(f"/v1/runs/{run_id}", headers=org.headers, params={"wait_s": wait_s})
+        r = await self._get_run(org, run_id, url=url, wait_s=wait_s)
         assert r.status_code == 200, r.text
         body: dict[str, Any] = r.json()
         return body
+
+    async def _get_run(self, org: Org, run_id: str, *, url: str | None, wait_s: float) -> httpx.Response:
+        async with loopback.async_client(base_url=url or self.url, timeout=30 + wait_s) as http:
+            return await http.get(f"/v1/runs/{run_id}", headers=org.headers, params={"wait_s": wait_s})
 
     async def final(
         self, org: Org, run_id: str, *, url: str | None = None, timeout_s: float = 60
@@ -136,7 +139,13 @@ class RoutineStack(Stack):
         deadline = time.monotonic() + timeout_s
         while True:
             asked = time.monotonic()
-            run = await self.read(org, run_id, url=url, wait_s=min(5.0, max(0.0, deadline - asked)))
+            r = await self._get_run(org, run_id, url=url, wait_s=min(5.0, max(0.0, deadline - asked)))
+            if r.status_code == 503:  # Temporal busy with the run's workflow task: wait as the answer says
+                assert time.monotonic() < deadline, r.text
+                await asyncio.sleep(float(r.headers["Retry-After"]))
+                continue
+            assert r.status_code == 200, r.text
+            run: dict[str, Any] = r.json()
             if run["status"] != "running":
                 return run
             assert time.monotonic() < deadline, f"run {run_id} still running: {run}"
