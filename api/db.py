@@ -53,7 +53,9 @@ def make_engine(url: str) -> Engine:
     if parsed.get_backend_name() == "postgresql" and parsed.drivername == "postgresql":
         parsed = parsed.set(drivername="postgresql+psycopg")
     if parsed.get_backend_name() != "sqlite":
-        return create_engine(parsed, pool_pre_ping=True, pool_size=10, max_overflow=20)
+        engine = create_engine(parsed, pool_pre_ping=True, pool_size=10, max_overflow=20)
+        _quiet_lost_connections(engine.dialect.loaded_dbapi.OperationalError)
+        return engine
     if parsed.database and parsed.database != ":memory:":
         _private_file(Path(parsed.database))
     engine = create_engine(
@@ -71,6 +73,38 @@ def make_engine(url: str) -> Engine:
     event.listen(engine, "commit", gate.end)
     event.listen(engine, "rollback", gate.end)
     return engine
+
+
+class _LostConnection(logging.Filter):
+    """A pooled connection the server closed (a restart, an administrator's `pg_terminate_backend`) fails
+    its rollback when it goes back to the pool; SQLAlchemy then logs an ERROR with a traceback, though it
+    only drops that connection (`pool_pre_ping` replaces it at the next checkout). That record becomes one
+    WARNING line naming the error; any other pool error keeps its traceback."""
+
+    def __init__(self, driver_error: type[BaseException]) -> None:
+        super().__init__()
+        self.lost = (OperationalError, InterfaceError, driver_error)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, self.lost):
+            first_line = (str(error).strip().splitlines() or [""])[0]
+            record.msg, record.args = (
+                "a pooled database connection was lost and dropped (%s: %s)",
+                (
+                    type(error).__name__,
+                    first_line,
+                ),
+            )
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+def _quiet_lost_connections(driver_error: type[BaseException]) -> None:
+    pool_log = logging.getLogger("sqlalchemy.pool.impl.QueuePool")
+    if not any(isinstance(f, _LostConnection) for f in pool_log.filters):
+        pool_log.addFilter(_LostConnection(driver_error))
 
 
 def _private_file(path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -178,6 +179,30 @@ def test_a_session_whose_database_went_away_before_its_close_is_no_error_of_the_
         assert "Traceback" not in caplog.text
         with Session(engine) as fresh:  # the dead connection left the pool
             assert fresh.connection().exec_driver_sql("SELECT 1").scalar_one() == 1
+    finally:
+        engine.dispose()
+        postgres_cluster.drop_database(name)
+
+
+def test_a_pooled_connection_the_server_ended_is_dropped_with_one_warning_line(
+    postgres_cluster: PostgresCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    name = postgres_cluster.create_database()
+    engine = make_engine(postgres_cluster.url(name))
+    try:
+        pooled = engine.raw_connection()  # the pool's own connection, as a session's closing hands it back
+        cursor = pooled.cursor()
+        cursor.execute("SELECT pg_backend_pid()")  # a transaction is open
+        (backend,) = cursor.fetchone() or (None,)
+        with engine.connect() as other:  # the server ends the connection, as a restart does
+            other.exec_driver_sql(f"SELECT pg_terminate_backend({backend})")
+        with caplog.at_level(logging.WARNING):
+            pooled.close()  # back to the pool: its reset (a ROLLBACK) fails on the dead connection
+        lost = "a pooled database connection was lost and dropped (AdminShutdown: terminating connection"
+        assert lost in caplog.text
+        assert "Traceback" not in caplog.text and "ERROR" not in caplog.text
+        with engine.connect() as fresh:
+            assert fresh.exec_driver_sql("SELECT 1").scalar_one() == 1
     finally:
         engine.dispose()
         postgres_cluster.drop_database(name)
