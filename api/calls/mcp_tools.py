@@ -1,4 +1,4 @@
-"""MCP: what the tools are and what a call answers; the protocol is the `mcp` package's (api.routes.mcp).
+"""MCP: what the tools are and what a call answers; the protocol: the `mcp` package (api.routes.mcp_server).
 
 Every action is a tool named `{pack}__{action}`. A tool call goes through the same call service as
 `POST /v1/actions/call`: same limits, metering and errors. A failed call is a tool result with

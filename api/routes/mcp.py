@@ -1,19 +1,20 @@
-"""`/v1/mcp`: the actions as MCP tools, served by the official `mcp` server over Streamable HTTP.
+"""`/v1/mcp`: the actions as MCP tools, over Streamable HTTP (the server: api.routes.mcp_server).
 
-The `mcp` package speaks the protocol (initialize, ping, tools/list, tools/call, protocol versions,
-JSON-RPC errors); this module checks each HTTP request's API key and answers the two tool methods
-from api.calls.mcp_tools through the call service, as the key's organization and on the surface `mcp`.
-The server is stateless and answers JSON (no session, no server-initiated stream), so any replica
-answers any request; GET and DELETE are 405.
+This module mounts the endpoint. It checks each HTTP request's API key before the protocol runs: a
+request without a valid key gets 401 (403 for a key without `actions:call`) with
+`WWW-Authenticate: Bearer` and a JSON-RPC error whose message is the api's `code: sentence` and whose
+`data` is the api's error body (the official client raises that error, an `MCPError` saying why,
+instead of its generic "Server returned an error response"). GET and DELETE are 405: the server keeps
+no session and opens no stream.
 
-A request without a valid key is refused before the protocol runs: 401 (403 for a key without
-`actions:call`) with `WWW-Authenticate: Bearer` and a JSON-RPC error whose message is the api's
-`code: sentence` and whose `data` is the api's error body. The official client raises that error
-(an `MCPError` saying why) instead of its generic "Server returned an error response".
+The server and the `mcp` package are imported and started on the first request that passes the key
+check, inside the app's lifespan (a task of its task group), and stop with the app, before the call
+service closes.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -21,81 +22,19 @@ from functools import partial
 from typing import Any
 
 import anyio
-import mcp_types
+from anyio.abc import TaskGroup, TaskStatus
 from fastapi import FastAPI
-from mcp.server.context import ServerRequestContext
-from mcp.server.lowlevel.server import Server
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from mcp.shared.exceptions import MCPError
-from sqlmodel import Session
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from api.calls import mcp_tools
 from api.calls.auth import caller_for
-from api.calls.request import Caller
-from api.calls.service import CallService
 from api.db import run_reading
 from api.errors import ApiError, Forbidden, ServiceUnavailable, error_response
 
 PATH = "/v1/mcp"
-INSTRUCTIONS = "Each tool is an action of a b3os pack; hosted tools run in a fresh VM per call."
-
-
-def _request(ctx: ServerRequestContext[Any, Any]) -> Request:
-    request = ctx.request
-    if not isinstance(request, Request):  # only the HTTP transport is mounted
-        raise MCPError(mcp_types.INTERNAL_ERROR, "This server answers over HTTP only.")
-    return request
-
-
-async def _tools(request: Request) -> dict[str, mcp_tools.Tool]:
-    def read() -> dict[str, mcp_tools.Tool]:
-        with Session(request.app.state.engine) as session:
-            return mcp_tools.tools(session)
-
-    found: dict[str, mcp_tools.Tool] = await anyio.to_thread.run_sync(read)
-    return found
-
-
-async def list_tools(
-    ctx: ServerRequestContext[Any, Any], params: mcp_types.PaginatedRequestParams | None
-) -> mcp_types.ListToolsResult:
-    """`tools/list`: every tool, in one page."""
-    found = await _tools(_request(ctx))
-    return mcp_types.ListToolsResult(tools=[t.describe() for t in found.values()])
-
-
-async def call_tool(
-    ctx: ServerRequestContext[Any, Any], params: mcp_types.CallToolRequestParams
-) -> mcp_types.CallToolResult:
-    """`tools/call`: one call through the call service; an unknown tool is a JSON-RPC -32602.
-
-    Raises:
-        MCPError: no tool has that name.
-    """
-    request = _request(ctx)
-    tool = (await _tools(request)).get(params.name)
-    if tool is None:
-        raise MCPError(mcp_types.INVALID_PARAMS, f"Unknown tool: {params.name[:200]}")
-    caller: Caller = request.state.caller
-    service: CallService = request.app.state.calls
-    payload = {"ref": tool.ref, "input": params.arguments if params.arguments is not None else {}}
-    answer = await service.call(caller, payload, idempotency_key=request.headers.get("Idempotency-Key"))
-    return mcp_tools.call_result(answer)
-
-
-def server() -> Server[Any]:
-    """The MCP server: the tool methods of this module (ping and the handshake are the library's)."""
-    return Server(
-        "b3os",
-        version="0.1.0",
-        instructions=INSTRUCTIONS,
-        on_list_tools=list_tools,
-        on_call_tool=call_tool,
-    )
+INVALID_REQUEST = -32600  # JSON-RPC's code for a request the server will not take
 
 
 def refusal(request: Request, err: ApiError) -> Response:
@@ -107,13 +46,37 @@ def refusal(request: Request, err: ApiError) -> Response:
     elif isinstance(err, Forbidden):
         scope = err.extra.get("missing_scope", "")
         headers["WWW-Authenticate"] = f'Bearer error="insufficient_scope", scope="{scope}"'
-    error = {"code": mcp_types.INVALID_REQUEST, "message": f"{err.code}: {err.message}", "data": err.body()}
+    error = {"code": INVALID_REQUEST, "message": f"{err.code}: {err.message}", "data": err.body()}
     body = {"jsonrpc": "2.0", "id": None, "error": error}
     return Response(json.dumps(body), status_code=err.status, headers=headers, media_type="application/json")
 
 
+class _Server:
+    """The MCP session manager of one start of the app, started on first use in the lifespan's tasks."""
+
+    def __init__(self, tasks: TaskGroup, body_limit: int) -> None:
+        self._tasks = tasks
+        self._body_limit = body_limit
+        self._lock = anyio.Lock()
+        self._manager: Any = None
+
+    async def manager(self) -> Any:
+        async with self._lock:
+            if self._manager is None:
+                self._manager = await self._tasks.start(self._serve)
+        return self._manager
+
+    async def _serve(self, *, task_status: TaskStatus[Any]) -> None:
+        # in a thread: the import (~0.5 s) must not hold the event loop (see the module's docstring)
+        protocol = await anyio.to_thread.run_sync(importlib.import_module, "api.routes.mcp_server")
+        manager = protocol.session_manager(self._body_limit)
+        async with manager.run():
+            task_status.started(manager)
+            await anyio.sleep_forever()
+
+
 class Endpoint:
-    """The ASGI app at `/v1/mcp`: the caller's key first, then the running session manager."""
+    """The ASGI app at `/v1/mcp`: the caller's key first, then the session manager."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
@@ -124,34 +87,31 @@ class Endpoint:
             return
         try:
             caller = await run_reading(request.app.state.engine, partial(caller_for, request, surface="mcp"))
-            manager: StreamableHTTPSessionManager | None = getattr(request.app.state, "mcp_sessions", None)
-            if manager is None:
+            server: _Server | None = getattr(request.app.state, "mcp_server", None)
+            if server is None:
                 raise ServiceUnavailable("The MCP server is not running yet.", retry_after_s=1)
         except ApiError as err:
             await refusal(request, err)(scope, receive, send)
             return
         request.state.caller = caller
+        manager = await server.manager()
         await manager.handle_request(scope, receive, send)
 
 
 def install(app: FastAPI) -> None:
-    """Mount the MCP endpoint at `/v1/mcp` and run its session manager in the app's lifespan."""
-    mcp_server = server()
+    """Mount the MCP endpoint at `/v1/mcp`; its server runs within the app's lifespan once asked."""
     body_limit = app.state.calls.settings.max_call_body_bytes
     app.router.routes.append(Route(PATH, endpoint=Endpoint(), name="mcp"))
     outer = app.router.lifespan_context
 
     @asynccontextmanager
     async def lifespan(a: Any) -> AsyncIterator[Any]:
-        # A manager runs once: a new one for each start of the app.
-        manager = StreamableHTTPSessionManager(
-            mcp_server, stateless=True, json_response=True, max_request_body_size=body_limit
-        )
-        async with outer(a) as state, manager.run():
-            app.state.mcp_sessions = manager
+        async with outer(a) as state, anyio.create_task_group() as tasks:
+            app.state.mcp_server = _Server(tasks, body_limit)
             try:
                 yield state
             finally:
-                app.state.mcp_sessions = None
+                app.state.mcp_server = None
+                tasks.cancel_scope.cancel()
 
     app.router.lifespan_context = lifespan
