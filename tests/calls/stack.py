@@ -128,7 +128,7 @@ class Stack:
             B3OS_DATA_DIR=str(self.root / "state"),
             B3OS_DATABASE_URL=self.db_url,
             B3OS_WORKER_TOKEN=WORKER_TOKEN,
-            B3OS_NODE_HEARTBEAT_S="0.5",
+            B3OS_NODE_HEARTBEAT_S="1",
             # every test client is 127.0.0.1: the failed-auth limit is per address (tests/api/test_api_keys)
             B3OS_AUTH_FAILURES_PER_MINUTE="100000",
         )
@@ -183,7 +183,7 @@ class Stack:
             B3OS_VM_UID_BASE=str(self.vm_uid_base(node_id)),
             B3OS_NODE_ID=node_id,
             B3OS_NODE_CREDENTIAL=self.node_secret(node_id),
-            B3OS_HEARTBEAT_S="0.5",
+            B3OS_HEARTBEAT_S="1",
             B3OS_CACHE_DIR=str(self.root / f"{node_id}-cache"),
             B3OS_RUN_DIR=str(run_dir),
             **(extra_env or {}),

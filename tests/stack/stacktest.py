@@ -160,7 +160,7 @@ def start_node(procs: Procs, env: Mapping[str, str], node_id: str, port: int) ->
     node_env = {
         **env,
         "B3OS_NODE_ID": node_id,
-        "B3OS_HEARTBEAT_S": "0.5",
+        "B3OS_HEARTBEAT_S": "1",
         "B3OS_CACHE_DIR": str(procs.root / f"{node_id}-cache"),
         "B3OS_RUN_DIR": str(run_dir),
     }

@@ -99,7 +99,7 @@ def sync_stack() -> Iterator[SyncStack]:
     env = clean_env(
         B3OS_DATA_DIR=str(root / "state"),
         B3OS_KEYS_DIR=str(root / "keys"),
-        B3OS_NODE_HEARTBEAT_S="0.5",
+        B3OS_NODE_HEARTBEAT_S="1",
         B3OS_API_URL=url,
     )
     engine = make_engine(f"sqlite:///{root / 'state' / 'b3os.db'}")
