@@ -458,6 +458,18 @@ def uses_status(condition: str | bool | None) -> bool:
     return bool(status_calls(condition_expression(condition)))
 
 
+def runs_after_cancel(condition: str | bool | None) -> bool:
+    """Whether a step's `if:` may run it once its run is cancelled: it calls `always()` or `cancelled()`.
+
+    Raises:
+        ExpressionSyntaxError: the expression does not parse.
+    """
+    if not isinstance(condition, str):
+        return False
+    calls = status_calls(condition_expression(condition))
+    return any(call.name in ("always", "cancelled") for call in calls)
+
+
 def referenced_steps(expr: str) -> set[str]:
     """The step ids an expression reads as `steps.<id>` (or `steps["<id>"]`).
 

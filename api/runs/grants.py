@@ -10,7 +10,10 @@ id. The activity sends the grant beside the worker token (`X-B3OS-Run-Grant`) an
 - the run has not ended: the runs service marks the grant ended as soon as it learns the run ended
   (GET /v1/runs/{id}, GET /v1/runs, a cancel of an ended run), and every grant expires with the
   run's execution timeout (`B3OS_RUN_TIMEOUT_S`, plus a minute) however the run ended;
-- the run was not cancelled, unless the request cancels a call (a cancelled step stops its call);
+- the run was not cancelled, unless the request cancels a call (a cancelled step stops its call), or
+  the step is one of the run's cleanup steps (its `if:` calls `always()` or `cancelled()`, noted when
+  the grant is minted) and `CLEANUP_TIME` has not passed since the cancel: the cleanup a routine
+  declares runs after a cancel, as docs/routines.md promises, for a bounded time;
 - the Idempotency-Key is the one that step of that run's workflow derives
   (`activities.idempotency.step_idempotency_key`): a grant calls under its own run's keys only.
 
@@ -27,6 +30,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import bindparam
@@ -46,12 +50,22 @@ GRANT_PREFIX = "b3run_"
 EXPIRY_SLACK = dt.timedelta(seconds=60)  # Temporal's execution timeout starts a moment after the grant
 _STEP = re.compile(r"^([A-Za-z_][A-Za-z0-9_]{0,63})(?:/([0-9]{1,6}))?$")
 _START_RUNS = "start runs with POST /v1/routines/{name}/runs"
+CLEANUP_TIME = dt.timedelta(minutes=5)
+"""How long after a cancel a run's cleanup steps may still start calls."""
 
 
 def mint(
-    session: Session, *, run_id: str, org_id: str, key_id: str, workflow_id: str, lasts: dt.timedelta
+    session: Session,
+    *,
+    run_id: str,
+    org_id: str,
+    key_id: str,
+    workflow_id: str,
+    lasts: dt.timedelta,
+    cleanup_steps: Sequence[str] = (),
 ) -> str:
-    """Store a new grant for a run that is about to start (the caller commits); the secret, shown once."""
+    """Store a new grant for a run that is about to start (the caller commits); the secret, shown once.
+    `cleanup_steps`: the steps that may still call for `CLEANUP_TIME` after a cancel."""
     secret = GRANT_PREFIX + secrets.token_urlsafe(32)
     session.add(
         RunGrant(
@@ -61,6 +75,7 @@ def mint(
             key_id=key_id,
             workflow_id=workflow_id,
             expires_at=utcnow() + lasts + EXPIRY_SLACK,
+            cleanup_steps=list(cleanup_steps),
         )
     )
     return secret
@@ -101,6 +116,7 @@ class FoundGrant:
     expires_at: dt.datetime
     cancelled_at: dt.datetime | None
     ended_at: dt.datetime | None
+    cleanup_steps: list[str]
     key: FoundKey
 
 
@@ -112,6 +128,7 @@ _GRANT_AND_KEY = (
         col(RunGrant.expires_at),
         col(RunGrant.cancelled_at),
         col(RunGrant.ended_at),
+        col(RunGrant.cleanup_steps),
         *FOUND_KEY_COLUMNS,
     )
     .join(ApiKey, col(ApiKey.id) == col(RunGrant.key_id))
@@ -139,6 +156,7 @@ def lookup(reads: Reads, secret: str) -> FoundGrant:
         expires_at=row.expires_at,
         cancelled_at=row.cancelled_at,
         ended_at=row.ended_at,
+        cleanup_steps=list(row.cleanup_steps or []),
         key=found_key(row),
     )
 
@@ -165,14 +183,14 @@ def check(grant: FoundGrant, *, step: str, idempotency_key: str | None, cancelli
         raise Forbidden(
             f"{run} has outlived its execution timeout: its grant calls nothing more.", reason="run_ended"
         )
-    if grant.cancelled_at is not None and not cancelling:
-        raise Forbidden(f"{run} was cancelled: its steps start no new call.", reason="run_cancelled")
     match = _STEP.match(step.strip())
     if match is None:
         raise Forbidden(
             f"A step's call names its step: send {STEP_HEADER}: <step id> or <step id>/<foreach index>.",
             reason="step_unknown",
         )
+    if grant.cancelled_at is not None and not cancelling:
+        _check_cleanup(grant, run, match.group(1))
     index = None if match.group(2) is None else int(match.group(2))
     expected = step_idempotency_key(grant.workflow_id, match.group(1), index)
     if idempotency_key is None or idempotency_key.strip() != expected:
@@ -182,3 +200,20 @@ def check(grant: FoundGrant, *, step: str, idempotency_key: str | None, cancelli
             reason="key_not_of_run",
         )
     return expected
+
+
+def _check_cleanup(grant: FoundGrant, run: str, step_id: str) -> None:
+    """A cancelled run's step may call only as its cleanup, within `CLEANUP_TIME` of the cancel."""
+    assert grant.cancelled_at is not None
+    if step_id not in grant.cleanup_steps:
+        raise Forbidden(
+            f"{run} was cancelled: its steps start no new call, but for the steps whose if: calls always() "
+            "or cancelled().",
+            reason="run_cancelled",
+        )
+    if utcnow() >= grant.cancelled_at + CLEANUP_TIME:
+        raise Forbidden(
+            f"{run} was cancelled more than {int(CLEANUP_TIME.total_seconds() // 60)} minutes ago: its "
+            f"cleanup step {step_id} starts no new call.",
+            reason="run_cancelled",
+        )

@@ -27,7 +27,7 @@ from api.routines.store import RoutineStore
 from api.runs import grants
 from api.runs.limits import RunLimits
 from api.runs.tables import RunRecord
-from engine import payloads
+from engine import expressions, payloads
 from engine.routine import Routine
 from engine.runs import RunRoutineInput, StepResult, routine_workflow_id
 from engine.validate import RoutineInputError, resolve_inputs
@@ -118,7 +118,8 @@ class Launches:
             request_hash=request_hash,
             inputs=resolved,
         )
-        grant = self._mint_grant(row, self._lasts)
+        cleanup = [step.id for step in routine.steps if expressions.runs_after_cancel(step.if_)]
+        grant = self._mint_grant(row, self._lasts, cleanup)
         try:
             # the converter of every b3os Temporal client (engine.worker.connect)
             payload = pydantic_data_converter.payload_converter.to_payload(
@@ -169,7 +170,7 @@ class Launches:
                 pins[step.uses] = resolved.pin
         return pins
 
-    def _mint_grant(self, row: RunRecord, lasts: timedelta) -> str:
+    def _mint_grant(self, row: RunRecord, lasts: timedelta, cleanup_steps: list[str]) -> str:
         with Session(self._engine) as session:
             secret = grants.mint(
                 session,
@@ -178,6 +179,7 @@ class Launches:
                 key_id=row.key_id,
                 workflow_id=row.workflow_id,
                 lasts=lasts,
+                cleanup_steps=cleanup_steps,
             )
             session.commit()
             return secret

@@ -64,3 +64,8 @@ class RunGrant(SQLModel, table=True):
     expires_at: dt.datetime = Field(sa_type=UTCDateTime)
     cancelled_at: dt.datetime | None = Field(default=None, sa_type=UTCDateTime)
     ended_at: dt.datetime | None = Field(default=None, sa_type=UTCDateTime)
+    cleanup_steps: list[str] = Field(
+        default_factory=list,
+        sa_column=Column(JSON, nullable=False),
+        description="the steps whose if: calls always() or cancelled(): they may call after a cancel",
+    )

@@ -5,6 +5,8 @@ has ended or was cancelled (api.runs.grants)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import datetime as dt
 import time
 import uuid
 from typing import Any
@@ -21,6 +23,9 @@ from temporalio.exceptions import ApplicationError
 from workers import PATIENCE_S
 
 from activities.idempotency import step_idempotency_key
+from api.errors import Forbidden
+from api.models import utcnow
+from api.runs import grants
 from engine.routine import Routine
 from engine.runs import WORKFLOW_TYPE, RunRoutineInput
 
@@ -155,3 +160,72 @@ async def test_the_grant_of_a_cancelled_run_starts_no_call(routine_stack: Routin
         await asyncio.sleep(0.05)
     assert len(routine_stack.calls_of(org)) == 1
     assert (call.code, call.reason) == ("tool_failed", "signal")
+
+
+async def test_a_cancelled_runs_cleanup_steps_still_call_and_its_other_steps_do_not(
+    routine_stack: RoutineStack,
+) -> None:
+    org = routine_stack.runner()
+    source = f"""name: cleanup
+steps:
+  - id: wait
+    uses: {FAIL_REF}
+    with: {{mode: sleep, seconds: 30}}
+  - id: next
+    uses: {ECHO_REF}
+    with: {{text: never}}
+  - id: tidy
+    needs: [wait]
+    if: ${{{{ always() }}}}
+    uses: {ECHO_REF}
+    with: {{text: tidied}}
+  - id: report
+    needs: [tidy]
+    if: ${{{{ cancelled() && steps.tidy.status == 'succeeded' }}}}
+    uses: {ECHO_REF}
+    with: {{text: "${{{{ steps.tidy.output.text }}}} after a cancel"}}
+"""
+    stored = await routine_stack.store(org, source)
+    assert stored.status_code == 201, stored.text
+    run_id = await routine_stack.start_run(org, "cleanup")
+    deadline = time.monotonic() + PATIENCE_S
+    while not routine_stack.calls_of(org):
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.05)
+    async with loopback.async_client(base_url=routine_stack.url) as http:
+        answer = await http.post(f"/v1/runs/{run_id}/cancel", headers=org.headers)
+    assert answer.status_code == 202, answer.text
+    run = await routine_stack.final(org, run_id)
+    assert run["status"] == "cancelled"
+    steps = run["steps"]
+    assert steps["wait"]["status"] == "cancelled"
+    assert steps["next"]["status"] in ("pending", "skipped")  # never called: not a cleanup step
+    assert steps["tidy"]["status"] == "succeeded", steps["tidy"]
+    assert steps["report"]["status"] == "succeeded", steps["report"]
+    assert steps["report"]["output"] == {"text": "tidied after a cancel"}
+    calls = routine_stack.calls_of(org)
+    assert len(calls) == 3  # wait (cancelled), tidy and report
+
+
+def test_a_cleanup_step_calls_within_its_time_after_the_cancel_and_no_other_step_does() -> None:
+    now = utcnow()
+    grant = grants.FoundGrant(
+        run_id="run_x",
+        workflow_id="routine-x",
+        key_id="key_x",
+        expires_at=now + dt.timedelta(hours=1),
+        cancelled_at=now - dt.timedelta(minutes=1),
+        ended_at=None,
+        cleanup_steps=["tidy"],
+        key=None,  # type: ignore[arg-type]  # check reads nothing of the key
+    )
+    key = step_idempotency_key("routine-x", "tidy", None)
+    assert grants.check(grant, step="tidy", idempotency_key=key, cancelling=False) == key
+    other = step_idempotency_key("routine-x", "next", None)
+    with pytest.raises(Forbidden) as refused:
+        grants.check(grant, step="next", idempotency_key=other, cancelling=False)
+    assert refused.value.body()["error"]["reason"] == "run_cancelled"
+    late = dataclasses.replace(grant, cancelled_at=now - grants.CLEANUP_TIME - dt.timedelta(seconds=1))
+    with pytest.raises(Forbidden) as refused:
+        grants.check(late, step="tidy", idempotency_key=key, cancelling=False)
+    assert "cancelled more than 5 minutes ago: its cleanup step tidy starts no new call" in str(refused.value)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from nodetest import REPO, echo_call, hostile_call, leftovers, wait_running
+from workers import PATIENCE_S
 
 from node.cache import InstallCache
 from node.models import NodeCall, NodeCallResult
@@ -67,17 +68,23 @@ def test_each_of_a_tenants_running_vms_weighs_one_over_how_many_it_runs(
     runner: Runner, driver: BwrapDriver
 ) -> None:
     _, full, _, _ = FULL_SHARE[driver.cgroups.version]
-    calls = [_sleep(1, "org-a"), _sleep(4, "org-a"), _sleep(4, "org-b"), _sleep(4, None)]
+    # long sleeps: org-a's first call ends when it is cancelled, never on the clock of a busy machine
+    calls = [_sleep(30, "org-a"), _sleep(30, "org-a"), _sleep(30, "org-b"), _sleep(30, None)]
     with _calling(runner, calls) as (threads, results):
-        assert wait_running("sleep 4 ", vms=3), "the calls did not start in their VMs"
-        assert wait_running("sleep 1 ", vms=1), "the calls did not start in their VMs"
-        weights = _weights(driver)
-        assert weights.count(full // 2) == 2, weights  # org-a's two; org-b's and the untenanted one whole
-        assert all(w in (full // 2, full) for w in weights), weights
-        threads[0].join(timeout=10)
-        assert wait_running("sleep 4 ", vms=3, timeout_s=0)
-        assert _weights(driver).count(full // 2) == 0  # org-a's other call weighs a whole VM again
-    assert len(results) == 4 and all(r.ok for r in results), [r.error for r in results]
+        try:
+            assert wait_running("sleep 30 ", vms=4), "the calls did not start in their VMs"
+            weights = _weights(driver)
+            assert weights.count(full // 2) == 2, weights  # org-a's two; org-b's and the untenanted one whole
+            assert all(w in (full // 2, full) for w in weights), weights
+            assert runner.cancel(calls[0].call_id) == "killed"
+            threads[0].join(timeout=PATIENCE_S)
+            assert wait_running("sleep 30 ", vms=3, timeout_s=0)
+            assert _weights(driver).count(full // 2) == 0  # org-a's other call weighs a whole VM again
+        finally:
+            for call in calls[1:]:
+                runner.cancel(call.call_id)
+    assert len(results) == 4, results
+    assert [r.ok for r in results] == [False] * 4, [r.error for r in results]  # every one was cancelled
 
 
 def test_a_tenant_is_a_plain_name() -> None:
