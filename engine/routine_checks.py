@@ -18,7 +18,7 @@ from engine.routine_needs import explicit_needs, readable_steps
 from engine.runs import FOREACH_MAX_ITEMS
 from engine.yaml_positions import Located, Path
 from packs.cel_syntax import MAX_EXPRESSION_CHARS, MAX_FIELD_EXPRESSION_CHARS, MAX_ROUTINE_EXPRESSION_CHARS
-from packs.schemas import Validator
+from packs.schemas import schema_errors
 
 if TYPE_CHECKING:
     from engine.resolvers import ActionResolver
@@ -414,8 +414,7 @@ def _fit(
     literal = {k: v for k, v in with_.items() if k in props and not ex.has_expressions(v)}
     partial = {k: v for k, v in schema.items() if k not in ("required", "additionalProperties")}
     try:
-        validator = Validator(partial)
-        errors = list(validator.iter_errors(literal))
+        errors = list(schema_errors(partial, literal))
     except jsonschema.exceptions._Error as exc:  # a broken schema in the registry: say so once
         return [
             *problems,

@@ -31,7 +31,7 @@ from engine.routine import InputType, RetryPolicy, Routine, Step
 from engine.routine_checks import check_expressions, check_sizes, check_with
 from engine.routine_needs import check_needs
 from engine.yaml_positions import Located, YamlRefused, compose
-from packs.schemas import Validator, refused_pattern
+from packs.schemas import schema_errors, schema_problem
 
 if TYPE_CHECKING:
     from engine.resolvers import ActionResolver
@@ -295,7 +295,7 @@ def _input_problems(data: dict[str, Any], doc: Located) -> list[tuple[int, int, 
                 (*doc.position(doc.known_prefix(path)), f"inputs.{name}: not a JSON Schema: {exc.message}")
             )
             continue
-        refused = refused_pattern(schema)
+        refused = schema_problem(schema)
         if refused is not None:
             where, why = refused
             at = doc.position(doc.known_prefix(("inputs", name, *where)))
@@ -309,7 +309,7 @@ def _input_problems(data: dict[str, Any], doc: Located) -> list[tuple[int, int, 
                 )
             )
         elif "default" in spec:
-            for error in Validator(schema).iter_errors(spec["default"]):
+            for error in schema_errors(schema, spec["default"]):
                 path = doc.known_prefix(("inputs", name, "default", *error.absolute_path))
                 problems.append((*doc.position(path), f"inputs.{name}.default: {error.message}"))
     return problems
@@ -359,7 +359,7 @@ def resolve_inputs(routine: Routine, given: Mapping[str, Any]) -> dict[str, Any]
             continue
         else:
             value = spec.default
-        for error in Validator(spec.json_schema()).iter_errors(value):
+        for error in schema_errors(spec.json_schema(), value):
             at = "".join(f"[{p!r}]" for p in error.absolute_path)
             problems.append(f"input '{name}'{at}: {error.message}")
         result[name] = value

@@ -66,13 +66,13 @@ def schema_error(schema: Mapping[str, Any]) -> tuple[str, Any, str] | None:
     """Why `schema` is not valid JSON Schema (2020-12): (path suffix, value at fault, reason), or None."""
     from jsonschema import Draft202012Validator, SchemaError
 
-    from packs.schemas import refused_pattern
+    from packs.schemas import schema_problem
 
     try:
         Draft202012Validator.check_schema(schema)
     except SchemaError as exc:
         return path_of(exc.path), exc.instance, f"it is not valid JSON Schema (2020-12): {exc.message}"
-    refused = refused_pattern(schema)
+    refused = schema_problem(schema)
     if refused is not None:
         where, why = refused
         return path_of(where), None, why

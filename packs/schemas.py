@@ -7,6 +7,11 @@ backtracking: time linear in the text), used wherever a value from a caller or a
 against a schema from another one (action inputs and outputs, routine inputs, connection params). A
 pattern RE2 cannot run (backreferences, lookaround) fails validation with a sentence saying so, and
 `pattern_problem` lets a check refuse it up front.
+
+It never fetches a reference: its registry holds the JSON Schema metaschemas only and retrieves nothing,
+so a `$ref` that is not found within the schema is an error (`schema_errors` says so as a validation
+error), and packs.schema_refs refuses such schemas before they are kept. `uniqueItems` is checked in
+time linear in the array (jsonschema's own falls back to comparing every pair for mixed items).
 """
 
 from __future__ import annotations
@@ -17,6 +22,11 @@ from typing import Any
 
 import re2
 from jsonschema import Draft202012Validator, ValidationError, validators
+from jsonschema_specifications import REGISTRY as METASCHEMAS
+from referencing import Registry, Resource
+from referencing.exceptions import NoSuchResource, Unresolvable
+
+from packs.schema_refs import reference_problem
 
 _OPTIONS = re2.Options()
 _OPTIONS.log_errors = False  # a pattern RE2 refuses is our sentence, not a line on stderr
@@ -62,10 +72,67 @@ def _pattern_properties(
                 yield from validator.descend(value, subschema, path=key, schema_path=patrn)
 
 
-Validator = validators.extend(
-    Draft202012Validator, {"pattern": _pattern, "patternProperties": _pattern_properties}
+def _same_key(value: Any) -> Any:
+    """A hashable key equal for JSON-equal values (1 and 1.0 alike, true and 1 not)."""
+    if isinstance(value, bool) or value is None:
+        return ("c", value)
+    if isinstance(value, (int, float)):
+        return ("n", int(value) if isinstance(value, float) and value.is_integer() else value)
+    if isinstance(value, str):
+        return ("s", value)
+    if isinstance(value, list):
+        return ("l", tuple(_same_key(v) for v in value))
+    if isinstance(value, dict):
+        return ("d", frozenset((k, _same_key(v)) for k, v in value.items()))
+    return ("o", id(value))
+
+
+def _unique_items(validator: Any, unique: bool, instance: Any, schema: Any) -> Iterator[ValidationError]:
+    if unique and validator.is_type(instance, "array"):
+        seen: set[Any] = set()
+        for item in instance:
+            key = _same_key(item)
+            if key in seen:
+                yield ValidationError(f"{instance!r:.200} has non-unique elements")
+                return
+            seen.add(key)
+
+
+def _no_retrieval(uri: str) -> Resource[Any]:
+    raise NoSuchResource(ref=uri)  # type: ignore[call-arg]  # attrs classes: mypy sees no fields
+
+
+_LOCAL_ONLY: Registry[Any] = Registry(retrieve=_no_retrieval).with_resources(  # type: ignore[call-arg]
+    METASCHEMAS.items()
 )
-"""Draft 2020-12 with linear-time `pattern` and `patternProperties`."""
+
+_Validator = validators.extend(
+    Draft202012Validator,
+    {"pattern": _pattern, "patternProperties": _pattern_properties, "uniqueItems": _unique_items},
+)
+
+
+def Validator(schema: Any) -> Any:  # noqa: N802 (a validator class, as jsonschema's are called)
+    """Draft 2020-12, linear-time `pattern`, `patternProperties` and `uniqueItems`; it fetches nothing."""
+    return _Validator(schema, registry=_LOCAL_ONLY)
+
+
+def schema_errors(schema: Any, value: Any) -> Iterator[ValidationError]:
+    """`Validator(schema).iter_errors(value)`; a reference that cannot be followed is one error saying so."""
+    try:
+        yield from Validator(schema).iter_errors(value)
+    except Unresolvable as exc:
+        yield ValidationError(
+            f"the schema's reference {exc.ref!r} names nothing in it: it cannot be followed"
+        )
+    except RecursionError:
+        yield ValidationError("the schema's references come back to themselves: the value cannot be checked")
+
+
+def schema_problem(schema: Any) -> tuple[tuple[Any, ...], str] | None:
+    """Why a schema that is valid JSON Schema is still refused: a pattern RE2 cannot run, or a reference
+    that leaves the schema, names nothing or never ends (packs.schema_refs): (path, sentence)."""
+    return refused_pattern(schema) or reference_problem(schema)
 
 
 _DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})

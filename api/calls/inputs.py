@@ -22,7 +22,7 @@ from jsonschema.exceptions import ValidationError
 
 from api.calls.errors import CallInvalid
 from api.calls.files import FileValue, FileValueError, file_fields, parse_input_file
-from packs.schemas import Validator
+from packs import schemas
 
 MAX_ERRORS = 10
 MAX_MESSAGE = 240
@@ -75,7 +75,7 @@ def _fill(schema: Any, value: Any) -> None:
 
 def schema_errors(schema: dict[str, Any], value: Any, root: str) -> list[dict[str, str]]:
     """Every way `value` fails `schema`, as `{"path", "message"}` with paths under `root`, in path order."""
-    errors = sorted(Validator(schema).iter_errors(value), key=lambda e: list(map(str, e.absolute_path)))
+    errors = sorted(schemas.schema_errors(schema, value), key=lambda e: list(map(str, e.absolute_path)))
     return [{"path": _path(root, e), "message": _message(e)} for e in errors[:MAX_ERRORS]]
 
 

@@ -676,3 +676,26 @@ def test_a_literal_foreach_of_more_than_1000_items_is_refused_at_its_line() -> N
     listed = ",".join(["1"] * 2_000)
     found = only(f"name: x\nsteps:\n  - id: a\n    uses: {ECHO}\n    foreach: [{listed}]\n    with: {{}}\n")
     assert found.startswith("5:14: step 'a': foreach: lists 2,000 items; a step runs at most 1,000"), found
+
+
+def test_an_input_schema_whose_reference_leaves_it_or_never_ends_is_refused_at_its_line() -> None:
+    found = problems("""
+        name: x
+        inputs:
+          remote:
+            type: object
+            properties:
+              a: {$ref: 'http://127.0.0.1:9/s.json'}
+          loop: {$ref: '#', default: 1}
+          gone: {type: object, properties: {a: {$ref: '#/$defs/nope'}}}
+        steps:
+          - id: a
+            uses: a.b/c/d@1
+        """)
+    assert found == [
+        "6:17: inputs.remote: the $ref 'http://127.0.0.1:9/s.json' is outside this schema: only references "
+        "within it (#/...) are followed, nothing is fetched",
+        "7:16: inputs.loop: the $ref '#' comes back to itself without reading into the value: checking a "
+        "value against it would never end",
+        "8:47: inputs.gone: the $ref '#/$defs/nope' names nothing in this schema",
+    ]

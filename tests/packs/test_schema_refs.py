@@ -1,0 +1,108 @@
+"""A schema's references stay within it (packs.schema_refs), and the validator fetches nothing and counts
+unique items in linear time (packs.schemas)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from typing import Any
+
+import pytest
+
+from packs.schema_refs import reference_problem
+from packs.schemas import schema_errors, schema_problem
+
+NEVER_ENDS = (
+    "comes back to itself without reading into the value: checking a value against it would never end"
+)
+
+
+@pytest.mark.parametrize(
+    ("schema", "path", "sentence"),
+    [
+        ({"$ref": "#"}, ("$ref",), f"the $ref '#' {NEVER_ENDS}"),
+        (
+            {"$defs": {"a": {"allOf": [{"$ref": "#/$defs/b"}]}, "b": {"not": {"$ref": "#/$defs/a"}}}},
+            ("$defs", "a", "allOf", 0, "$ref"),
+            f"the $ref '#/$defs/b' {NEVER_ENDS}",
+        ),
+        (
+            {"properties": {"a": {"$ref": "https://schemas.example/a.json"}}},
+            ("properties", "a", "$ref"),
+            "the $ref 'https://schemas.example/a.json' is outside this schema: only references within it "
+            "(#/...) are followed, nothing is fetched",
+        ),
+        ({"$ref": "other.json#/x"}, ("$ref",), None),
+        ({"$ref": "#/$defs/gone"}, ("$ref",), "the $ref '#/$defs/gone' names nothing in this schema"),
+        ({"$ref": "#nowhere"}, ("$ref",), "the $ref '#nowhere' names nothing in this schema"),
+        (
+            {"$dynamicRef": "#meta"},
+            ("$dynamicRef",),
+            "$dynamicRef is not supported: use $ref to a part of this schema",
+        ),
+        ({"items": {"$id": "https://x/y"}}, ("items", "$id"), "an $id is taken at the schema's root only"),
+    ],
+)
+def test_a_reference_that_leaves_the_schema_names_nothing_or_never_ends_is_refused(
+    schema: dict[str, Any], path: tuple[Any, ...], sentence: str | None
+) -> None:
+    found = reference_problem(schema)
+    assert found is not None and found[0] == path, found
+    if sentence is not None:
+        assert found[1] == sentence
+    assert schema_problem(schema) == found
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#"}}}},  # a tree
+        {"$defs": {"n": {"$anchor": "n", "type": "string"}}, "properties": {"a": {"$ref": "#n"}}},
+        {"$defs": {"a~b/c": {"type": "integer"}}, "properties": {"x": {"$ref": "#/$defs/a~0b~1c"}}},
+        {"enum": [{"$ref": "https://not.a.reference/in/data"}], "default": {"$ref": "#"}},
+        {
+            "$id": "https://example.com/root.json",
+            "properties": {"a": {"$ref": "#/$defs/x"}},
+            "$defs": {"x": {}},
+        },
+    ],
+)
+def test_references_within_the_schema_and_ones_that_read_deeper_are_kept(schema: dict[str, Any]) -> None:
+    assert reference_problem(schema) is None
+
+
+def test_the_validator_fetches_no_reference_it_is_given() -> None:
+    """A stored schema from before these checks: its remote reference is an error of the value, no fetch."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        accepted: list[Any] = []
+        server.settimeout(0.5)
+        waiter = threading.Thread(target=lambda: accepted.append(_accept(server)))
+        waiter.start()
+        url = f"http://127.0.0.1:{server.getsockname()[1]}/s.json"
+        errors = [e.message for e in schema_errors({"$ref": url}, "anything")]
+        waiter.join()
+    assert errors == [f"the schema's reference {url!r} names nothing in it: it cannot be followed"]
+    assert accepted == [None]  # nobody connected
+
+
+def _accept(server: socket.socket) -> Any:
+    try:
+        connection, _ = server.accept()
+    except TimeoutError:
+        return None
+    connection.close()
+    return "connected"
+
+
+def test_unique_items_are_json_equal_items_and_a_long_mixed_array_is_checked_once_through() -> None:
+    def unique(items: list[Any]) -> bool:
+        return not list(schema_errors({"uniqueItems": True}, items))
+
+    assert not unique([1, "a", 1.0])  # 1 and 1.0 are the same number
+    assert unique([1, True, "1", [1], {"a": 1}, None, 0, False])  # true is not 1, nor "1"
+    assert not unique([{"a": [1, {"b": 2}]}, {"a": [1.0, {"b": 2}]}])
+    assert unique([[1, 2], [2, 1]])
+    mixed = [i if i % 2 else str(i) for i in range(15_000)]  # jsonschema's own compares every pair here
+    assert unique(mixed) and not unique([*mixed, 14_999])
