@@ -3,8 +3,11 @@
 One module for the three places that take a schedule: a routine file's `on: {schedule: [...]}`
 (engine.validate), `POST /v1/routines/{name}/schedules` (api.schedules.service) and the CLI. A cron
 expression has five fields (minute, hour, day of month, month, day of week), each `*`, a number, a
-range `a-b`, a step `*/n` or `a-b/n`, or a list of those; months and days may be named (`JAN`,
-`MON`). The timezone is an IANA name (`Europe/Paris`, default `UTC`).
+range `a-b` (a <= b), a step `*/n`, `a/n` or `a-b/n` (1 <= n <= the field's span), or a list of those;
+months and days may be named (`JAN`, `MON`). These are the rules of Temporal's own parser, which takes
+the expression when the schedule is created (it refuses `59-0`, `sat-sun`, a step of 0 or one past 32
+bits), so an expression checked here is one Temporal takes. The timezone is an IANA name
+(`Europe/Paris`, default `UTC`).
 
 Standard library only (the routine model imports the names below and the workflow sandbox loads it).
 """
@@ -70,10 +73,11 @@ def _part_problem(part: str, low: int, high: int, names: dict[str, int]) -> str 
     if match is None:
         return "is not *, a number, a range a-b or a step */n"
     span, step = match.group(1), match.group(2)
-    if step is not None and int(step) < 1:
-        return "has a step of 0"
+    if step is not None and not 1 <= int(step) <= high - low + 1:
+        return f"has a step of {step}: a step is 1 to {high - low + 1}"
     if span == "*":
         return None
+    numbers: list[int] = []
     for bound in span.split("-"):
         number = names.get(bound.upper()) if not bound.isdigit() else int(bound)
         if number is None:
@@ -82,6 +86,10 @@ def _part_problem(part: str, low: int, high: int, names: dict[str, int]) -> str 
             )
         if not low <= number <= high:
             return f"has {bound}, outside {low}-{high}"
+        numbers.append(number)
+    if len(numbers) == 2 and numbers[1] < numbers[0]:
+        split = f"{numbers[0]}-{high},{low}-{numbers[1]}"
+        return f"has the range {span}, which ends before it starts: write it as two, {split}"
     return None
 
 

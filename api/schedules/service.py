@@ -87,7 +87,8 @@ class SchedulesService:
                 routine has SCHEDULES_PER_ROUTINE schedules already.
         """
         record: RoutineRecord = await in_thread(self._routines.get_routine, org_id=org_id, name=name)
-        row = check_schedule(Routine.model_validate(record.routine), body)
+        # in a worker thread: the inputs' schemas are checked against the body's inputs (CPU work)
+        row = await in_thread(lambda: check_schedule(Routine.model_validate(record.routine), body))
         row.org_id, row.routine_name, row.key_id, row.declared = org_id, name, key_id, declared
         secret = GRANT_PREFIX + secrets.token_urlsafe(32)
         row.grant_hash = hash_secret(secret)
@@ -154,6 +155,8 @@ class SchedulesService:
         except ScheduleAlreadyRunningError:
             pass
         except RPCError as exc:
+            if exc.status == RPCStatusCode.INVALID_ARGUMENT:  # what engine.cron did not foresee
+                raise InvalidRequest(f"Temporal refuses the schedule: {exc.message}", field="cron") from exc
             raise ServiceUnavailable(
                 f"Temporal did not create the schedule: {exc.message}", retry_after_s=5
             ) from exc
