@@ -109,7 +109,7 @@ class RetryPolicy(_Model):
     backoff: Duration = Field(
         default="1s", description="The delay before the second attempt, such as 500ms, 1s, 2m."
     )
-    backoff_coefficient: float = Field(
+    backoff_coefficient: Annotated[float, Strict()] = Field(
         default=2.0,
         alias="backoff-coefficient",
         ge=1.0,

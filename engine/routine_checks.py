@@ -7,6 +7,7 @@ return `(line, column, message)` triples; engine.validate gathers them.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -155,7 +156,7 @@ def _field_length(doc: Located, path: Path, value: Any, where: str) -> list[Trip
 def check_sizes(data: dict[str, Any], doc: Located) -> list[Triple]:
     """What could not travel through Temporal: text that is not Unicode anywhere, literal `with:` and
     `outputs` over their payload limits, and literal `foreach:` lists over FOREACH_MAX_ITEMS items."""
-    problems = [(*at, f"{_place(data, path)}: {message}") for at, path, message in _not_unicode(data, doc)]
+    problems = [(*at, f"{_place(data, path)}: {message}") for at, path, message in _not_json(data, doc)]
     steps = _as_list(data.get("steps"))
     for i, step in enumerate(steps):
         if not isinstance(step, dict):
@@ -189,12 +190,15 @@ def _too_large(doc: Located, path: Path, value: Any, what: str, limit: int) -> l
     return []
 
 
-def _not_unicode(value: Any, doc: Located) -> Iterator[tuple[tuple[int, int], Path, str]]:
-    """Each string and key that UTF-8 cannot carry (a lone surrogate such as "\\ud800"), at its place."""
+def _not_json(value: Any, doc: Located) -> Iterator[tuple[tuple[int, int], Path, str]]:
+    """Each string and key that UTF-8 cannot carry (a lone surrogate such as "\\ud800") and each number
+    JSON cannot write (`.nan`, `.inf`), at its place: nothing is silently turned into null."""
     stack: list[tuple[Any, Path]] = [(value, ())]
     while stack:
         item, where = stack.pop()
-        if isinstance(item, str):
+        if isinstance(item, float) and not math.isfinite(item):
+            yield doc.position(where), where, _NOT_A_NUMBER
+        elif isinstance(item, str):
             if not payloads.is_unicode(item):
                 yield doc.position(where), where, _NOT_UNICODE
         elif isinstance(item, dict):
@@ -207,6 +211,7 @@ def _not_unicode(value: Any, doc: Located) -> Iterator[tuple[tuple[int, int], Pa
 
 
 _NOT_UNICODE = "the text is not Unicode (a lone surrogate such as \\ud800): write the character itself"
+_NOT_A_NUMBER = "JSON has no such number (.nan, .inf and -.inf): write a finite number, or null"
 
 
 def _place(data: dict[str, Any], path: Path) -> str:

@@ -130,9 +130,27 @@ def schema_errors(schema: Any, value: Any) -> Iterator[ValidationError]:
 
 
 def schema_problem(schema: Any) -> tuple[tuple[Any, ...], str] | None:
-    """Why a schema that is valid JSON Schema is still refused: a pattern RE2 cannot run, or a reference
-    that leaves the schema, names nothing or never ends (packs.schema_refs): (path, sentence)."""
-    return refused_pattern(schema) or reference_problem(schema)
+    """Why a schema that is valid JSON Schema is still refused: a pattern RE2 cannot run, a reference
+    that leaves the schema, names nothing or never ends (packs.schema_refs), or an empty `enum`: (path,
+    sentence)."""
+    return refused_pattern(schema) or reference_problem(schema) or _empty_enum(schema)
+
+
+def _empty_enum(schema: Any, path: tuple[Any, ...] = ()) -> tuple[tuple[Any, ...], str] | None:
+    """The first `enum: []` of a schema (valid JSON Schema, but no value could ever match it)."""
+    if isinstance(schema, dict):
+        if schema.get("enum") == []:
+            return (*path, "enum"), "enum lists no value, so no value could ever match: list at least one"
+        children = ((k, v) for k, v in schema.items() if k not in _DATA_KEYWORDS)
+    elif isinstance(schema, list):
+        children = enumerate(schema)  # type: ignore[assignment]
+    else:
+        return None
+    for key, child in children:
+        found = _empty_enum(child, (*path, key))
+        if found is not None:
+            return found
+    return None
 
 
 _DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})

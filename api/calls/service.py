@@ -301,7 +301,7 @@ class CallService:
                 resolved=resolved,
                 checked=checked,
                 price=price,
-                timeout_ms=self._timeout_ms(resolved, request, price),
+                timeout_ms=self._timeout_ms(resolved, request, price, step=caller.run_key is not None),
             )
             return self.executor(resolved.kind).read(reads, prepared, org_id=caller.org_id)
 
@@ -353,8 +353,13 @@ class CallService:
             raise
         return answer_of(executor.tier, call, resolved, execution, validate_ms), call, outcome_of(execution)
 
-    def _timeout_ms(self, resolved: Resolved, request: CallBody, price: int) -> int:
+    def _timeout_ms(self, resolved: Resolved, request: CallBody, price: int, *, step: bool) -> int:
+        """The call's time: the least of the request's, the action's own and the most a call may take. A
+        priced action runs at least to its own: a lower `timeout_ms` is refused, but a routine step's call
+        (`step`) runs to the action's own timeout (the step's `timeout` still bounds the step)."""
         own = resolved.action.execution.timeout_ms or self.settings.default_action_timeout_ms
+        if request.timeout_ms is not None and price > 0 and request.timeout_ms < own and step:
+            return min(own, self.settings.max_call_timeout_ms)
         if request.timeout_ms is not None and price > 0 and request.timeout_ms < own:
             raise CallInvalid(
                 f"timeout_ms {request.timeout_ms} is below this priced action's own timeout of {own} ms; "

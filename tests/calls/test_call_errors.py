@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from .calltest import call, error, usage
+from .calltest import call, error, step_headers, usage
 from .stack import ECHO, FREE, Stack
 
 FAIL = f"{ECHO}/fail@1"
@@ -88,6 +88,19 @@ def test_a_priced_action_refuses_a_timeout_below_its_own(stack: Stack) -> None:
     )
     assert "timeout_ms 9999 is below this priced action's own timeout of 10000 ms" in err["message"]
     assert err["field"] == "timeout_ms"
+
+
+def test_a_routine_steps_call_of_a_priced_action_runs_to_its_own_timeout(stack: Stack) -> None:
+    """The seed: a step's `timeout` below a priced action's own does not refuse every run of the routine."""
+    org = stack.org()
+    r = httpx.post(
+        f"{stack.url}/v1/actions/call",
+        headers=step_headers(stack, org, "routine-short-run_tm1", "a"),
+        json={"ref": f"{ECHO}/echo@1", "input": {"text": "x"}, "timeout_ms": 1},
+        timeout=60,
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["output"] == {"text": "x"}
 
 
 def test_a_free_action_takes_a_shorter_timeout(stack: Stack) -> None:

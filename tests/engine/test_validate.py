@@ -699,3 +699,27 @@ def test_an_input_schema_whose_reference_leaves_it_or_never_ends_is_refused_at_i
         "value against it would never end",
         "8:47: inputs.gone: the $ref '#/$defs/nope' names nothing in this schema",
     ]
+
+
+def test_numbers_json_cannot_write_and_an_empty_enum_are_refused_at_their_line() -> None:
+    found = problems("""
+        name: x
+        inputs:
+          n: {type: number, default: .nan}
+          pick: {type: string, enum: []}
+        steps:
+          - id: a
+            uses: a.b/c/d@1
+            with: {v: .inf}
+            retry: {backoff-coefficient: '2'}
+        outputs:
+          o: -.inf
+        """)
+    no_number = "JSON has no such number (.nan, .inf and -.inf): write a finite number, or null"
+    assert found == [
+        f"3:30: inputs.n.default: {no_number}",
+        "4:30: inputs.pick: enum lists no value, so no value could ever match: list at least one",
+        f"8:15: step 'a': with.v: {no_number}",
+        "9:34: step 'a': retry.backoff-coefficient: input should be a valid number, got '2'",
+        f"11:6: outputs.o: {no_number}",
+    ]
