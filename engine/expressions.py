@@ -12,8 +12,8 @@ The names in scope are held by an `engine.scope.Scope`, which converts each to C
 
 This module is deterministic and safe to pass through into the Temporal workflow sandbox: no I/O,
 clock or randomness at import or evaluation time. (cel-python reads its grammar file once, on the
-first compile in the process; compiled expressions are cached by text, the CACHE_ENTRIES most
-recently used.)
+first compile in the process; compiled expressions are cached by text, the most recently used up to
+CACHE_CHARACTERS characters of text in all.)
 
 Errors::
 
@@ -184,9 +184,10 @@ def iter_expressions(value: Any) -> Iterator[str]:
 
 # --- compiling ---------------------------------------------------------------------------------
 
-CACHE_ENTRIES = 512
-"""Compiled expressions kept (least recently used first out); the text of each is at most 2,000
-characters, so the cache holds at most a few tens of megabytes of parse trees."""
+CACHE_CHARACTERS = 16_000
+"""Compiled expressions kept, counted by the characters of their text (least recently used first out):
+a parse tree takes up to ~2 KB of memory per character of its text (a 2,000-character list literal,
+~4 MB), so the cache holds at most a few tens of megabytes, and about 500 expressions of 30 characters."""
 
 
 @dataclass(frozen=True)
@@ -198,11 +199,12 @@ class Compiled:
     functions: tuple[str, ...]
     reads: tuple[tuple[str, str | None], ...]
     status_calls: tuple[StatusCall, ...]
+    size: int  # the characters of its text: what it weighs in the cache
 
 
 _env: celpy.Environment | None = None
 _parser_lock = threading.Lock()  # cel-python's parser is not thread-safe
-_programs: LRUCache[str, Compiled] = LRUCache(maxsize=CACHE_ENTRIES)
+_programs: LRUCache[str, Compiled] = LRUCache(maxsize=CACHE_CHARACTERS, getsizeof=lambda c: c.size)
 
 
 def _environment() -> celpy.Environment:
@@ -235,6 +237,7 @@ def _compiled(expr: str) -> Compiled:
         functions=tuple(_functions(tree)),
         reads=tuple(dict.fromkeys(reads)),
         status_calls=tuple(_status_calls(tree)),
+        size=max(len(expr), 1),
     )
 
 

@@ -287,8 +287,13 @@ def test_a_scope_reads_steps_set_after_it_was_made_and_shares_them_with_its_item
     assert ex.evaluate("${{ has(steps.a) && !has(steps.b) }}", scope) is True
 
 
-def test_the_cache_of_compiled_expressions_is_bounded() -> None:
-    for i in range(ex.CACHE_ENTRIES + 10):
-        ex.check(f"inputs.count + {i}")
-    assert len(ex._programs) == ex.CACHE_ENTRIES
-    assert "inputs.count + 0" not in ex._programs  # the least recently used went first
+def test_the_cache_of_compiled_expressions_is_bounded_by_the_characters_it_holds() -> None:
+    for i in range(1000, 3000):
+        ex.check(f"inputs.count + {i}")  # 19 characters each
+    assert ex._programs.currsize <= ex.CACHE_CHARACTERS
+    assert len(ex._programs) == ex.CACHE_CHARACTERS // 19
+    assert "inputs.count + 1000" not in ex._programs  # the least recently used went first
+    long = "[" + ",".join(str(n) for n in range(1000, 1399)) + "]"  # 1,996 characters: weighs 1,996
+    ex.check(long)
+    assert long in ex._programs and ex._programs.currsize <= ex.CACHE_CHARACTERS
+    assert len(ex._programs) == (ex.CACHE_CHARACTERS - len(long)) // 19 + 1
