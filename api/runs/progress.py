@@ -6,8 +6,9 @@ runs service makes anyway) into each running step's `retrying`: the attempt runn
 reason, HTTP status and Retry-After of the attempt before, and the seconds until the next one starts.
 
 A step output too large for the workflow's result (`output_bytes` set, `output` null) is in that
-step's activity result in the run's history: `fill_outputs` reads it from there once the run has
-ended, so a finished run's row and `GET /v1/runs/{id}` hold every output.
+step's activity result in the run's history, or, for a step a re-run kept, in the run's input
+(`RunRoutineInput.reused`): `fill_outputs` reads it from there once the run has ended, so a finished
+run's row and `GET /v1/runs/{id}` hold every output, and a re-run of a re-run keeps them too.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ from temporalio.api.failure.v1 import Failure
 from temporalio.client import WorkflowExecutionDescription, WorkflowHandle
 from temporalio.converter import DataConverter
 
-from engine.runs import RunRoutineResult, StepRetry
+from engine.runs import RunRoutineInput, RunRoutineResult, StepRetry
 from engine.steps import CallActionResult
 
+_STARTED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED
 _SCHEDULED = EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
 _COMPLETED = EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
 
@@ -104,14 +106,18 @@ async def fill_outputs(
         return
     scheduled: dict[int, str] = {}
     outputs: dict[str, Any] = {}
+    decode = converter.payload_converter.from_payloads
     async for event in handle.fetch_history_events():
-        if event.event_type == _SCHEDULED:
+        if event.event_type == _STARTED:
+            payloads = list(event.workflow_execution_started_event_attributes.input.payloads)
+            (run_input,) = decode(payloads, [RunRoutineInput])
+            outputs.update({sid: kept.output for sid, kept in run_input.reused.items() if sid in missing})
+        elif event.event_type == _SCHEDULED:
             scheduled[event.event_id] = event.activity_task_scheduled_event_attributes.activity_id
         elif event.event_type == _COMPLETED:
             done = event.activity_task_completed_event_attributes
             activity_id = scheduled.get(done.scheduled_event_id, "")
             if activity_id.partition("-")[0] in missing:
-                decode = converter.payload_converter.from_payloads
                 outputs[activity_id] = decode(list(done.result.payloads), [CallActionResult])[0].output
     for sid in missing:
         items = [a for a in scheduled.values() if a.partition("-")[0] == sid and a != sid]

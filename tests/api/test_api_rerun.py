@@ -222,3 +222,49 @@ def test_a_rerun_keeps_what_succeeded_upstream_of_its_point_and_nothing_that_rea
     # without needs, a step needs the one before it: everything after the point runs again
     chain = Routine.model_validate({"name": "chain", "steps": [step(s, None) for s in statuses]})
     assert list(kept_steps(chain, result, "parse")) == ["fetch", "side"]
+
+
+LARGE = f"""\
+name: large
+inputs:
+  texts: {{type: array, items: {{type: string}}}}
+steps:
+  - id: a
+    foreach: ${{{{ inputs.texts }}}}
+    uses: {FREE_ECHO}
+    with: {{text: "${{{{ item }}}}"}}
+  - id: d
+    needs: [a]
+    uses: {FREE_FAIL}
+    with: {{mode: exit, exitCode: 3}}
+  - id: e
+    needs: [a]
+    uses: {FREE_ECHO}
+    with:
+      text: "${{{{ string(size(steps.a.output)) }}}} of ${{{{ string(size(steps.a.output[52].text)) }}}}"
+"""
+
+
+async def test_a_rerun_and_its_rerun_keep_an_output_too_large_for_the_runs_result(
+    routine_stack: RoutineStack,
+) -> None:
+    """A foreach's output of 530 KB is left out of the workflow's result (512 KiB in all) and read back from
+    the history; a kept step's is read back from the re-run's input, so a re-run of the re-run keeps it."""
+    org = routine_stack.runner()
+    texts = [f"{i:04d}" + "x" * 9_986 for i in range(53)]  # the echo tool takes 10,000 characters a text
+    outputs = [{"text": t} for t in texts]
+    old = await routine_stack.run(org, LARGE, {"texts": texts})
+    assert old["status"] == "failed" and old["error"]["step"] == "d", old["error"]
+    assert old["steps"]["a"]["output"] == outputs
+    answer = _post(routine_stack, f"/v1/runs/{old['run_id']}/rerun", org.headers, {})
+    assert answer.status_code == 201, answer.text
+    new = await routine_stack.final(org, answer.json()["run_id"])
+    assert [new["steps"][s].get("reused") for s in "ade"] == [True, None, True]
+    assert new["steps"]["a"]["output"] == outputs
+    answer = _post(routine_stack, f"/v1/runs/{new['run_id']}/rerun", org.headers, {"from": "e"})
+    assert answer.status_code == 201, answer.text
+    again = await routine_stack.final(org, answer.json()["run_id"])
+    assert again["steps"]["a"].get("reused") is True
+    assert again["steps"]["e"]["status"] == "succeeded", again["steps"]["e"]  # it read a's kept output
+    assert again["steps"]["e"]["output"] == {"text": "53 of 9990"}
+    assert again["steps"]["a"]["output"] == outputs
