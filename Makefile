@@ -13,10 +13,15 @@ PACKAGES := activities api bench cli egress engine http1 node packs sdk/python/b
 run: setup bytecode
 	$(BIN)/b3os demo
 
+# mypy runs beside the tests (its ~18 s on one core while pytest starts its workers); its report is
+# printed after theirs, and either failing fails the target.
 test: setup bytecode
 	$(BIN)/ruff check .
-	$(BIN)/mypy .
-	$(BIN)/pytest -n 4 --dist loadgroup --no-loadscope-reorder
+	@$(BIN)/mypy . > $(VENV)/mypy.log 2>&1 & typing=$$!; \
+	$(BIN)/pytest -n 4 --dist loadgroup --no-loadscope-reorder; tests=$$?; \
+	wait $$typing; typed=$$?; echo "mypy: $$(tail -1 $(VENV)/mypy.log)"; \
+	if [ $$typed -ne 0 ]; then cat $(VENV)/mypy.log; fi; \
+	[ $$tests -ne 0 ] && exit $$tests; exit $$typed
 
 setup: deb $(STAMP)
 
