@@ -32,7 +32,7 @@ import lark
 from celpy import celtypes
 from celpy.evaluation import Activation, CELEvalError, Evaluator
 
-from engine import cel_casts
+from engine import cel_casts, cel_regex
 
 MAX_STEPS = 5_000
 MAX_VALUES = 50_000
@@ -286,6 +286,12 @@ def _index(container: Any, key: Any) -> Any:
     return _no_overload("_[_]", (container, key), "list[int] or map[key]")
 
 
+def _matches(*args: Any) -> Any:
+    if len(args) != 2 or not all(isinstance(a, _T.StringType) for a in args):
+        return _no_overload("matches", args, "string, string")
+    return cel_regex.matches(str(args[0]), str(args[1]))
+
+
 _NUMBERS = (_T.IntType, _T.UintType, _T.DoubleType, _T.StringType)
 FUNCTIONS: dict[str, Any] = {
     "string": _conversion(
@@ -312,6 +318,7 @@ FUNCTIONS: dict[str, Any] = {
     "bytes": _conversion("bytes", (_T.BytesType, _T.StringType), "bytes or string", _T.BytesType),
     "size": _size,
     "_[_]": _index,
+    "matches": _matches,
 }
 """cel-python's standard functions replaced by ones that take only CEL's overloads."""
 

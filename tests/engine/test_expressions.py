@@ -297,3 +297,20 @@ def test_the_cache_of_compiled_expressions_is_bounded_by_the_characters_it_holds
     ex.check(long)
     assert long in ex._programs and ex._programs.currsize <= ex.CACHE_CHARACTERS
     assert len(ex._programs) == (ex.CACHE_CHARACTERS - len(long)) // 19 + 1
+
+
+def test_matches_is_bounded_by_its_patterns_program_times_its_texts_length() -> None:
+    scope = ex.Scope({"inputs": {"text": "ab " * 3_400, "mail": "ann@example.com"}, "steps": {}})
+    assert ex.evaluate("${{ inputs.mail.matches('^[a-z]+@[a-z]+[.]com$') }}", scope) is True
+    assert ex.evaluate("${{ matches(inputs.mail, 'zed') }}", scope) is False
+    assert ex.evaluate("${{ inputs.text.matches('ab ab') }}", scope) is True  # 10 KB, a small program
+    with pytest.raises(ex.ExpressionError) as slow:  # ~11,000 instructions over 10 KB: refused untried
+        ex.evaluate(r"${{ inputs.text.matches('\\b(\\w+\\s?){1,1000}y') }}", scope)
+    assert (
+        "matches(): a pattern of 11,005 instructions over 10,200 characters is more work than one match "
+        in str(slow.value)
+    )
+    with pytest.raises(ex.ExpressionError, match=r"matches\(\): the pattern cannot be used: missing \)"):
+        ex.evaluate("${{ inputs.mail.matches('(a') }}", scope)
+    with pytest.raises(ex.ExpressionError, match=r"matches\(string, int\): no such overload"):
+        ex.evaluate("${{ matches(inputs.mail, 1) }}", scope)
