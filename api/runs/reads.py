@@ -26,7 +26,7 @@ from temporalio.client import (
     WorkflowQueryRejectedError,
 )
 from temporalio.exceptions import ApplicationError
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from api.db import in_thread, read_session
 from api.errors import Conflict, NotFound, ServiceUnavailable
@@ -181,6 +181,8 @@ class RunReads:
         try:
             desc = await handle.describe()
         except RPCError as exc:
+            if exc.status == RPCStatusCode.RESOURCE_EXHAUSTED:  # "Workflow is busy": answer what is known
+                return
             raise ServiceUnavailable(
                 f"Temporal did not describe the run: {exc.message}", retry_after_s=5
             ) from exc

@@ -5,6 +5,9 @@ The wait is Temporal's own long poll of the run's close event (`GetWorkflowExecu
 `wait_new_event` and the close-event filter, as the Temporal SDK's `result()` waits), renewed when
 the server's long poll expires (~20 s) before the wait is over. An api process keeps at most
 `MAX_WAITING` such reads waiting at once; past that a read answers at once, as without `wait_s`.
+A run whose workflow Temporal calls busy (`RESOURCE_EXHAUSTED`, "Workflow is busy": its history is
+being written under load) is asked again `BUSY_PAUSE_S` later until the wait is over: the read then
+answers what is known of the run, never 503 for that.
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ MAX_WAIT_S = 60
 
 MAX_WAITING = 1_000
 """Reads one api process keeps waiting at once; more answer at once."""
+
+BUSY_PAUSE_S = 0.5
+"""How long a wait pauses before it asks again about a workflow Temporal calls busy."""
 
 DEADLINE_SLACK_S = 0.05
 """An error this close to the wait's end is the wait's own timeout."""
@@ -74,6 +80,9 @@ async def _until_closed(client: Client, workflow_id: str, wait_s: float) -> None
         except RPCError as exc:
             if exc.status == RPCStatusCode.DEADLINE_EXCEEDED or loop.time() >= deadline - DEADLINE_SLACK_S:
                 return
+            if exc.status == RPCStatusCode.RESOURCE_EXHAUSTED:
+                await asyncio.sleep(min(BUSY_PAUSE_S, max(deadline - loop.time(), 0)))
+                continue
             raise ServiceUnavailable(
                 f"Temporal did not wait for the run: {exc.message}", retry_after_s=5
             ) from exc
