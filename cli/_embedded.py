@@ -47,7 +47,7 @@ import httpx
 from cli._http import ApiConfig, CliError
 from cli.dev_state import live_stack, prepare, publish_examples
 from cli.stack import Stack, StackError, port_taken
-from engine.temporal_server import dev_server_args
+from engine.temporal_server import dev_server_args, durable_args
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_PORTS = {"api": 8700, "node": 8710, "egress": 8720, "temporal": 7233, "ui": 8233}
@@ -240,6 +240,11 @@ def start_embedded(
     check_node_can_run()
     check_ports(options.ports)
     ports, data_dir = options.ports, options.data_dir
+    try:
+        synchronous = os.environ.get("B3OS_TEMPORAL_SYNCHRONOUS", "normal").strip().lower()
+        temporal_db = durable_args(str(data_dir / "temporal.db"), synchronous)
+    except ValueError as exc:
+        raise StackError(str(exc)) from None
     data_dir.mkdir(parents=True, exist_ok=True)
     # 0711: the node's VM users must pass through to the install cache; nobody else may list it. The
     # files with secrets or data are 0600 each (dev.env, b3os.db, temporal.db, logs, blobs, keys).
@@ -273,8 +278,7 @@ def start_embedded(
             temporal,
             "server",
             "start-dev",
-            "--db-filename",
-            str(data_dir / "temporal.db"),
+            *temporal_db,
             "--ip",
             "127.0.0.1",
             "--port",

@@ -45,9 +45,10 @@ from api.config import Settings
 from api.main import create_app
 
 CONFIG = Path(__file__).with_name("schemathesis.toml")
-MAX_EXAMPLES = 25  # per operation; the whole run stays within about a minute on a busy machine
+MAX_EXAMPLES = 25  # per operation: about a minute and a half on a quiet machine, 2.5 beside two CPU hogs
 SEED = int(os.environ.get("B3OS_SCHEMA_SEED", "20261101"))  # another seed explores other cases
-BUDGET_S = 150
+BUDGET_S = 900
+"""A guard against a hung run, not a bound on its time: a busy machine may take several times as long."""
 # Every check of `--checks all` but `max_response_time`.
 CHECKS = (
     "not_a_server_error", "status_code_conformance", "content_type_conformance",

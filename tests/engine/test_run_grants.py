@@ -115,6 +115,24 @@ async def test_a_grant_read_from_a_running_runs_history_calls_nothing_for_anothe
     }
 
 
+async def _started_calling(stack: RoutineStack, org: Org, source: str, name: str) -> str:
+    """Store the routine, start a run of it and wait until its first call has started: the run's id."""
+    stored = await stack.store(org, source)
+    assert stored.status_code == 201, stored.text
+    run_id = await stack.start_run(org, name)
+    deadline = time.monotonic() + PATIENCE_S
+    while not stack.calls_of(org):
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.05)
+    return run_id
+
+
+async def _cancel(stack: RoutineStack, org: Org, run_id: str) -> None:
+    async with loopback.async_client(base_url=stack.url) as http:
+        answer = await http.post(f"/v1/runs/{run_id}/cancel", headers=org.headers)
+    assert answer.status_code == 202, answer.text
+
+
 async def test_the_grant_of_a_finished_run_calls_nothing(routine_stack: RoutineStack) -> None:
     org = routine_stack.runner()
     source = f"name: once\nsteps:\n  - id: a\n    uses: {ECHO_REF}\n    with: {{text: hi}}\n"
@@ -134,18 +152,10 @@ async def test_the_grant_of_a_cancelled_run_starts_no_call(routine_stack: Routin
     source = (
         f"name: stopped\nsteps:\n  - id: wait\n    uses: {FAIL_REF}\n    with: {{mode: sleep, seconds: 30}}\n"
     )
-    stored = await routine_stack.store(org, source)
-    assert stored.status_code == 201, stored.text
-    run_id = await routine_stack.start_run(org, "stopped")
-    deadline = time.monotonic() + PATIENCE_S
-    while not routine_stack.calls_of(org):
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.05)
+    run_id = await _started_calling(routine_stack, org, source, "stopped")
     workflow_id = (await routine_stack.read(org, run_id))["workflow_id"]
     grant = await _grant_of(routine_stack, workflow_id)
-    async with loopback.async_client(base_url=routine_stack.url) as http:
-        answer = await http.post(f"/v1/runs/{run_id}/cancel", headers=org.headers)
-    assert answer.status_code == 202, answer.text
+    await _cancel(routine_stack, org, run_id)
     refused = await asyncio.to_thread(_call_with, routine_stack, grant, workflow_id, "later")
     assert refused.status_code == 403, refused.text
     assert refused.json()["error"]["reason"] in ("run_cancelled", "run_ended")
@@ -185,16 +195,8 @@ steps:
     uses: {ECHO_REF}
     with: {{text: "${{{{ steps.tidy.output.text }}}} after a cancel"}}
 """
-    stored = await routine_stack.store(org, source)
-    assert stored.status_code == 201, stored.text
-    run_id = await routine_stack.start_run(org, "cleanup")
-    deadline = time.monotonic() + PATIENCE_S
-    while not routine_stack.calls_of(org):
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.05)
-    async with loopback.async_client(base_url=routine_stack.url) as http:
-        answer = await http.post(f"/v1/runs/{run_id}/cancel", headers=org.headers)
-    assert answer.status_code == 202, answer.text
+    run_id = await _started_calling(routine_stack, org, source, "cleanup")
+    await _cancel(routine_stack, org, run_id)
     run = await routine_stack.final(org, run_id)
     assert run["status"] == "cancelled"
     steps = run["steps"]

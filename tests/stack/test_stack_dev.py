@@ -3,9 +3,11 @@ node joining by hand, `b3os routine run` using the live stack, and everything st
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import socket
+import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -164,6 +166,21 @@ def test_a_port_that_is_not_a_number_is_refused(tmp_path: Path) -> None:
     done = _b3os(tmp_path, clean_env(B3OS_DEV_NODE_PORT="eighty"), "dev")
     assert done.returncode == 1
     assert done.stderr.strip() == "b3os dev: B3OS_DEV_NODE_PORT 'eighty' is not a port number (1 to 65535)"
+
+
+def test_a_temporal_synchronous_setting_that_is_not_known_is_refused(tmp_path: Path) -> None:
+    done = _b3os(tmp_path, clean_env(B3OS_TEMPORAL_SYNCHRONOUS="sometimes"), "dev")
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        "b3os dev: B3OS_TEMPORAL_SYNCHRONOUS must be one of normal, full, not 'sometimes'"
+    )
+
+
+def test_temporals_file_is_sqlite_in_wal_mode(dev: Dev) -> None:
+    """WAL with synchronous=normal: a commit does not wait for the disk (engine.temporal_server)."""
+    with contextlib.closing(sqlite3.connect(f"file:{dev.data_dir / 'temporal.db'}?mode=ro", uri=True)) as db:
+        assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    assert (dev.data_dir / "temporal.db-wal").stat().st_mode & 0o777 == 0o600
 
 
 def test_the_data_dirs_files_are_readable_by_their_owner_only(dev: Dev) -> None:
