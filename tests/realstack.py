@@ -98,7 +98,9 @@ class RoutineStack(Stack):
     # --- the runs API over HTTP -----------------------------------------------------------------
 
     async def store(self, org: Org, source: str, *, url: str | None = None) -> httpx.Response:
-        async with loopback.async_client(base_url=url or self.url, timeout=30) as http:
+        # a hang guard: a check may take its CPU time's 12 times on the clock, after the organization's
+        # earlier stores (api.checker)
+        async with loopback.async_client(base_url=url or self.url, timeout=300) as http:
             return await http.post("/v1/routines", json={"yaml": source}, headers=org.headers)
 
     async def start_run(

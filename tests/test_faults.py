@@ -467,20 +467,40 @@ async def test_a_node_killed_mid_call_has_its_calls_retried_on_the_other_node(
     assert after and {c.node_id for c in after} == {"node-b"}  # the retries: on the other node
 
 
+def _identity(worker: Proc) -> str:
+    """A worker process's Temporal identity (the SDK's default: pid@host)."""
+    return f"{worker.popen.pid}@{socket.gethostname()}"
+
+
+async def _until_holding_a_step(cluster: Cluster, identity: str) -> None:
+    """Wait until the worker of `identity` runs a step's activity of one of the cluster's running runs."""
+    client = cluster.temporal_client
+    query = f"TaskQueue = '{cluster.queue}' AND ExecutionStatus = 'Running'"
+    deadline = time.monotonic() + PATIENCE_S
+    while time.monotonic() < deadline:
+        async for execution in client.list_workflows(query):
+            desc = await client.get_workflow_handle(execution.id).describe()
+            if any(a.last_worker_identity == identity for a in desc.raw_description.pending_activities):
+                return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"worker {identity} ran no step within {PATIENCE_S} s")
+
+
 async def test_a_worker_killed_mid_run_has_its_runs_taken_over(cluster: Cluster, load: Load) -> None:
     tally, since = Tally("worker SIGKILL"), log_offsets(cluster)
 
     killed: list[Proc] = []
 
     async def fault() -> None:
-        await asyncio.sleep(1.0)  # runs are mid-step on both workers
+        # killed once it runs a step, however busy the machine
+        await _until_holding_a_step(cluster, _identity(cluster.parts["worker-a"]))
         killed.append(cluster.kill("worker-a"))
 
     try:
         ended = await load.run(tally, fault)
     finally:
         cluster.restart("worker-a")
-    identity = f"{killed[0].popen.pid}@{socket.gethostname()}"
+    identity = _identity(killed[0])
     for run in ended:  # a run with a task taken by the killed worker that went on elsewhere
         events = await cluster.history(run["workflow_id"])
         tally.taken_over += any(identity in str(e) for e in events) and run["status"] == "succeeded"
