@@ -24,6 +24,7 @@ from .stack import ECHO, FREE, KID, NAMESPACE, Stack, build_variant, publish
 SLEEPY = {"mode": "sleep", "seconds": 30}
 
 
+@pytest.mark.timeout(600)  # a hang guard: 30 s calls, and the stack's start when first, under load
 def test_calls_of_a_crashed_api_process_free_their_slots_and_a_retry_takes_over_the_key(stack: Stack) -> None:
     url, proc = stack.start_api(
         listed=False,
