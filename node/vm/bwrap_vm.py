@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -57,6 +58,7 @@ class BwrapVm(Vm):
         self.child: int | None = None
         self._status = self._ctl = self._err = -1
         self._cmd = -1  # a pidfd on the launcher, which becomes the command
+        self._init = -1  # a pidfd on the VM's init, pid 1 of its pid namespace
 
     def start(self, fds: tuple[int, int, int, int]) -> None:
         """With bwrap just started: put its sandbox in the cgroup, let it go on, wait until the launcher runs.
@@ -76,6 +78,7 @@ class BwrapVm(Vm):
             os.close(block_w)
             raise SetupError("bwrap did not start the sandbox")
         self.child = child
+        self._init = exits.open_pidfd(child)
         try:
             self.cgroup.add(child)
         except CgroupError as exc:
@@ -244,7 +247,7 @@ class BwrapVm(Vm):
 
     def _stop(self) -> None:
         """Kill every process of the VM, wait for bwrap and reap the VM's init."""
-        self.cgroup.kill()
+        self.kill()
         if self.proc is not None:
             with contextlib.suppress(ProcessLookupError):
                 self.proc.kill()
@@ -255,7 +258,7 @@ class BwrapVm(Vm):
 
     def close_fds(self) -> None:
         """Close the node's ends of the VM's pipes (safe to call twice)."""
-        for name in ("_status", "_ctl", "_err", "_cmd"):
+        for name in ("_status", "_ctl", "_err", "_cmd", "_init"):
             fd = getattr(self, name)
             if fd >= 0:
                 with contextlib.suppress(OSError):
@@ -271,6 +274,14 @@ class BwrapVm(Vm):
         return read_out_files(self.path / "out", names, max_total=max_total)
 
     def kill(self) -> None:
+        """Kill every process of the VM at once. SIGKILL to the init of its pid namespace makes the kernel
+        kill the whole namespace in one step, so no process of the tool runs on after another is gone (a
+        shell printing a success line once its `sleep` was killed). The cgroup's kill then takes bwrap and
+        anything left; on cgroup v1 it signals one process after another in pid order, which after the pids
+        wrap can be a child before its parent."""
+        if self._init >= 0:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(self._init, signal.SIGKILL)
         self.cgroup.kill()
 
     def delete(self) -> None:

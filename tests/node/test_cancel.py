@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -11,6 +15,7 @@ from nodetest import echo_call, leftovers, wait_running
 from node.models import NodeCallResult
 from node.runner import Runner
 from node.vm.bwrap import BwrapDriver
+from node.vm.cgroups import CallCgroup
 
 
 @pytest.fixture(autouse=True)
@@ -43,6 +48,32 @@ def test_a_cancelled_call_is_killed_at_once_and_answers_sigkill(runner: Runner) 
     assert result.error.message == "the tool was killed by signal 9 (SIGKILL) (the call was cancelled)"
     assert result.usage["vcpu_ms"] >= 1 and result.usage["gib_ms"] >= 1  # it ran: compute is charged
     assert runner.cancel(call.call_id) == "unknown"  # it has ended
+
+
+def test_a_killed_vm_dies_as_one_even_when_its_group_is_signalled_children_first(
+    runner: Runner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On cgroup v1 a group is killed one process after another in pid order, and after the pids wrap a child
+    can come before its parent: the echo tool's shell must not print its success line once its `sleep` is
+    killed. The group's kill here signals the newest process first and pauses, as a busy machine would."""
+    group_kill = CallCgroup.kill
+
+    def children_first(group: CallCgroup, timeout_s: float = 2.0) -> bool:
+        for pid in sorted(group.pids(), reverse=True):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            time.sleep(0.2)
+        return group_kill(group, timeout_s)
+
+    monkeypatch.setattr(CallCgroup, "kill", children_first)
+    call = echo_call("fail", {"mode": "sleep", "seconds": 30}, timeout_ms=20_000)
+    thread, results = _in_background(runner, call)
+    assert wait_running("sleep 30 "), "the command did not start in its VM"
+    assert runner.cancel(call.call_id) == "killed"
+    thread.join(timeout=15)
+    (result,) = results
+    assert (result.ok, result.cancelled) == (False, True), result
+    assert result.error is not None and result.error.model_dump()["signal"] == 9, result.error
 
 
 def test_a_cancel_that_comes_before_its_call_answers_the_call_at_once(runner: Runner) -> None:
