@@ -35,7 +35,7 @@ import loopback
 import pytest
 from calls.stack import ECHO, Org, Proc
 from cluster import NODES, Cluster
-from sqlmodel import Session, col, select
+from sqlmodel import Session, col, func, select
 from workers import PATIENCE_S
 
 from api.calls.tables import RUNNING, ActionCall, IdempotencyRecord
@@ -562,18 +562,39 @@ async def test_postgres_down_for_5_s_answers_503_and_everything_continues(
     assert tally.runs["succeeded"] == RUNS, ended
 
 
+async def _until_nodes_full(cluster: Cluster) -> None:
+    """Wait until every slot of both nodes holds a call (read from the database)."""
+    deadline = time.monotonic() + PATIENCE_S
+    while True:
+        with Session(cluster.engine) as session:
+            running = session.exec(
+                select(func.count()).where(
+                    col(ActionCall.state) == RUNNING, col(ActionCall.node_id).in_(NODES)
+                )
+            ).one()
+        if running >= 8 * len(NODES):
+            return
+        assert time.monotonic() < deadline, f"the nodes never ran {8 * len(NODES)} calls at once ({running})"
+        await asyncio.sleep(0.05)
+
+
 async def test_every_node_full_refuses_with_node_busy_and_steps_wait(cluster: Cluster, load: Load) -> None:
     tally, since = Tally("nodes full", saturated=True), log_offsets(cluster)
     fillers = [cluster.org() for _ in range(4)]  # 4 calls at once each: 16, every slot of both nodes
-    hold = {"ref": NAP_REF, "input": {"mode": "sleep", "seconds": 2}}  # times out at 5 s: slack when loaded
+    # each holds its slot to the action's 5 s timeout (answered 504 tool_timed_out), however busy the machine
+    hold = {"ref": NAP_REF, "input": {"mode": "sleep", "seconds": 30}}
     filled = [direct_call(cluster, fillers[i % 4], hold, tally, first=i) for i in range(16)]
+    prober = cluster.org()
 
-    async def fault() -> None:
-        await asyncio.sleep(0)
+    async def fault() -> None:  # a call sent once every slot is taken finds none
+        await _until_nodes_full(cluster)
+        await direct_call(
+            cluster, prober, {"ref": NAP_REF, "input": {"mode": "sleep", "seconds": 1}}, tally, first=0
+        )
 
     ended = await load.run(tally, fault, extra=filled)
-    await settle(cluster, load, tally, ended, since, others=fillers)
-    calls = [c for org in [*load.orgs, *fillers] for c in cluster.calls_of(org)]
+    await settle(cluster, load, tally, ended, since, others=[*fillers, prober])
+    calls = [c for org in [*load.orgs, *fillers, prober] for c in cluster.calls_of(org)]
     assert {node: _peak(calls, node) for node in NODES} == dict.fromkeys(NODES, 8)  # every slot was busy
     assert tally.refusals["503 tool_unavailable/node_busy"] + tally.api["routine tool_unavailable"] > 0
     # As with the direct calls (`direct_call`), a step's 1 s sleep on a node running 8 VMs on 2 cores under

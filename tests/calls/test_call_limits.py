@@ -57,7 +57,8 @@ class Held:
                 timeout=30,
             )
         for answer in self.answers:
-            assert answer.result().json()["error"]["code"] in ("tool_failed", "tool_timed_out")
+            r = answer.result()
+            assert r.json().get("error", {}).get("code") in ("tool_failed", "tool_timed_out"), r.text
         self.pool.shutdown()
 
 
