@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 from typing import Any
 
 import httpx
@@ -39,6 +40,7 @@ class ScheduleActivities:
     def __init__(self, settings: ActivitySettings, client: Client) -> None:
         self._settings = settings
         self._client = client
+        self._tls: ssl.SSLContext | None = None  # one for every tick's client: httpx loads the CAs per client
 
     @activity.defn(name="start_scheduled_run")
     async def start_scheduled_run(self, input: StartScheduledRunInput) -> StartScheduledRunResult:
@@ -57,7 +59,8 @@ class ScheduleActivities:
         }
         url = f"{self._settings.api_url.rstrip('/')}/v1/schedules/{input.schedule_id}/runs"
         try:
-            async with httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=10.0)) as http:
+            self._tls = self._tls or httpx.create_ssl_context()
+            async with httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=10.0), verify=self._tls) as http:
                 response = await http.post(url, headers=headers, json={})
         except httpx.TransportError as exc:
             raise network_error(exc, self._settings.api_url, attempt=info.attempt) from None

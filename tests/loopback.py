@@ -23,3 +23,21 @@ def async_client(**kwargs: Any) -> httpx.AsyncClient:
 def client(**kwargs: Any) -> httpx.Client:
     """An `httpx.Client` (same arguments) sharing the one TLS context."""
     return httpx.Client(verify=TLS, **kwargs)
+
+
+def request(method: str, url: str, *, timeout: float | httpx.Timeout = 5.0, **kwargs: Any) -> httpx.Response:
+    """`httpx.request` (same arguments, same 5 s default timeout) on a client sharing the one TLS context."""
+    with client(timeout=timeout) as http:
+        return http.request(method, url, **kwargs)
+
+
+def get(url: str, **kwargs: Any) -> httpx.Response:
+    return request("GET", url, **kwargs)
+
+
+def post(url: str, **kwargs: Any) -> httpx.Response:
+    return request("POST", url, **kwargs)
+
+
+def put(url: str, **kwargs: Any) -> httpx.Response:
+    return request("PUT", url, **kwargs)

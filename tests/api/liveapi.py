@@ -64,7 +64,7 @@ def _wait_healthy(url: str, process: subprocess.Popen[bytes], log: Path) -> None
         if process.poll() is not None:
             raise AssertionError(f"the api exited:\n{log.read_text()[-3000:]}")
         try:
-            if httpx.get(f"{url}/healthz", timeout=1.0).status_code == 200:
+            if loopback.get(f"{url}/healthz", timeout=1.0).status_code == 200:
                 return
         except httpx.TransportError:
             pass

@@ -34,7 +34,7 @@ def _wait_healthy(url: str, process: subprocess.Popen[bytes], timeout_s: float =
     while time.monotonic() < deadline:
         assert process.poll() is None, "the api exited while starting"
         try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+            if loopback.get(f"{url}/healthz", timeout=1).status_code == 200:
                 return
         except httpx.HTTPError:
             time.sleep(0.05)
@@ -117,7 +117,7 @@ def test_the_echo_tool_builds_and_publishes_through_the_cli(
     assert generated.returncode == 0, generated.stderr
     public = generated.stdout.split("public key: ")[1].strip()
     headers = {"Authorization": f"Bearer {key}"}
-    r = httpx.post(
+    r = loopback.post(
         f"{server}/v1/actions/publishers/{NAMESPACE}/keys",
         headers=headers,
         json={"kid": kid, "public_key": public},
@@ -139,7 +139,7 @@ def test_the_echo_tool_builds_and_publishes_through_the_cli(
         "versions are immutable, publish a new version. (409 conflict)"
     )
     assert "tool.tar: already in the registry" in again.stdout
-    tools = httpx.get(f"{server}/v1/actions/packs/{NAMESPACE}/echo/tools", headers=headers).json()
+    tools = loopback.get(f"{server}/v1/actions/packs/{NAMESPACE}/echo/tools", headers=headers).json()
     assert [t["name"] for t in tools["tools"]] == ["echo__noop", "echo__echo", "echo__fail"]
 
 
@@ -180,7 +180,7 @@ def test_concurrent_publishes_over_http_have_exactly_one_winner(
     headers = {"Authorization": f"Bearer {key}"}
     signing = Ed25519PrivateKey.generate()
     kid = f"{NAMESPACE}#race"
-    httpx.post(
+    loopback.post(
         f"{server}/v1/actions/publishers/{NAMESPACE}/keys",
         headers=headers,
         json={"kid": kid, "public_key": public_key_b64(signing)},
@@ -189,7 +189,7 @@ def test_concurrent_publishes_over_http_have_exactly_one_winner(
     manifest, files = load_built_bundle(tmp_path / "echo")
     for data in files.values():
         name = BundleFile.of("x", data).sha256
-        httpx.put(f"{server}/v1/actions/registry/blobs/sha256:{name}", headers=headers, content=data)
+        loopback.put(f"{server}/v1/actions/registry/blobs/sha256:{name}", headers=headers, content=data)
     body = {"manifest": manifest, "files": [BundleFile.of(p, d).to_dict() for p, d in sorted(files.items())]}
     barrier = threading.Barrier(8)
     statuses: list[int] = []
@@ -212,7 +212,7 @@ def test_concurrent_publishes_over_http_have_exactly_one_winner(
         for k, _, v in (ln.partition("=") for ln in issued.stdout.splitlines())
         if k == "B3OS_NODE_CREDENTIAL"
     )
-    feed = httpx.get(f"{server}/v1/nodes/registry", headers={"Authorization": f"Bearer {secret}"}).json()
+    feed = loopback.get(f"{server}/v1/nodes/registry", headers={"Authorization": f"Bearer {secret}"}).json()
     assert [v["seq"] for v in feed["versions"]] == [1]
 
 
@@ -294,9 +294,9 @@ def _check_dev(process: subprocess.Popen[str], port: int, tmp_path: Path) -> Non
     assert dev["B3OS_API_URL"] == f"http://127.0.0.1:{port}" and dev["B3OS_DEV_KID"] == f"{NAMESPACE}#dev"
     assert (tmp_path / "keys" / f"{NAMESPACE}#dev.key").is_file()
     headers = {"Authorization": f"Bearer {dev['B3OS_API_KEY']}"}
-    pack = httpx.get(f"{dev['B3OS_API_URL']}/v1/actions/packs/{NAMESPACE}/echo", headers=headers).json()
+    pack = loopback.get(f"{dev['B3OS_API_URL']}/v1/actions/packs/{NAMESPACE}/echo", headers=headers).json()
     assert pack["kid"] == f"{NAMESPACE}#dev" and pack["version"] == "1.0.0"
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=20) == 0
     with pytest.raises(httpx.ConnectError):
-        httpx.get(f"{dev['B3OS_API_URL']}/healthz", timeout=2)
+        loopback.get(f"{dev['B3OS_API_URL']}/healthz", timeout=2)

@@ -144,7 +144,7 @@ def test_a_number_json_cannot_carry_is_refused(http: httpx.Client, literal: str)
 
 def json_body_routes(live: LiveApi) -> list[tuple[str, str]]:
     """(method, path) of every operation of /openapi.json that takes a JSON body, and POST /v1/mcp."""
-    document = httpx.get(f"{live.url}/openapi.json").json()
+    document = loopback.get(f"{live.url}/openapi.json").json()
     routes = [("POST", "/v1/mcp")]
     for template, operations in document["paths"].items():
         for method, operation in operations.items():

@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 import httpx
+import loopback
 from calls.stack import PRICEY
 from realstack import FREE_ECHO, FREE_FAIL, RUNNER_SCOPES, RoutineStack
 
@@ -44,11 +45,11 @@ outputs:
 
 
 def _post(stack: RoutineStack, path: str, headers: dict[str, str], body: Any = None) -> httpx.Response:
-    return httpx.post(f"{stack.url}{path}", headers=headers, json=body, timeout=30)
+    return loopback.post(f"{stack.url}{path}", headers=headers, json=body, timeout=30)
 
 
 def _get(stack: RoutineStack, path: str, headers: dict[str, str]) -> httpx.Response:
-    return httpx.get(f"{stack.url}{path}", headers=headers, timeout=30)
+    return loopback.get(f"{stack.url}{path}", headers=headers, timeout=30)
 
 
 def _usage(stack: RoutineStack, headers: dict[str, str]) -> dict[str, Any]:

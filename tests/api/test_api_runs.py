@@ -50,11 +50,11 @@ SLOW = _sleeping("slow", 2)
 
 
 def _get(stack: RoutineStack, path: str, headers: dict[str, str], **params: Any) -> httpx.Response:
-    return httpx.get(f"{stack.url}{path}", headers=headers, params=params, timeout=30)
+    return loopback.get(f"{stack.url}{path}", headers=headers, params=params, timeout=30)
 
 
 def _post(stack: RoutineStack, path: str, headers: dict[str, str], body: dict[str, Any]) -> httpx.Response:
-    return httpx.post(f"{stack.url}{path}", headers=headers, json=body, timeout=30)
+    return loopback.post(f"{stack.url}{path}", headers=headers, json=body, timeout=30)
 
 
 async def test_a_stored_routine_runs_and_its_run_reads_back(routine_stack: RoutineStack) -> None:
@@ -161,7 +161,7 @@ async def test_the_same_idempotency_key_gives_the_same_run(routine_stack: Routin
     error = other.json()["error"]
     assert error["code"] == "idempotency_key_reused" and error["field"] == "Idempotency-Key"
     assert error["message"].startswith("Idempotency-Key 'deploy-42' was already used for a different request")
-    spelled = httpx.post(  # the same request spelled otherwise is the same request (RFC 8785)
+    spelled = loopback.post(  # the same request spelled otherwise is the same request (RFC 8785)
         f"{routine_stack.url}/v1/routines/hello/runs",
         headers={**headers, "Content-Type": "application/json"},
         content='{ "inputs" : { "who" : "a" } }',
@@ -293,7 +293,7 @@ async def test_runs_past_the_organizations_limit_at_once_are_refused_with_retry_
             assert (await routine_stack.store(who, SLOW, url=url)).status_code == 201
             assert (await routine_stack.store(who, fast, url=url)).status_code == 201
         first = await routine_stack.start_run(org, "slow", url=url)
-        refused = httpx.post(f"{url}/v1/routines/fast/runs", headers=org.headers, json={}, timeout=30)
+        refused = loopback.post(f"{url}/v1/routines/fast/runs", headers=org.headers, json={}, timeout=30)
         assert refused.status_code == 429 and refused.headers["Retry-After"] == "5"
         error = refused.json()["error"]
         assert error["code"] == "concurrency_limited" and error["limit"] == 1
@@ -315,7 +315,7 @@ async def test_run_starts_are_limited_per_organization_and_minute(routine_stack:
         assert (await routine_stack.store(org, fast, url=url)).status_code == 201
         first = await routine_stack.start_run(org, "fast", url=url)
         await routine_stack.start_run(org, "fast", url=url)
-        refused = httpx.post(f"{url}/v1/routines/fast/runs", headers=org.headers, json={}, timeout=30)
+        refused = loopback.post(f"{url}/v1/routines/fast/runs", headers=org.headers, json={}, timeout=30)
         assert refused.status_code == 429, refused.text
         error = refused.json()["error"]
         assert error["code"] == "rate_limited" and error["limit"] == 2

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import loopback
 from realstack import FREE_ECHO, RUNNER_SCOPES, RoutineStack
 
 from engine.ticks import temporal_schedule_id
@@ -40,7 +41,7 @@ DECLARED = GREET.replace(
 def _call(
     stack: RoutineStack, method: str, path: str, headers: dict[str, str], body: Any = None
 ) -> httpx.Response:
-    return httpx.request(method, f"{stack.url}{path}", headers=headers, json=body, timeout=30)
+    return loopback.request(method, f"{stack.url}{path}", headers=headers, json=body, timeout=30)
 
 
 def temporal_schedules(stack: RoutineStack) -> str:

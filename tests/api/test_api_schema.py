@@ -36,7 +36,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
+import loopback
 import pytest
 from liveapi import LiveApi, start_live_api
 from temporalio.testing import WorkflowEnvironment
@@ -75,7 +75,7 @@ def test_schemathesis_finds_no_failure_in_the_api(live_api: LiveApi, tmp_path: P
         "B3OS_SCHEMA_KEY": live_api.owner.key,
         "B3OS_SCHEMA_NODE_CREDENTIAL": live_api.node_secret,
     }
-    paths = httpx.get(f"{live_api.url}/openapi.json").json()["paths"]
+    paths = loopback.get(f"{live_api.url}/openapi.json").json()["paths"]
     operations = sum(len(methods) for methods in paths.values())
     junit = tmp_path / "schemathesis.xml"
     st = [

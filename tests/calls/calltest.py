@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import loopback
 from sqlmodel import Session, col, func, select
 from workers import PATIENCE_S
 
@@ -34,7 +35,7 @@ def call(
     if key is not None:
         headers["Idempotency-Key"] = key
     body: dict[str, Any] = {"ref": ref, "input": input_ or {}, **extra}
-    return httpx.post(f"{url or stack.url}/v1/actions/call", headers=headers, json=body, timeout=120)
+    return loopback.post(f"{url or stack.url}/v1/actions/call", headers=headers, json=body, timeout=120)
 
 
 def step_headers(stack: Stack, org: Org, workflow_id: str, step: str) -> dict[str, str]:
@@ -72,7 +73,7 @@ def error(r: httpx.Response, status: int, code: str, reason: str | None = None) 
 
 
 def usage(stack: Stack, org: Org) -> dict[str, Any]:
-    r = httpx.get(f"{stack.url}/v1/usage", headers=org.headers, timeout=30)
+    r = loopback.get(f"{stack.url}/v1/usage", headers=org.headers, timeout=30)
     assert r.status_code == 200, r.text
     body: dict[str, Any] = r.json()
     return body

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import loopback
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import Engine
 from sqlmodel import Session, col, select
@@ -260,7 +261,7 @@ def wait_http(url: str, proc: Proc, timeout_s: float = PATIENCE_S) -> None:
         if proc.popen.poll() is not None:
             raise AssertionError(f"{proc.name} exited:\n{proc.log.read_text()[-3000:]}")
         try:
-            if httpx.get(url, timeout=1.0).status_code < 500:
+            if loopback.get(url, timeout=1.0).status_code < 500:
                 return
         except httpx.TransportError:
             pass
@@ -290,7 +291,7 @@ def publish_echo_variants(stack: Stack) -> None:
     """Make the publisher organization and its signing key; publish echo, pricey (1 USD) and free."""
     stack.publisher = stack.org(scopes=OWNER_SCOPES, namespaces=[NAMESPACE])
     key = stack.signing_key = Ed25519PrivateKey.generate()
-    r = httpx.post(
+    r = loopback.post(
         f"{stack.url}/v1/actions/publishers/{NAMESPACE}/keys",
         headers=stack.publisher.headers,
         json={"kid": KID, "public_key": public_key_b64(key)},

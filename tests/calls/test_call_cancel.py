@@ -6,6 +6,7 @@ import threading
 import time
 
 import httpx
+import loopback
 from workers import PATIENCE_S
 
 from .calltest import call, error, running, wait_vm_command
@@ -15,7 +16,7 @@ SLEEPY = {"mode": "sleep", "seconds": 30}
 
 
 def _cancel(stack: Stack, org: Org, key: str) -> httpx.Response:
-    return httpx.post(
+    return loopback.post(
         f"{stack.url}/v1/actions/call/cancel", headers=org.headers, json={"idempotency_key": key}, timeout=30
     )
 
@@ -70,9 +71,9 @@ def test_a_call_cancelled_by_its_id_ends_at_once(stack: Stack) -> None:
             "SELECT id FROM action_calls WHERE org_id = ? AND state = 'running'", (org.org_id,)
         ).one()
     other = stack.org()
-    r = httpx.post(f"{stack.url}/v1/actions/calls/{call_id}/cancel", headers=other.headers, timeout=30)
+    r = loopback.post(f"{stack.url}/v1/actions/calls/{call_id}/cancel", headers=other.headers, timeout=30)
     assert r.status_code == 404, r.text  # another organization's call is not found
-    r = httpx.post(f"{stack.url}/v1/actions/calls/{call_id}/cancel", headers=org.headers, timeout=30)
+    r = loopback.post(f"{stack.url}/v1/actions/calls/{call_id}/cancel", headers=org.headers, timeout=30)
     assert (r.status_code, r.json()) == (202, {"call_id": call_id, "state": "cancelled", "node": "killed"})
     error(pending.answer(), 502, "tool_failed", "signal")
 
@@ -81,13 +82,15 @@ def test_cancel_refuses_unknown_keys_and_bad_bodies(stack: Stack) -> None:
     org = stack.org()
     err = error(_cancel(stack, org, "never-sent"), 404, "not_found")
     assert err["message"] == "this organization has no call with Idempotency-Key 'never-sent'"
-    r = httpx.post(f"{stack.url}/v1/actions/call/cancel", headers=org.headers, json={"key": "x"}, timeout=30)
+    r = loopback.post(
+        f"{stack.url}/v1/actions/call/cancel", headers=org.headers, json={"key": "x"}, timeout=30
+    )
     assert error(r, 400, "invalid_request")["field"] == "key"
-    r = httpx.post(f"{stack.url}/v1/actions/call/cancel", headers=org.headers, json={}, timeout=30)
+    r = loopback.post(f"{stack.url}/v1/actions/call/cancel", headers=org.headers, json={}, timeout=30)
     err = error(r, 400, "invalid_request")
     assert err["field"] == "idempotency_key"
     assert err["message"] == (
         "the field idempotency_key is required: the Idempotency-Key the call was sent with"
     )
-    r = httpx.post(f"{stack.url}/v1/actions/call/cancel", json={"idempotency_key": "x"}, timeout=30)
+    r = loopback.post(f"{stack.url}/v1/actions/call/cancel", json={"idempotency_key": "x"}, timeout=30)
     assert r.status_code == 401

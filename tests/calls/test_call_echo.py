@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import httpx
+import loopback
 
 from .stack import Stack
 
@@ -14,7 +14,7 @@ SEED_BODY = {
 
 def test_the_seed_example_answers_hi_and_hello_txt(stack: Stack) -> None:
     org = stack.org()
-    r = httpx.post(
+    r = loopback.post(
         f"{stack.url}/v1/actions/call",
         headers={**org.headers, "Content-Type": "application/json"},
         json=SEED_BODY,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-import httpx
+import loopback
 import pytest
 
 from .calltest import call, error, step_headers, usage
@@ -93,7 +93,7 @@ def test_a_priced_action_refuses_a_timeout_below_its_own(stack: Stack) -> None:
 def test_a_routine_steps_call_of_a_priced_action_runs_to_its_own_timeout(stack: Stack) -> None:
     """The seed: a step's `timeout` below a priced action's own does not refuse every run of the routine."""
     org = stack.org()
-    r = httpx.post(
+    r = loopback.post(
         f"{stack.url}/v1/actions/call",
         headers=step_headers(stack, org, "routine-short-run_tm1", "a"),
         json={"ref": f"{ECHO}/echo@1", "input": {"text": "x"}, "timeout_ms": 1},
@@ -141,7 +141,7 @@ def test_a_request_body_over_1_mib_is_refused(stack: Stack) -> None:
 
 
 def test_a_call_without_a_key_or_scope_is_refused(stack: Stack) -> None:
-    r = httpx.post(f"{stack.url}/v1/actions/call", json={"ref": f"{ECHO}/noop@1", "input": {}})
+    r = loopback.post(f"{stack.url}/v1/actions/call", json={"ref": f"{ECHO}/noop@1", "input": {}})
     assert r.status_code == 401, r.text
     org = stack.org(scopes=["routines:read"])
     err = error(call(stack, org, f"{ECHO}/noop@1"), 403, "forbidden")
@@ -162,6 +162,6 @@ def test_a_malformed_request_is_400_naming_the_field(
     stack: Stack, body: dict[str, Any], sentence: str
 ) -> None:
     org = stack.org()
-    r = httpx.post(f"{stack.url}/v1/actions/call", headers=org.headers, json=body, timeout=30)
+    r = loopback.post(f"{stack.url}/v1/actions/call", headers=org.headers, json=body, timeout=30)
     err = error(r, 400, "invalid_request")
     assert sentence in err["message"], err

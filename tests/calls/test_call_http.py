@@ -11,6 +11,7 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
+import loopback
 import pytest
 from sqlmodel import Session, select
 from workers import PATIENCE_S
@@ -34,7 +35,7 @@ def json_reply(body: Any, status: int = 200, headers: list[tuple[str, str]] | No
 
 def connect(stack: Stack, org: Org, connection: str, secret: Any, **params: Any) -> dict[str, Any]:
     body = {"pack": PROBE, "connection": connection, "secret": secret, "params": params}
-    r = httpx.post(f"{stack.url}/v1/connections", headers=org.headers, json=body, timeout=30)
+    r = loopback.post(f"{stack.url}/v1/connections", headers=org.headers, json=body, timeout=30)
     assert r.status_code == 201, r.text
     answer: dict[str, Any] = r.json()
     return answer

@@ -5,6 +5,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import loopback
 
 from .calltest import call, error, step_headers, usage
 from .stack import ECHO, FREE, WORKER_TOKEN, Stack
@@ -88,7 +89,7 @@ def test_concurrent_requests_with_one_key_share_one_call_across_api_processes(st
 def test_the_routine_worker_calls_with_a_runs_grant_and_is_metered_under_its_key(stack: Stack) -> None:
     org = stack.org()
     headers = step_headers(stack, org, "routine-hello-run_wk1", "a")
-    r = httpx.post(
+    r = loopback.post(
         f"{stack.url}/v1/actions/call",
         headers=headers,
         json={"ref": f"{ECHO}/echo@1", "input": {"text": "from a routine"}},
@@ -100,9 +101,11 @@ def test_the_routine_worker_calls_with_a_runs_grant_and_is_metered_under_its_key
     assert [k["key_id"] for k in used["keys"]] == [org.key_id]
     # a key the step does not derive, and a call by id, are not the grant's to make
     other = {**headers, "Idempotency-Key": "wf-1/step-a"}
-    r = httpx.post(f"{stack.url}/v1/actions/call", headers=other, json={"ref": f"{ECHO}/noop@1"}, timeout=60)
+    r = loopback.post(
+        f"{stack.url}/v1/actions/call", headers=other, json={"ref": f"{ECHO}/noop@1"}, timeout=60
+    )
     assert (r.status_code, r.json()["error"]["reason"]) == (403, "key_not_of_run")
-    r = httpx.post(f"{stack.url}/v1/actions/calls/tcall_x/cancel", headers=headers, timeout=60)
+    r = loopback.post(f"{stack.url}/v1/actions/calls/tcall_x/cancel", headers=headers, timeout=60)
     assert r.status_code == 403 and "cancels only its own call" in r.json()["error"]["message"]
 
 
@@ -110,7 +113,7 @@ def test_the_worker_token_alone_calls_for_no_one(stack: Stack) -> None:
     org = stack.org()
     for extra in ({}, {"X-B3OS-On-Behalf-Of": org.key_id}, {"X-B3OS-Run-Grant": "b3run_forged-grant"}):
         for path, body in (("/v1/actions/call", {"ref": f"{ECHO}/echo@1"}), ("/v1/actions/call/cancel", {})):
-            bad = httpx.post(
+            bad = loopback.post(
                 f"{stack.url}{path}",
                 headers={"Authorization": f"Bearer {WORKER_TOKEN}", "Idempotency-Key": "k-1", **extra},
                 json=body or {"idempotency_key": "k-1"},

@@ -10,6 +10,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import loopback
 
 from .calltest import call, error, running, step_headers, usage, vm_commands
 from .stack import ECHO, FREE, PRICEY, Org, Stack
@@ -50,7 +51,7 @@ class Held:
         answer."""
         for i, key in enumerate(self.keys):
             org = self.orgs[i % len(self.orgs)]
-            httpx.post(
+            loopback.post(
                 f"{self.stack.url}/v1/actions/call/cancel",
                 headers=org.headers,
                 json={"idempotency_key": key},
@@ -156,7 +157,7 @@ def test_a_routine_steps_call_waits_in_the_api_for_a_slot_and_an_http_call_does_
             while running(stack, org) < 4:
                 time.sleep(0.02)
             refused = call(stack, org, f"{FREE}/noop@1", url=url)  # over HTTP: answered at once
-            waited = httpx.post(
+            waited = loopback.post(
                 f"{url}/v1/actions/call",
                 headers=worker,
                 json={"ref": f"{FREE}/noop@1", "input": {}},

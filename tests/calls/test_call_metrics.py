@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-import httpx
+import loopback
 from sqlmodel import Session, col, select
 
 from api.models import Node
@@ -19,7 +19,7 @@ TOKEN = "metrics-token-calls-test"
 
 def scrape(url: str, **headers: str) -> dict[str, float]:
     """`GET {url}/metrics` as `{'name{labels}': value}`."""
-    r = httpx.get(f"{url}/metrics", headers=headers, timeout=10)
+    r = loopback.get(f"{url}/metrics", headers=headers, timeout=10)
     assert r.status_code == 200, r.text
     assert r.headers["content-type"].startswith("text/plain")
     samples: dict[str, float] = {}
@@ -105,7 +105,7 @@ def test_the_egress_proxy_counts_its_requests_by_outcome(stack: Stack) -> None:
 
 def test_metrics_are_refused_to_a_proxied_reader_without_the_token(stack: Stack) -> None:
     for url in (stack.url, node_url(stack, "node-a"), stack.egress.url if stack.egress else ""):
-        r = httpx.get(f"{url}/metrics", headers={"X-Forwarded-For": "203.0.113.7"}, timeout=10)
+        r = loopback.get(f"{url}/metrics", headers={"X-Forwarded-For": "203.0.113.7"}, timeout=10)
         assert r.status_code == 401, (url, r.text)
         assert r.json()["error"]["code"] == "unauthorized"
         assert r.headers["www-authenticate"] == "Bearer"
@@ -116,9 +116,9 @@ def test_the_metrics_token_opens_metrics_to_any_reader(stack: Stack) -> None:
     url, proc = stack.start_api(extra_env={"B3OS_METRICS_TOKEN": TOKEN}, listed=False)
     try:
         proxied = {"X-Forwarded-For": "203.0.113.7"}
-        assert httpx.get(f"{url}/metrics", headers=proxied, timeout=10).status_code == 401
+        assert loopback.get(f"{url}/metrics", headers=proxied, timeout=10).status_code == 401
         wrong = {**proxied, "Authorization": "Bearer not-the-token"}
-        assert httpx.get(f"{url}/metrics", headers=wrong, timeout=10).status_code == 401
+        assert loopback.get(f"{url}/metrics", headers=wrong, timeout=10).status_code == 401
         samples = scrape(url, **proxied, Authorization=f"Bearer {TOKEN}")
         assert "b3os_api_process_cpu_seconds_total" in samples
     finally:

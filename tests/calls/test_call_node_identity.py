@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-import httpx
+import loopback
 import pytest
 from sqlmodel import Session, col, delete, select
 from workers import PATIENCE_S
@@ -144,7 +144,7 @@ def test_forged_heartbeats_are_refused_and_get_no_call(stack: Stack, stand_in: S
             (evil, _beat("evil-node", "http://93.184.216.34:80"), 400, "url"),  # outside the node networks
         ]
         for headers, beat, status, field in refusals:
-            r = httpx.post(f"{stack.url}/v1/nodes/heartbeat", headers=headers, json=beat, timeout=10)
+            r = loopback.post(f"{stack.url}/v1/nodes/heartbeat", headers=headers, json=beat, timeout=10)
             assert r.status_code == status, r.text
             assert r.json()["error"].get("field") == field
         org = stack.org()
@@ -170,7 +170,9 @@ def test_an_answer_without_the_proof_of_the_node_called_is_not_believed(
     stand_in.node_id, stand_in.key = "node-0-liar", call_key(stack.node_secret("node-a"))
     try:
         beat = _beat("node-0-liar", stand_in.url)
-        httpx.post(f"{stack.url}/v1/nodes/heartbeat", headers=liar, json=beat, timeout=10).raise_for_status()
+        loopback.post(
+            f"{stack.url}/v1/nodes/heartbeat", headers=liar, json=beat, timeout=10
+        ).raise_for_status()
         org = stack.org()
         err = error(call(stack, org, f"{ECHO}/echo@1", {"text": "hi"}), 503, "tool_unavailable", "exec")
         assert err["message"] == "the answer did not carry the proof of node node-0-liar; nothing was billed"

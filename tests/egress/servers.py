@@ -34,6 +34,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
+import loopback
 import trustme
 from workers import PATIENCE_S, free_port
 
@@ -247,7 +248,7 @@ def start_proxy(
             proxy.stop()
             raise AssertionError(f"the egress proxy did not start:\n{log.read_text()[-3000:]}")
         try:
-            answer = httpx.get(f"{proxy.url}/v1/egress/public-key", headers=proxy.headers, timeout=2)
+            answer = loopback.get(f"{proxy.url}/v1/egress/public-key", headers=proxy.headers, timeout=2)
             if answer.status_code == 200:
                 proxy.public_key = answer.json()["public_key"]
                 return proxy

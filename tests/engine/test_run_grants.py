@@ -70,7 +70,7 @@ def _call_with(stack: RoutineStack, grant: str, workflow_id: str, step: str) -> 
         "Idempotency-Key": step_idempotency_key(workflow_id, step, None),
     }
     body = {"ref": ECHO_REF, "input": {"text": "after the end"}}
-    return httpx.post(f"{stack.url}/v1/actions/call", headers=headers, json=body, timeout=30)
+    return loopback.post(f"{stack.url}/v1/actions/call", headers=headers, json=body, timeout=30)
 
 
 @pytest.mark.parametrize("grant", [None, "b3run_" + "forged" * 7], ids=["no grant", "forged grant"])

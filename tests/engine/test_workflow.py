@@ -198,7 +198,7 @@ async def test_a_real_429_is_waited_exactly_its_retry_after_with_the_same_key(
     assert first["idempotency_key"] == key
     step_calls = [c for c in routine_stack.calls_of(org) if c.key_id == org.key_id]
     assert len(step_calls) == 1 and routine_stack.stored_keys(org) == {key: step_calls[0].id}
-    usage = httpx.get(f"{routine_stack.url}/v1/usage", headers=org.headers, timeout=30).json()
+    usage = loopback.get(f"{routine_stack.url}/v1/usage", headers=org.headers, timeout=30).json()
     assert [k["calls"] for k in usage["keys"] if k["key_id"] == org.key_id] == [1]
 
 

@@ -122,6 +122,6 @@ async def test_a_real_503_node_busy_is_waited_exactly_its_retry_after_with_the_s
     (call,) = routine_stack.calls_of(org)
     assert routine_stack.stored_keys(org) == {key: call.id}
     assert (call.key_id, call.node_id, call.code) == (org.key_id, "node-a", None)
-    usage = httpx.get(f"{routine_stack.url}/v1/usage", headers=org.headers, timeout=30).json()
+    usage = loopback.get(f"{routine_stack.url}/v1/usage", headers=org.headers, timeout=30).json()
     assert [k["calls"] for k in usage["keys"] if k["key_id"] == org.key_id] == [1]
     assert _running(routine_stack, others) == []  # nothing left holding node-a's slots

@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import httpx
 import loopback
 from realstack import RoutineStack
 from test_workflow import SCHEDULED, STARTED, at, events, failure_details
@@ -79,7 +78,7 @@ async def test_an_upstream_429_makes_the_step_wait_exactly_its_retry_after(
     assert first["idempotency_key"] == step_idempotency_key(run["workflow_id"], "get", None)
     assert 2 <= at(started) - at(scheduled) < 3
     assert len(seen) == 2  # one request per attempt; the 429 was not billed, the success once
-    usage = httpx.get(f"{routine_stack.url}/v1/usage", headers=org.headers, timeout=30).json()
+    usage = loopback.get(f"{routine_stack.url}/v1/usage", headers=org.headers, timeout=30).json()
     assert usage["units"]["actions.call"] == 1 and usage["cost"]["total"] == 210
 
 

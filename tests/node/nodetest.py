@@ -12,6 +12,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+import loopback
 from workers import PATIENCE_S, TEST_VM_UID_BASE
 
 from node.cache import InstallCache
@@ -50,7 +51,7 @@ def node_request(
     content = b"" if body is None else json.dumps(body).encode()
     path = urlsplit(url).path
     headers = signed_headers(call_key(secret), node_id=node_id, method=method, path=path, body=content)
-    return httpx.request(method, url, content=content, headers=headers, timeout=timeout)
+    return loopback.request(method, url, content=content, headers=headers, timeout=timeout)
 
 
 def install_tree(cache: InstallCache, pack: str, tree: Path, version: str = VERSION) -> Path:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import loopback
 import pytest
 from nodetest import NODE_ENV, NODE_ID, NODE_SECRET, NODE_UID_BASE, REPO, echo_call, node_request
 from workers import PATIENCE_S, free_port, node_cgroups
@@ -108,7 +109,7 @@ def test_a_call_without_the_apis_proof_is_refused_and_runs_nothing(node_url: str
         "The request has no proof of the api (X-B3os-Node, X-B3os-Timestamp, X-B3os-Nonce, X-B3os-Proof)."
     )
     refusals = {
-        unproven: httpx.post(
+        unproven: loopback.post(
             f"{node_url}/v1/node/calls", json=call, headers={"Authorization": f"Bearer {NODE_SECRET}"}
         ),
         "The request's proof is not the api's for this node.": _post(
@@ -126,17 +127,17 @@ def test_a_call_without_the_apis_proof_is_refused_and_runs_nothing(node_url: str
     signed = _post(node_url, echo_call("noop", {}).model_dump())
     headers = {k: v for k, v in signed.request.headers.items() if k.lower().startswith("x-b3os")}
     other = echo_call("echo", {"text": "injected"}).model_dump()
-    changed = httpx.post(f"{node_url}/v1/node/calls", json=other, headers=headers, timeout=30)
+    changed = loopback.post(f"{node_url}/v1/node/calls", json=other, headers=headers, timeout=30)
     assert changed.json()["error"]["message"] == "The request's proof is not the api's for this node."
     # the same request again (a replay), and one from too long ago
-    replay = httpx.post(
+    replay = loopback.post(
         f"{node_url}/v1/node/calls", content=signed.request.content, headers=headers, timeout=30
     )
     assert replay.json()["error"]["message"] == "The request was already received (a replay)."
     old = {**headers, TIMESTAMP_HEADER.lower(): str(int(time.time()) - 301)}
-    late = httpx.post(f"{node_url}/v1/node/calls", content=signed.request.content, headers=old, timeout=30)
+    late = loopback.post(f"{node_url}/v1/node/calls", content=signed.request.content, headers=old, timeout=30)
     assert late.status_code == 401 and "is more than 300 s from this node's clock" in late.text
-    status = httpx.get(f"{node_url}/v1/node/status")
+    status = loopback.get(f"{node_url}/v1/node/status")
     assert status.status_code == 401
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import loopback
 import pytest
 from workers import DEV_VM_UID_BASE, free_port
 
@@ -118,7 +119,7 @@ def start_api(procs: Procs, env: Mapping[str, str], port: int) -> str:
     def healthy() -> bool:
         assert popen.poll() is None, procs.log(f"api-{port}").read_text()
         try:
-            return httpx.get(f"{url}/healthz", timeout=1.0).status_code == 200
+            return loopback.get(f"{url}/healthz", timeout=1.0).status_code == 200
         except httpx.HTTPError:
             return False
 
@@ -148,7 +149,7 @@ def node_status(url: str, credential: Mapping[str, str]) -> httpx.Response:
     key = call_key(credential["B3OS_NODE_CREDENTIAL"])
     node_id, path = credential["B3OS_NODE_ID"], "/v1/node/status"
     headers = signed_headers(key, node_id=node_id, method="GET", path=path, body=b"")
-    return httpx.get(f"{url}{path}", headers=headers, timeout=10)
+    return loopback.get(f"{url}{path}", headers=headers, timeout=10)
 
 
 def start_node(procs: Procs, env: Mapping[str, str], node_id: str, port: int) -> subprocess.Popen[bytes]:

@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
+import loopback
 import pytest
 from sqlmodel import Session
 from workers import PATIENCE_S
@@ -54,10 +54,10 @@ def test_dev_says_where_the_api_the_temporal_ui_and_dev_env_are(dev: Dev) -> Non
     assert "published com.example.tools/echo/echo@1.0.0" in dev.lines
     assert "published io.b3os/open-meteo/search-places@1.0.0" in dev.lines  # a declarative example pack
     assert "published io.b3os/github/get-issue@1.0.0" in dev.lines
-    assert httpx.get(f"{api}/healthz").status_code == 200
+    assert loopback.get(f"{api}/healthz").status_code == 200
     egress = f"http://127.0.0.1:{dev.ports['--egress-port']}"
-    assert httpx.get(f"{egress}/healthz").json() == {"ok": True}
-    assert httpx.get(ui, timeout=10).status_code == 200
+    assert loopback.get(f"{egress}/healthz").json() == {"ok": True}
+    assert loopback.get(ui, timeout=10).status_code == 200
 
 
 def test_dev_env_holds_the_shared_tokens_mode_0600_and_they_are_never_printed(dev: Dev) -> None:

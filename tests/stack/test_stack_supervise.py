@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import loopback
 import pytest
 from workers import PATIENCE_S
 
@@ -104,7 +105,7 @@ def _kill_and_see_it_back(dev: Dev, part: str) -> int:
 
 def _api_healthy(dev: Dev) -> bool:
     try:
-        return httpx.get(f"{dev.api_url}/healthz", timeout=1.0).status_code == 200
+        return loopback.get(f"{dev.api_url}/healthz", timeout=1.0).status_code == 200
     except httpx.HTTPError:
         return False
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import loopback
 import pytest
 from sqlalchemy import Engine
 from sqlmodel import Session, col, select
@@ -62,7 +63,7 @@ class SyncStack:
             return session.get(Node, node_id)
 
     def call(self, ref: str, body_input: dict[str, Any]) -> httpx.Response:
-        return httpx.post(
+        return loopback.post(
             f"{self.url}/v1/actions/call",
             headers=self.headers,
             json={"ref": ref, "input": body_input},
@@ -112,7 +113,7 @@ def sync_stack() -> Iterator[SyncStack]:
         code, printed, err = cli(env, "keys", "generate", "--kid", KID)
         assert code == 0, err
         public = printed.split("public key: ", 1)[1].strip()
-        r = httpx.post(
+        r = loopback.post(
             f"{url}/v1/actions/publishers/{NAMESPACE}/keys",
             headers={"Authorization": f"Bearer {key}"},
             json={"kid": KID, "public_key": public},
