@@ -7,6 +7,7 @@ import time.
 
 from __future__ import annotations
 
+import functools
 import gc
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -46,13 +47,13 @@ from telemetry.scrape import install_metrics
 BLOB_PREFIX = "/v1/actions/registry/blobs"
 
 
+@functools.cache
 def _settle_heap() -> None:
     """Import what a first run start and a first call would, then freeze the heap built so far out of the
     garbage collector: a full collection of the ~240,000 objects of a started api took 80-300 ms, holding
     every request (the slowest `/healthz` answers under load); it now scans only what came later. Once per
-    process: a test process that makes many apps freezes its heap once."""
-    if gc.get_freeze_count():
-        return
+    process (a test process that makes many apps freezes its heap once), known by the cache rather than
+    by `gc.get_freeze_count()`, which walks every frozen object."""
     import engine.worker  # noqa: F401  (the Temporal client's modules: imported on the first run start)
     from api.calls import http_action, vm  # noqa: F401
 

@@ -16,6 +16,7 @@ command ended, with `cancelled: true`.
 
 from __future__ import annotations
 
+import functools
 import gc
 import logging
 import time
@@ -93,6 +94,15 @@ def _field_errors(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
+@functools.cache
+def _settle_heap() -> None:
+    """Once per process (not again for apps a test process makes later; the cache knows, where
+    `gc.get_freeze_count()` walks every frozen object): the startup heap out of the collector, whose full
+    collections held calls."""
+    gc.collect()
+    gc.freeze()
+
+
 def create_app(
     settings: Settings, *, port: int = 0, driver: VmDriver | None = None, close_driver: bool = True
 ) -> FastAPI:
@@ -126,9 +136,7 @@ def create_app(
             )
             state.sync.start(settings.heartbeat_s)
         app.state.node = state
-        if not gc.get_freeze_count():  # once per process: the startup heap out of the collector (its
-            gc.collect()  # full collections held calls); not again for apps a test process makes later
-            gc.freeze()
+        _settle_heap()
         try:
             yield
         finally:
