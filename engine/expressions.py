@@ -488,11 +488,11 @@ Context = Mapping[str, Any] | Scope
 """The names in scope: a `Scope`, or plain data by name (`{"inputs": ..., "steps": ...}`)."""
 
 
-def evaluate(value: Any, context: Context) -> Any:
+def evaluate(value: Any, context: Context, budget: Budget | None = None) -> Any:
     """Evaluate every `${{ }}` inside a value and return plain JSON types.
 
-    All the expressions of the value share one `Budget` (engine.cel_runtime): a field's work,
-    what it reads and what it builds are bounded together.
+    All the expressions of the value share one `Budget` (engine.cel_runtime; `budget`, or a new one): a
+    field's work, what it reads and what it builds are bounded together.
 
     Args:
         value: a JSON-like value (dicts, lists, strings, numbers, booleans, None).
@@ -506,7 +506,7 @@ def evaluate(value: Any, context: Context) -> Any:
     Raises:
         ExpressionError: an expression failed or passed a bound; the message names it and the problem.
     """
-    return _walk(value, _scope(context), Budget())
+    return _walk(value, _scope(context), budget or Budget())
 
 
 def _scope(context: Context) -> Scope:
@@ -617,7 +617,10 @@ def to_text(value: Any) -> str:
 
 
 def evaluate_condition(
-    condition: str | bool | None, context: Context, status: Mapping[str, bool] | None = None
+    condition: str | bool | None,
+    context: Context,
+    status: Mapping[str, bool] | None = None,
+    budget: Budget | None = None,
 ) -> bool:
     """Evaluate a step's `if:`: a bare CEL expression or one `${{ }}`; absent means true.
 
@@ -633,7 +636,7 @@ def evaluate_condition(
     if condition is None or isinstance(condition, bool):
         return condition is not False
     expr = condition_expression(condition)
-    result = _run(expr, _scope(context), Budget(), status)
+    result = _run(expr, _scope(context), budget or Budget(), status)
     if not isinstance(result, bool):
         raise ExpressionError(expr, f"if: must give true or false, got {shown(to_text(result))}")
     return result
@@ -645,7 +648,9 @@ def condition_expression(condition: str) -> str:
     return whole if whole is not None else condition.strip()
 
 
-def evaluate_foreach(foreach: str | list[Any], context: Context, most: int | None = None) -> list[Any]:
+def evaluate_foreach(
+    foreach: str | list[Any], context: Context, most: int | None = None, budget: Budget | None = None
+) -> list[Any]:
     """The list a step's `foreach:` runs over.
 
     Raises:
@@ -653,12 +658,12 @@ def evaluate_foreach(foreach: str | list[Any], context: Context, most: int | Non
         TooManyItems: the list has more than `most` items (counted before its items are converted).
     """
     if isinstance(foreach, list):
-        items: list[Any] = evaluate(foreach, context)
+        items: list[Any] = evaluate(foreach, context, budget)
         if most is not None and len(items) > most:
             raise TooManyItems(len(items), most)
         return items
     expr = condition_expression(foreach)
-    result = _run(expr, _scope(context), Budget(), most=most)
+    result = _run(expr, _scope(context), budget or Budget(), most=most)
     if not isinstance(result, list):
         raise ExpressionError(expr, f"foreach: must give a list, got {shown(to_text(result))}")
     return result

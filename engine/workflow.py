@@ -62,6 +62,7 @@ with workflow.unsafe.imports_passed_through():
     # importer and would be loaded again for each run (its compiled expressions with it)
     import engine.expressions as expressions
     import engine.payloads as payloads
+    from engine.pacing import Pacer
     from engine.routine import RetryPolicy, Routine, Step, transitive_needs
     from engine.runs import (
         FOREACH_MAX_ITEMS,
@@ -163,6 +164,7 @@ class RoutineWorkflow:
         self._step: str | None = None
         self._cancelled = False  # what cancelled() answers
         self._failed: list[str] = []  # the steps that failed, in the order they ended
+        self._pacer = Pacer()  # spreads the expressions' work over workflow tasks
 
     @workflow.query(name="progress")
     def progress(self) -> RunRoutineResult:
@@ -209,7 +211,7 @@ class RoutineWorkflow:
             self._result.status = "failed"
             raise self._run_failure(failed, error)
         self._step = None
-        self._result.outputs = self._outputs(routine, scope)
+        self._result.outputs = await self._outputs(routine, scope)
         self._result.status = "succeeded"
         try:
             payloads.measure(self._result.model_dump(mode="json"), "the run's result", RESULT_LIMIT_BYTES)
@@ -311,10 +313,13 @@ class RoutineWorkflow:
         scope.set_member("steps", step.id, {"output": output, "status": state.status})
         return True
 
-    def _outputs(self, routine: Routine, scope: Scope) -> dict[str, Any]:
+    async def _outputs(self, routine: Routine, scope: Scope) -> dict[str, Any]:
         """The routine's outputs, evaluated and checked against RUN_OUTPUTS_LIMIT_BYTES."""
+        fields = dict(routine.outputs)
         try:
-            outputs: dict[str, Any] = expressions.evaluate(dict(routine.outputs), scope)
+            outputs: dict[str, Any] = await self._pacer.evaluate(
+                fields, lambda budget: expressions.evaluate(fields, scope, budget)
+            )
         except Exception as exc:  # an ExpressionError, or anything the evaluation did not foresee
             self._result.status = "failed"
             raise self._outputs_failure("expression_failed", "outputs", _sentence(exc)) from None
@@ -367,20 +372,22 @@ class RoutineWorkflow:
         `status` holds what the status functions of its `if:` answer; an `if:` that calls none runs
         the step only when `success()` too.
         """
-        field = "if"
+        field, pace = "if", self._pacer.evaluate
+        statuses = status if expressions.uses_status(step.if_) else None  # without: success() too
         try:
-            if expressions.uses_status(step.if_):
-                run = expressions.evaluate_condition(step.if_, scope, status)
-            else:
-                run = status["success"] and expressions.evaluate_condition(step.if_, scope)
+            run = (statuses is not None or status["success"]) and await pace(
+                step.if_, lambda b: expressions.evaluate_condition(step.if_, scope, statuses, b)
+            )
             if not run:
                 state.status = "skipped"
                 return None
-            field = "foreach"
+            field, foreach = "foreach", step.foreach
             items = (
                 None
-                if step.foreach is None
-                else expressions.evaluate_foreach(step.foreach, scope, most=FOREACH_MAX_ITEMS)
+                if foreach is None
+                else await pace(
+                    foreach, lambda b: expressions.evaluate_foreach(foreach, scope, FOREACH_MAX_ITEMS, b)
+                )
             )
         except expressions.TooManyItems as exc:
             self._fail(state, StepError(code="too_many_items", reason="foreach", message=str(exc)), 0)
@@ -456,8 +463,9 @@ class RoutineWorkflow:
         label = step.id if index is None else f"{step.id}[{index}]"
         with_ = "with:" if index is None else f"with: of item {index}"
         ref = input.pins.get(step.uses, step.uses)
+        fields = dict(step.with_)
         try:
-            call_input = expressions.evaluate(dict(step.with_), scope)
+            call_input = await self._pacer.evaluate(fields, lambda b: expressions.evaluate(fields, scope, b))
         except Exception as exc:  # an ExpressionError, or anything the evaluation did not foresee
             error = StepError(code="expression_failed", reason="with", message=_sentence(exc))
             raise _StepFailure(error, 0) from None

@@ -31,9 +31,10 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
-RELEASES = ("v1", "v2", "v3")
+RELEASES = ("v1", "v2", "v3", "v4")
 """Releases in order: v1 ran steps one after another; v2 added needs:, max-parallel and status functions;
-v3 added re-runs (steps kept from the run re-run, RunRoutineInput.reused)."""
+v3 added re-runs (steps kept from the run re-run, RunRoutineInput.reused); v4 spreads a run's expression
+work over workflow tasks (engine/pacing.py)."""
 
 ECHO = "com.example.tools/echo/echo@1"
 FAIL = "com.example.tools/echo/fail@1"
@@ -173,6 +174,16 @@ outputs:
             "other": {"status": "skipped"},
         },
         since="v3",
+    ),
+    Case(
+        "paced",
+        "name: paced\nmax-parallel: 6\nsteps:\n"
+        + "".join(
+            f"  - id: s{i}\n    uses: {ECHO}\n    needs: []\n"
+            f"    with: {{text: '${{{{ [{','.join(['1'] * 850)}].size() }}}}'}}\n"
+            for i in range(6)
+        ),
+        since="v4",
     ),
 ]
 

@@ -1,0 +1,89 @@
+"""How much expression work a run does in one workflow task: a `Pacer` spreads it over several.
+
+A routine's expressions are compiled and evaluated inside its workflow, in the worker's workflow tasks, and
+Temporal fails a workflow task whose code does not yield within 2 s (deadlock detection). Each field is
+bounded on its own (`cel_runtime.Budget`: steps, values read, characters built; `cel_syntax`: 2,000
+characters an expression, 8,000 a field); what a bound per field does not cap is how many fields one task
+evaluates: steps that start together, a foreach's items, a batch of calls that ended together. Compiling
+costs the most, ~25-50 us a character on this machine (a list literal of 2,000 characters: 100 ms when the
+machine is busy), and a worker whose cache of compiled expressions is cold (a restart, a replay after
+eviction) compiles each again.
+
+So the pacer counts the work of each evaluation in units, and once `WORK_PER_TASK` of them have been done
+since the last pause, the next evaluation first waits on a timer of `PAUSE`: the timer ends the workflow
+task, and the evaluation runs in the next one. A unit is an expression's character (what compiling costs),
+10 evaluation steps or 25 values read. The units come from the routine's text and its data, never from the
+clock or from what the worker has cached (an expression compiled before costs the same), so a replay
+pauses exactly where the run did. Runs started before pausing existed replay without it
+(`PATCH_PACING`); a run that never does this much work between its calls never pauses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from temporalio import workflow
+
+from engine import expressions
+from engine.cel_runtime import Budget
+
+PATCH_PACING = "routines-v4-pacing"
+
+WORK_PER_TASK = 4_000
+"""Units of expression work one workflow task may do before the next evaluation waits for a new task:
+~100-200 ms of this machine's CPU (one field may still take more: 8,000 characters at most)."""
+
+PAUSE = timedelta(milliseconds=1)
+"""The timer a pause waits on: any duration ends the workflow task; its history costs 3 events."""
+
+STEPS_PER_UNIT = 10
+VALUES_PER_UNIT = 25
+
+T = TypeVar("T")
+
+
+def characters(value: Any) -> int:
+    """The characters of every expression in a field's value (a `${{ }}` template, a bare `if:`, or a
+    structure holding them)."""
+    if isinstance(value, str) and expressions.OPEN not in value:
+        return len(value)  # a bare `if:` or `foreach:` expression
+    return sum(len(expr) for expr in expressions.iter_expressions(value))
+
+
+class Pacer:
+    """The expression work of one run since its last pause (workflow code: deterministic)."""
+
+    def __init__(self) -> None:
+        self.done = 0
+        self._paused: asyncio.Event | None = None  # set when the pause under way ends
+
+    async def evaluate(self, field: Any, evaluation: Callable[[Budget], T]) -> T:
+        """Run `evaluation` (given the budget it spends) for a field holding `field`'s expressions, after a
+        pause when the work since the last one and this field's characters pass `WORK_PER_TASK` (a field
+        without expressions never waits)."""
+        chars = characters(field)
+        while chars and self.done and self.done + chars > WORK_PER_TASK:
+            await self._pause()
+        budget = Budget()
+        try:
+            return evaluation(budget)
+        finally:
+            self.done += chars + budget.steps // STEPS_PER_UNIT + budget.values // VALUES_PER_UNIT
+
+    async def _pause(self) -> None:
+        """Wait for a new workflow task: on the timer of the pause under way, or on a new one."""
+        if self._paused is not None:
+            await self._paused.wait()
+            return
+        self._paused = paused = asyncio.Event()
+        try:
+            if workflow.patched(PATCH_PACING):
+                await workflow.sleep(
+                    PAUSE, summary="a pause: the run's expressions go on in a new workflow task"
+                )
+        finally:
+            self.done, self._paused = 0, None
+            paused.set()
