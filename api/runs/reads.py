@@ -25,7 +25,7 @@ from temporalio.client import (
     WorkflowQueryFailedError,
     WorkflowQueryRejectedError,
 )
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, TerminatedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from api.db import in_thread, read_session
@@ -208,7 +208,7 @@ class RunReads:
                 "step": None,
                 "code": what,
                 "reason": None,
-                "message": f"the run was {what} in Temporal",
+                "message": await _terminated_reason(handle) or f"the run was {what} in Temporal",
             }
             row.result = (await _progress(handle)).model_dump(mode="json")
         if row.result:
@@ -271,6 +271,17 @@ async def _failure(handle: WorkflowHandle[Any, RunRoutineResult]) -> tuple[dict[
         result = (await _progress(handle)).model_dump(mode="json")
         return result, {"step": None, "code": "run_failed", "reason": None, "message": message}
     return (await _progress(handle)).model_dump(mode="json"), {}
+
+
+async def _terminated_reason(handle: WorkflowHandle[Any, RunRoutineResult]) -> str:
+    """Why a terminated run was ended, as the termination said (engine/stuck.py says it as a sentence);
+    empty for any other ending."""
+    try:
+        await handle.result()
+    except WorkflowFailureError as exc:
+        if isinstance(exc.cause, TerminatedError):
+            return str(exc.cause)
+    return ""
 
 
 def public(row: RunRecord) -> RunPublic:

@@ -197,6 +197,26 @@ async def test_a_failed_step_fails_the_run_with_its_code_reason_and_sentence(
     assert run["steps"]["again"]["status"] == "skipped"  # after a failure, as in GitHub Actions
 
 
+async def test_a_run_ended_in_temporal_is_failed_with_the_sentence_it_was_ended_with(
+    routine_stack: RoutineStack,
+) -> None:
+    """What engine/stuck.py ends a run whose workflow task keeps failing with: a termination's reason."""
+    org = routine_stack.runner()
+    sleeping = HELLO.replace(
+        f'uses: {FREE_ECHO}\n    with: {{text: "hello ${{{{ inputs.who }}}}"}}',
+        f"uses: {FREE_FAIL}\n    with: {{mode: sleep, seconds: 30}}",
+    )
+    stored = await routine_stack.store(org, sleeping)
+    assert stored.status_code == 201, stored.text
+    run_id = await routine_stack.start_run(org, "hello", {"who": "a"})
+    workflow_id = (await routine_stack.read(org, run_id))["workflow_id"]
+    reason = "the run stopped: its workflow task failed 2 times in a row (a test), so it was ended"
+    await routine_stack.temporal_client.get_workflow_handle(workflow_id).terminate(reason=reason)
+    run = await routine_stack.final(org, run_id)
+    assert run["status"] == "failed"
+    assert run["error"] == {"step": None, "code": "terminated", "reason": None, "message": reason}
+
+
 async def test_scopes_and_organizations_fence_routines_and_runs(routine_stack: RoutineStack) -> None:
     org = routine_stack.runner()
     await routine_stack.store(org, HELLO)
