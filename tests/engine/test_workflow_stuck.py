@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from standin import call_action
-from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import TerminatedError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
@@ -37,7 +37,7 @@ def _routine(name: str, condition: str) -> str:
     )
 
 
-async def _start(env: WorkflowEnvironment, queue: str, source: str) -> Any:
+async def _start(env: WorkflowEnvironment, queue: str, source: str) -> WorkflowHandle[Any, RunRoutineResult]:
     routine = load_routine(source, "r.yaml")
     run_id = uuid.uuid4().hex[:12]
     return await env.client.start_workflow(
@@ -51,7 +51,6 @@ async def _start(env: WorkflowEnvironment, queue: str, source: str) -> Any:
         ),
         id=routine_workflow_id(routine.name, run_id),
         task_queue=queue,
-        result_type=RunRoutineResult,
     )
 
 
