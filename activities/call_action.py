@@ -19,7 +19,7 @@ import json
 from typing import Any
 
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from activities.config import ActivitySettings
 from activities.errors import BENIGN, error_for_answer, error_for_response, is_wait, network_error
@@ -152,6 +152,14 @@ class ActionActivities:
             response = await self._wait_heartbeating(request, ledger)
         except asyncio.CancelledError:
             await self._cancel_call(key, input)
+            details = activity.cancellation_details()
+            if details is not None and details.not_found:  # the run's workflow is gone: ended or terminated
+                raise ApplicationError(
+                    "the run has ended: its step's call was cancelled",
+                    type="RunEnded",
+                    non_retryable=True,
+                    category=ApplicationErrorCategory.BENIGN,  # nothing to see in the worker's log
+                ) from None
             raise
         except Http1Error as exc:
             error = network_error(exc, self._settings.api_url, attempt=info.attempt)

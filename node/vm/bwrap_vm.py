@@ -38,6 +38,10 @@ class SetupError(NodeError):
     """A VM could not be prepared; the message says which step failed."""
 
 
+KILL_WAIT_S = 2.0
+"""The longest a kill waits for the VM's pid namespace to end before killing its cgroup's processes."""
+
+
 class BwrapVm(Vm):
     """One prepared sandbox: its directory (in/, out/, tool/), its cgroup, and its bwrap waiting to run.
 
@@ -276,12 +280,17 @@ class BwrapVm(Vm):
     def kill(self) -> None:
         """Kill every process of the VM at once. SIGKILL to the init of its pid namespace makes the kernel
         kill the whole namespace in one step, so no process of the tool runs on after another is gone (a
-        shell printing a success line once its `sleep` was killed). The cgroup's kill then takes bwrap and
-        anything left; on cgroup v1 it signals one process after another in pid order, which after the pids
-        wrap can be a child before its parent."""
+        shell printing a success line once its `sleep` was killed); the init's pidfd turns readable only
+        once the kernel has killed and waited for every other process of the namespace, so that is waited
+        for (`KILL_WAIT_S` at most). The cgroup's kill then takes bwrap and anything left; on cgroup v1 it
+        signals one process after another in pid order, which after the pids wrap can be a child before
+        its parent."""
         if self._init >= 0:
             with contextlib.suppress(ProcessLookupError):
                 signal.pidfd_send_signal(self._init, signal.SIGKILL)
+                poller = select.poll()
+                poller.register(self._init, select.POLLIN)
+                poller.poll(int(KILL_WAIT_S * 1000))
         self.cgroup.kill()
 
     def delete(self) -> None:

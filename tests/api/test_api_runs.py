@@ -4,6 +4,7 @@ routines (their `uses:` resolved in the registry) also runs in process on SQLite
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,8 +16,9 @@ import loopback
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fastapi.testclient import TestClient
-from realstack import FREE_ECHO, FREE_FAIL, RUNNER_SCOPES, RoutineStack
+from realstack import FREE_ECHO, FREE_FAIL, RUNNER_SCOPES, RoutineStack, no_traceback
 from temporalio.testing import WorkflowEnvironment
+from workers import PATIENCE_S
 
 from b3os import B3OS
 from cli.tool_publish import publish_dir
@@ -215,6 +217,13 @@ async def test_a_run_ended_in_temporal_is_failed_with_the_sentence_it_was_ended_
     run = await routine_stack.final(org, run_id)
     assert run["status"] == "failed"
     assert run["error"] == {"step": None, "code": "terminated", "reason": None, "message": reason}
+    # the step's activity learns its run is gone (its heartbeat), cancels its call and ends quietly
+    deadline = time.monotonic() + PATIENCE_S
+    while not (calls := routine_stack.calls_of(org)) or any(c.state == "running" for c in calls):
+        assert time.monotonic() < deadline, calls
+        await asyncio.sleep(0.1)
+    assert routine_stack.worker is not None
+    no_traceback([routine_stack.worker])
 
 
 async def test_scopes_and_organizations_fence_routines_and_runs(routine_stack: RoutineStack) -> None:
