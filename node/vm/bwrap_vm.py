@@ -10,6 +10,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -63,6 +64,7 @@ class BwrapVm(Vm):
         self._status = self._ctl = self._err = -1
         self._cmd = -1  # a pidfd on the launcher, which becomes the command
         self._init = -1  # a pidfd on the VM's init, pid 1 of its pid namespace
+        self._init_lock = threading.Lock()  # a cancel's kill and the call's end close_fds run apart
 
     def start(self, fds: tuple[int, int, int, int]) -> None:
         """With bwrap just started: put its sandbox in the cgroup, let it go on, wait until the launcher runs.
@@ -262,12 +264,13 @@ class BwrapVm(Vm):
 
     def close_fds(self) -> None:
         """Close the node's ends of the VM's pipes (safe to call twice)."""
-        for name in ("_status", "_ctl", "_err", "_cmd", "_init"):
-            fd = getattr(self, name)
-            if fd >= 0:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-                setattr(self, name, -1)
+        with self._init_lock:
+            for name in ("_status", "_ctl", "_err", "_cmd", "_init"):
+                fd = getattr(self, name)
+                if fd >= 0:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+                    setattr(self, name, -1)
         if self.proc is not None:
             for stream in (self.proc.stdin, self.proc.stdout):
                 if stream is not None and not stream.closed:
@@ -285,12 +288,18 @@ class BwrapVm(Vm):
         for (`KILL_WAIT_S` at most). The cgroup's kill then takes bwrap and anything left; on cgroup v1 it
         signals one process after another in pid order, which after the pids wrap can be a child before
         its parent."""
-        if self._init >= 0:
-            with contextlib.suppress(ProcessLookupError):
-                signal.pidfd_send_signal(self._init, signal.SIGKILL)
+        with self._init_lock:  # its own copy: the call's end may close the VM's at any time
+            init = os.dup(self._init) if self._init >= 0 else -1
+        if init >= 0:
+            try:
+                signal.pidfd_send_signal(init, signal.SIGKILL)
                 poller = select.poll()
-                poller.register(self._init, select.POLLIN)
+                poller.register(init, select.POLLIN)
                 poller.poll(int(KILL_WAIT_S * 1000))
+            except ProcessLookupError:
+                pass  # it has ended
+            finally:
+                os.close(init)
         self.cgroup.kill()
 
     def delete(self) -> None:
