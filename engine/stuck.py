@@ -8,8 +8,9 @@ budgets of engine/cel_runtime.py keep a task's work small by design; this is for
 The worker runs its workflows through `GuardedRunner`, which wraps each workflow instance the sandbox
 makes and sees each activation end: one that raised (a deadlock the worker interrupted), failed its
 workflow task, or ran past `DEADLOCK_S` is reported to `StuckRuns`. That asks Temporal for the run's
-pending workflow task, and from its `STUCK_ATTEMPTS`-th attempt on (a failed task is retried when its
-10 s timeout ends) terminates the run with a sentence; the api shows a terminated run as failed, with
+pending workflow task, and from its `STUCK_ATTEMPTS`-th attempt on (Temporal schedules the next attempt
+of a failed task at once: a spinning task was ended ~6 s after its run started) terminates the run with
+a sentence; the api shows a terminated run as failed, with
 that sentence as its error (api/runs/reads.py). A run whose task failed once, as a worker busy past
 the deadlock timeout may make it, goes on at its next attempt.
 """
