@@ -37,7 +37,6 @@ from activities.schedule_run import ScheduleActivities
 from engine import expressions
 from engine.runs import ROUTINES_TASK_QUEUE, SEARCH_ATTRIBUTES
 from engine.schedule_workflow import ScheduleTickWorkflow
-from engine.stuck import GuardedRunner, Report, StuckRuns
 from engine.workflow import RoutineWorkflow
 from telemetry import interpreter, logs, tracing
 from telemetry.config import TelemetrySettings
@@ -222,7 +221,6 @@ def build_worker(
     ticks: ScheduleActivities | None = None,
     *,
     workflow_tasks: int = WORKFLOW_TASKS,
-    stuck: Report | None = None,
 ) -> Worker:
     """The worker that runs routine workflows and step activities on one task queue.
 
@@ -232,7 +230,6 @@ def build_worker(
         activities: The step activities, holding the worker's api settings.
         ticks: The schedule tick's activities (None: the worker runs no tick's activities).
         workflow_tasks: Workflow tasks held at once (`WORKFLOW_TASKS`).
-        stuck: Told of each activation that fails its workflow task (`engine.stuck`); None: no one is.
 
     Returns:
         A worker to `run()` or use as an async context manager.
@@ -241,7 +238,7 @@ def build_worker(
         client,
         task_queue=task_queue,
         workflows=[RoutineWorkflow, ScheduleTickWorkflow],
-        workflow_runner=workflow_runner() if stuck is None else GuardedRunner(workflow_runner(), stuck),
+        workflow_runner=workflow_runner(),
         activities=[activities.call_action, *_tick_activities(ticks)],
         max_concurrent_workflow_tasks=workflow_tasks,
         max_concurrent_activities=64,
@@ -283,7 +280,6 @@ async def main() -> None:
         activities,
         ScheduleActivities(activity_settings, client),
         workflow_tasks=settings.workflow_tasks,
-        stuck=StuckRuns(client, asyncio.get_running_loop()).report,
     )
     interpreter.hand_over_often()
     gc.collect()  # the startup heap frozen out of the collector: its full collections held workflow tasks

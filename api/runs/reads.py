@@ -274,8 +274,7 @@ async def _failure(handle: WorkflowHandle[Any, RunRoutineResult]) -> tuple[dict[
 
 
 async def _terminated_reason(handle: WorkflowHandle[Any, RunRoutineResult]) -> str:
-    """Why a terminated run was ended, as the termination said (engine/stuck.py says it as a sentence);
-    empty for any other ending."""
+    """Why a terminated run was ended, as the termination's reason said; empty for any other ending."""
     try:
         await handle.result()
     except WorkflowFailureError as exc:

@@ -202,7 +202,8 @@ async def test_a_failed_step_fails_the_run_with_its_code_reason_and_sentence(
 async def test_a_run_ended_in_temporal_is_failed_with_the_sentence_it_was_ended_with(
     routine_stack: RoutineStack,
 ) -> None:
-    """What engine/stuck.py ends a run whose workflow task keeps failing with: a termination's reason."""
+    """A run an operator ends in Temporal (`temporal workflow terminate --reason ...`) reads as failed, with
+    the reason as its error's message."""
     org = routine_stack.runner()
     sleeping = HELLO.replace(
         f'uses: {FREE_ECHO}\n    with: {{text: "hello ${{{{ inputs.who }}}}"}}',
@@ -212,7 +213,7 @@ async def test_a_run_ended_in_temporal_is_failed_with_the_sentence_it_was_ended_
     assert stored.status_code == 201, stored.text
     run_id = await routine_stack.start_run(org, "hello", {"who": "a"})
     workflow_id = (await routine_stack.read(org, run_id))["workflow_id"]
-    reason = "the run stopped: its workflow task failed 2 times in a row (a test), so it was ended"
+    reason = "ended by the operator: its upstream is down for the day"
     await routine_stack.temporal_client.get_workflow_handle(workflow_id).terminate(reason=reason)
     run = await routine_stack.final(org, run_id)
     assert run["status"] == "failed"
