@@ -14,7 +14,10 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
 import signal
+import sys
+import threading
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
@@ -37,6 +40,7 @@ from activities.schedule_run import ScheduleActivities
 from engine import expressions
 from engine.runs import ROUTINES_TASK_QUEUE, SEARCH_ATTRIBUTES
 from engine.schedule_workflow import ScheduleTickWorkflow
+from engine.stuck import HUNG_S, GuardedRunner, StuckRuns
 from engine.workflow import RoutineWorkflow
 from telemetry import interpreter, logs, tracing
 from telemetry.config import TelemetrySettings
@@ -57,6 +61,14 @@ PASSED_THROUGH = ("engine.workflow",)
 """Workflow modules the worker's sandbox takes from the worker as they are, instead of importing them again
 for every run (see `workflow_runner`)."""
 
+SHUTDOWN_S = 10.0
+"""How long a stopping worker waits for its tasks and polls to end; past it (a workflow task stuck in C
+holds its slot, engine.stuck) it exits regardless."""
+
+EXIT_LOST_SLOT = 3
+"""The worker's exit status when it stopped because a workflow task slot would not come back
+(engine.stuck): its supervisor starts it again with every slot free."""
+
 WORKFLOW_TASKS = 4
 """Workflow tasks a worker holds at once (`B3OS_TEMPORAL_WORKFLOW_TASKS`; at least 2: one sticky poll and
 one on the shared queue). Tasks past it wait at the server, where the runs' priority orders them."""
@@ -76,6 +88,7 @@ class TemporalSettings(BaseSettings):
     tls_key_file: Path | None = None
     tls_server_name: str | None = None
     workflow_tasks: int = Field(default=WORKFLOW_TASKS, ge=2)
+    hung_task_s: float = Field(default=HUNG_S, ge=3)
 
     def tls_config(self) -> TLSConfig | None:
         """The client's TLS settings, or None for plaintext (see `tls_config`)."""
@@ -221,6 +234,7 @@ def build_worker(
     ticks: ScheduleActivities | None = None,
     *,
     workflow_tasks: int = WORKFLOW_TASKS,
+    stuck: StuckRuns | None = None,
 ) -> Worker:
     """The worker that runs routine workflows and step activities on one task queue.
 
@@ -230,6 +244,7 @@ def build_worker(
         activities: The step activities, holding the worker's api settings.
         ticks: The schedule tick's activities (None: the worker runs no tick's activities).
         workflow_tasks: Workflow tasks held at once (`WORKFLOW_TASKS`).
+        stuck: Told how each workflow activation went (engine.stuck); None: no one is.
 
     Returns:
         A worker to `run()` or use as an async context manager.
@@ -238,7 +253,7 @@ def build_worker(
         client,
         task_queue=task_queue,
         workflows=[RoutineWorkflow, ScheduleTickWorkflow],
-        workflow_runner=workflow_runner(),
+        workflow_runner=workflow_runner() if stuck is None else GuardedRunner(workflow_runner(), stuck),
         activities=[activities.call_action, *_tick_activities(ticks)],
         max_concurrent_workflow_tasks=workflow_tasks,
         max_concurrent_activities=64,
@@ -253,8 +268,9 @@ def _tick_activities(ticks: ScheduleActivities | None) -> list[Callable[..., Any
     return [] if ticks is None else [ticks.start_scheduled_run, ticks.wait_run_ended]
 
 
-async def main() -> None:
-    """Run the worker until SIGINT or SIGTERM, then finish the running tasks and stop."""
+async def main() -> int:
+    """Run the worker until SIGINT or SIGTERM, or until a slot is lost (engine.stuck), then finish the
+    running tasks and stop (within `SHUTDOWN_S`); the exit status: 0, or `EXIT_LOST_SLOT`."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     telemetry = TelemetrySettings()
     tracing.setup("worker", telemetry)
@@ -274,27 +290,68 @@ async def main() -> None:
     activity_settings = ActivitySettings()
     activities = ActionActivities(activity_settings)
     expressions.check("true")  # cel-python loads its grammar on the first compile: here, not in a run
+    stop = asyncio.Event()
+    gave_up: list[str] = []
+
+    def give_up(why: str) -> None:
+        log.error("b3os worker: stopping, to be started again: %s", why)
+        gave_up.append(why)
+        stop.set()
+
+    loop = asyncio.get_running_loop()
+    stuck = StuckRuns(client, loop, give_up, hung_s=settings.hung_task_s)
     worker = build_worker(
         client,
         settings.task_queue,
         activities,
         ScheduleActivities(activity_settings, client),
         workflow_tasks=settings.workflow_tasks,
+        stuck=stuck,
     )
     interpreter.hand_over_often()
     gc.collect()  # the startup heap frozen out of the collector: its full collections held workflow tasks
     gc.freeze()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     if runtime is not None:
         log.info("Temporal SDK metrics at http://%s/metrics", telemetry.worker_metrics_address)
     log.info("polling %s on %s, namespace %s", settings.task_queue, settings.address, settings.namespace)
+    watching = loop.create_task(stuck.watch())
     async with worker:
         await stop.wait()
+        code = EXIT_LOST_SLOT if gave_up else 0
+        deadline = _exit_after(SHUTDOWN_S, code or 1)
+        watching.cancel()
     await activities.aclose()
+    deadline.cancel()
+    return code
+
+
+def _exit_after(seconds: float, code: int) -> threading.Timer:
+    """End the process with `code` in `seconds` unless cancelled (a thread of its own: the event loop may
+    be what is stuck)."""
+
+    def exit_now() -> None:
+        log.error("b3os worker: did not stop within %g s (a workflow task holds its slot): exiting", seconds)
+        logging.shutdown()
+        os._exit(code)
+
+    timer = threading.Timer(seconds, exit_now)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
+def run() -> None:
+    """`python -m engine.worker`: `main`, then the process ends at once with its status. The SDK's native
+    threads may still call into Python while the interpreter finalizes, which aborted 1 stop in ~10
+    ("PyGILState_Release: thread state ... must be current"): there is nothing left to finalize."""
+    code = asyncio.run(main())
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run()

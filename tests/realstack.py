@@ -73,12 +73,20 @@ class RoutineStack(Stack):
         return self.client
 
     def start_worker(
-        self, *, queue: str | None = None, name: str = "worker", api_url: str | None = None
+        self,
+        *,
+        queue: str | None = None,
+        name: str = "worker",
+        api_url: str | None = None,
+        program: Sequence[str] = ("-m", "engine.worker"),
+        **env_extra: str,
     ) -> Proc:
         """A routine worker process polling `queue` (the session's by default), calling `api_url` (the first
-        api by default)."""
-        env = self.env(B3OS_API_URL=api_url or self.url, B3OS_TEMPORAL_TASK_QUEUE=queue or self.queue)
-        proc = self.start(f"{name}-{uuid.uuid4().hex[:6]}", [sys.executable, "-m", "engine.worker"], env)
+        api by default); `program`: what Python runs, `env_extra`: more environment variables."""
+        env = self.env(
+            B3OS_API_URL=api_url or self.url, B3OS_TEMPORAL_TASK_QUEUE=queue or self.queue, **env_extra
+        )
+        proc = self.start(f"{name}-{uuid.uuid4().hex[:6]}", [sys.executable, *program], env)
         self.wait_polling(proc)
         return proc
 
