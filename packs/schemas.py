@@ -12,10 +12,16 @@ It never fetches a reference: its registry holds the JSON Schema metaschemas onl
 so a `$ref` that is not found within the schema is an error (`schema_errors` says so as a validation
 error), and packs.schema_refs refuses such schemas before they are kept. `uniqueItems` is checked in
 time linear in the array (jsonschema's own falls back to comparing every pair for mixed items).
+
+RE2's time is linear in the text, but its constant is the size of the pattern's compiled program
+(`(a|b){1,1000}c` over 100 KB: 4 s here). A match may cost at most `MATCH_COST` (program instructions
+times characters, ~0.1 s), and one `schema_errors` check all its matches together `CHECK_COST`
+(~1 s): past either, the value fails validation with a sentence saying so, before the match is tried.
 """
 
 from __future__ import annotations
 
+import contextvars
 import functools
 from collections.abc import Iterator
 from typing import Any
@@ -30,6 +36,14 @@ from packs.schema_refs import reference_problem
 
 _OPTIONS = re2.Options()
 _OPTIONS.log_errors = False  # a pattern RE2 refuses is our sentence, not a line on stderr
+
+MATCH_COST = 10_000_000
+"""The most one `pattern` or `patternProperties` match may cost: program instructions times characters."""
+
+CHECK_COST = 100_000_000
+"""The most all the matches of one `schema_errors` check may cost together."""
+
+_spent: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("schema_match_cost", default=None)
 
 
 @functools.lru_cache(maxsize=2048)
@@ -47,14 +61,36 @@ def pattern_problem(pattern: str) -> str | None:
     return f"the pattern {pattern!r} uses a feature that cannot be matched in linear time (RE2 refuses it)"
 
 
+def _too_costly(compiled: Any, patrn: str, text: str) -> str | None:
+    """Why matching `text` would be more work than allowed (and, if not, count its cost), or None."""
+    cost = compiled.programsize * max(len(text), 1)
+    if cost > MATCH_COST:
+        return (
+            f"a text of {len(text):,} characters is too long to check against the pattern {patrn!r:.100} "
+            f"({compiled.programsize:,} instructions): one match may cost {MATCH_COST:,} instructions times "
+            "characters"
+        )
+    spent = _spent.get()
+    if spent is not None:
+        spent[0] += cost
+        if spent[0] > CHECK_COST:
+            return (
+                f"checking the value against its schema's patterns is more work than one check may take "
+                f"({CHECK_COST:,} instructions times characters): fewer or shorter texts"
+            )
+    return None
+
+
 def _pattern(validator: Any, patrn: str, instance: Any, schema: Any) -> Iterator[ValidationError]:
     if not validator.is_type(instance, "string"):
         return
     compiled = _compiled(patrn)
     if compiled is None:
         yield ValidationError(str(pattern_problem(patrn)))
+    elif (why := _too_costly(compiled, patrn, instance)) is not None:
+        yield ValidationError(why)
     elif compiled.search(instance) is None:
-        yield ValidationError(f"{instance!r} does not match {patrn!r}")
+        yield ValidationError(f"{instance!r:.200} does not match {patrn!r}")
 
 
 def _pattern_properties(
@@ -68,6 +104,9 @@ def _pattern_properties(
             yield ValidationError(str(pattern_problem(patrn)))
             continue
         for key, value in instance.items():
+            if (why := _too_costly(compiled, patrn, key)) is not None:
+                yield ValidationError(why)
+                return
             if compiled.search(key) is not None:
                 yield from validator.descend(value, subschema, path=key, schema_path=patrn)
 
@@ -117,16 +156,22 @@ def Validator(schema: Any) -> Any:  # noqa: N802 (a validator class, as jsonsche
     return _Validator(schema, registry=_LOCAL_ONLY)
 
 
-def schema_errors(schema: Any, value: Any) -> Iterator[ValidationError]:
-    """`Validator(schema).iter_errors(value)`; a reference that cannot be followed is one error saying so."""
+def schema_errors(schema: Any, value: Any) -> list[ValidationError]:
+    """`Validator(schema).iter_errors(value)`, as a list; a reference that cannot be followed is one error
+    saying so, and so is a check whose patterns would cost more than `CHECK_COST`."""
+    budget = _spent.set([0])
     try:
-        yield from Validator(schema).iter_errors(value)
+        return list(Validator(schema).iter_errors(value))
     except Unresolvable as exc:
-        yield ValidationError(
-            f"the schema's reference {exc.ref!r} names nothing in it: it cannot be followed"
-        )
+        return [
+            ValidationError(f"the schema's reference {exc.ref!r} names nothing in it: it cannot be followed")
+        ]
     except RecursionError:
-        yield ValidationError("the schema's references come back to themselves: the value cannot be checked")
+        return [
+            ValidationError("the schema's references come back to themselves: the value cannot be checked")
+        ]
+    finally:
+        _spent.reset(budget)
 
 
 def schema_problem(schema: Any) -> tuple[tuple[Any, ...], str] | None:

@@ -150,6 +150,39 @@ async def test_inputs_that_do_not_fit_are_refused_naming_the_input(routine_stack
     )
 
 
+async def test_inputs_whose_check_would_take_long_are_refused_quickly_with_a_sentence(
+    routine_stack: RoutineStack,
+) -> None:
+    """A pattern RE2 matches slowly over a long text, and `uniqueItems` over many mixed items, at a run's
+    start and a schedule's creation: refused (or checked) in bounded work, naming the input."""
+    org = routine_stack.runner()
+    source = f"""\
+name: heavy-inputs
+inputs:
+  text: {{type: string, pattern: "(a|b){{1,1000}}c", default: abc}}
+  items: {{type: array, uniqueItems: true, default: []}}
+steps:
+  - id: say
+    uses: {FREE_ECHO}
+    with: {{text: "${{{{ inputs.text }}}}"}}
+"""
+    assert (await routine_stack.store(org, source)).status_code == 201
+    long_text = {"inputs": {"text": "ab" * 50_000}}  # 4 s of RE2 work, were it matched
+    mixed = [i if i % 2 else str(i) for i in range(15_000)]  # jsonschema's own compares every pair
+    for path in ("/v1/routines/heavy-inputs/runs", "/v1/routines/heavy-inputs/schedules"):
+        body = {**long_text, "cron": "0 7 * * *"} if path.endswith("schedules") else long_text
+        answer = _post(routine_stack, path, org.headers, body)
+        assert answer.status_code == 400, answer.text
+        message = answer.json()["error"]["message"]
+        assert "input 'text': a text of 100,000 characters is too long to check against" in message
+        answer = _post(routine_stack, path, org.headers, {**body, "inputs": {"items": [*mixed, 14_999]}})
+        assert answer.status_code == 400, answer.text
+        assert "input 'items': " in answer.json()["error"]["message"]
+        assert "has non-unique elements" in answer.json()["error"]["message"]
+    run = await routine_stack.run(org, source, {"items": mixed})
+    assert run["status"] == "succeeded", run
+
+
 async def test_the_same_idempotency_key_gives_the_same_run(routine_stack: RoutineStack) -> None:
     org = routine_stack.runner()
     await routine_stack.store(org, HELLO)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from packs.schema_refs import reference_problem
-from packs.schemas import schema_errors, schema_problem
+from packs.schemas import CHECK_COST, MATCH_COST, schema_errors, schema_problem
 
 NEVER_ENDS = (
     "comes back to itself without reading into the value: checking a value against it would never end"
@@ -106,3 +106,23 @@ def test_unique_items_are_json_equal_items_and_a_long_mixed_array_is_checked_onc
     assert unique([[1, 2], [2, 1]])
     mixed = [i if i % 2 else str(i) for i in range(15_000)]  # jsonschema's own compares every pair here
     assert unique(mixed) and not unique([*mixed, 14_999])
+
+
+def test_a_pattern_whose_match_would_cost_too_much_fails_validation_with_a_sentence_before_matching() -> None:
+    heavy = r"(a|b){1,1000}c"  # ~4,000 instructions: 100 KB of text took 4 s to match
+    errors = [e.message for e in schema_errors({"type": "string", "pattern": heavy}, "ab" * 50_000)]
+    assert len(errors) == 1 and errors[0].startswith("a text of 100,000 characters is too long to check")
+    assert f"one match may cost {MATCH_COST:,} instructions times characters" in errors[0]
+    assert not schema_errors({"type": "string", "pattern": heavy}, "ab" * 100 + "c")  # a short text is matched
+    keyed = {"patternProperties": {heavy: {"type": "integer"}}}
+    assert [e.message for e in schema_errors(keyed, {"ab" * 50_000: 1})][0].startswith("a text of 100,000")
+
+
+def test_many_texts_each_within_the_match_bound_are_bounded_together() -> None:
+    heavy = r"(a|b){1,1000}c"
+    each = "ab" * 1_000  # 2,000 characters: ~8,000,000 each, within MATCH_COST
+    schema = {"type": "array", "items": {"type": "string", "pattern": heavy}}
+    errors = [e.message for e in schema_errors(schema, [each] * 200)]
+    assert any(e.startswith("checking the value against its schema's patterns is more work") for e in errors)
+    assert f"({CHECK_COST:,} instructions times characters)" in errors[-1]
+    assert not schema_errors(schema, [each + "c"] * 5)  # a few are checked as usual
