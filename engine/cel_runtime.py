@@ -52,13 +52,14 @@ class BudgetExceeded(Exception):
 class Budget:
     """What the expressions of one field have spent so far."""
 
-    __slots__ = ("given", "made", "steps", "values")
+    __slots__ = ("exact", "given", "made", "steps", "values")
 
-    def __init__(self) -> None:
+    def __init__(self, exact: Callable[[], bool] | None = None) -> None:
         self.steps = 0
         self.values = 0  # read from the run
         self.made = 0
         self.given = 0  # in results
+        self.exact = exact  # whether a result's integers must fit JSON exactly (None: they must)
 
     def step(self, n: int = 1) -> None:
         """Spend `n` evaluation steps. Raises BudgetExceeded past MAX_STEPS."""
@@ -163,6 +164,10 @@ def to_cel(value: Any, budget: Budget, depth: int = 0) -> Any:
 # --- values out: CEL to JSON ----------------------------------------------------------------------
 
 
+MAX_JSON_INTEGER = 2**53 - 1
+"""The largest integer a result may hold: what JSON carries exactly (JavaScript's Number.MAX_SAFE_INTEGER)."""
+
+
 class NoJsonForm(Exception):
     """A result has no JSON form (bytes, NaN, a type); the message says why."""
 
@@ -183,6 +188,11 @@ def to_json(value: Any, budget: Budget, depth: int = 0) -> Any:
     if isinstance(value, celtypes.DurationType):
         return f"{value.total_seconds():g}s"
     if isinstance(value, int):
+        if not -MAX_JSON_INTEGER <= value <= MAX_JSON_INTEGER and (budget.exact is None or budget.exact()):
+            raise NoJsonForm(
+                f"the result {int(value)} is beyond the integers JSON carries exactly (+-{MAX_JSON_INTEGER}, "
+                "2^53 - 1): make it text with string(), or a double with double()"
+            )
         return int(value)
     if isinstance(value, float):
         if value != value or value in (float("inf"), float("-inf")):

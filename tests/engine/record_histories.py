@@ -31,10 +31,11 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
-RELEASES = ("v1", "v2", "v3", "v4")
+RELEASES = ("v1", "v2", "v3", "v4", "v5")
 """Releases in order: v1 ran steps one after another; v2 added needs:, max-parallel and status functions;
 v3 added re-runs (steps kept from the run re-run, RunRoutineInput.reused); v4 spreads a run's expression
-work over workflow tasks (engine/pacing.py)."""
+work over workflow tasks (engine/pacing.py); v5 fails an expression whose result holds an integer
+beyond 2^53 - 1 (engine/pacing.py, PATCH_EXACT_INTEGERS)."""
 
 ECHO = "com.example.tools/echo/echo@1"
 FAIL = "com.example.tools/echo/fail@1"
@@ -184,6 +185,12 @@ outputs:
             for i in range(6)
         ),
         since="v4",
+    ),
+    Case(
+        "big-integer",
+        f"name: big-integer\nsteps:\n  - id: a\n    uses: {ECHO}\n"
+        "    with: {text: '${{ 9007199254740991 + 1 }}'}\n",
+        since="v5",
     ),
 ]
 

@@ -314,3 +314,15 @@ def test_matches_is_bounded_by_its_patterns_program_times_its_texts_length() -> 
         ex.evaluate("${{ inputs.mail.matches('(a') }}", scope)
     with pytest.raises(ex.ExpressionError, match=r"matches\(string, int\): no such overload"):
         ex.evaluate("${{ matches(inputs.mail, 1) }}", scope)
+
+
+def test_a_result_integer_beyond_2_53_has_no_json_form_and_says_how_to_carry_it() -> None:
+    assert ex.evaluate("${{ 9007199254740991 }}", CONTEXT) == 9007199254740991
+    assert ex.evaluate("${{ string(9007199254740991 + 2) }}", CONTEXT) == "9007199254740993"
+    for expr in (
+        "${{ 9007199254740991 + 1 }}",
+        "${{ [1, -9007199254740992] }}",
+        "${{ {'a': 2 * 9007199254740991} }}",
+    ):
+        with pytest.raises(ex.ExpressionError, match="is beyond the integers JSON carries exactly"):
+            ex.evaluate(expr, CONTEXT)

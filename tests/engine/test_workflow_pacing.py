@@ -16,7 +16,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
-from engine.pacing import PATCH_PACING, WORK_PER_TASK
+from engine.pacing import PATCH_EXACT_INTEGERS, PATCH_PACING, WORK_PER_TASK
 from engine.workflow import RoutineWorkflow
 
 ECHO = "com.example.tools/echo/echo@1"
@@ -100,3 +100,29 @@ async def test_a_routine_of_small_expressions_never_pauses(time_skipping_env: Wo
     run = await run_routine(time_skipping_env.client, _routine(8, "1 + 2"), run_id=uuid.uuid4().hex[:12])
     assert run.error is None and _scheduled_per_task(run) == [8]
     assert run.events(EventType.EVENT_TYPE_TIMER_STARTED) == [] and not _marked(run, PATCH_PACING)
+
+
+async def test_a_result_integer_beyond_what_json_carries_fails_its_step_with_a_sentence(
+    time_skipping_env: WorkflowEnvironment,
+) -> None:
+    source = f"""\
+name: big-integers
+steps:
+  - id: exact
+    uses: {ECHO}
+    with: {{text: "${{{{ string(9007199254740991 + 1) }}}}"}}
+  - id: beyond
+    uses: {ECHO}
+    needs: [exact]
+    with: {{text: "${{{{ 9007199254740991 + 1 }}}}"}}
+"""
+    run = await run_routine(time_skipping_env.client, source, run_id=uuid.uuid4().hex[:12])
+    assert run.statuses == {"exact": "succeeded", "beyond": "failed"}
+    assert run.progress.steps["exact"].output == {"text": "9007199254740992"}
+    error = run.progress.steps["beyond"].error
+    assert error is not None and error.code == "expression_failed"
+    assert "the result 9007199254740992 is beyond the integers JSON carries exactly" in error.message
+    assert _marked(run, PATCH_EXACT_INTEGERS)  # a run started before the rule replays as it ran
+    await Replayer(workflows=[RoutineWorkflow], data_converter=pydantic_data_converter).replay_workflow(
+        run.history
+    )
