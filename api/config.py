@@ -95,6 +95,13 @@ class Settings(BaseSettings):
         ge=60,
         description="the longest a run may last (its Temporal execution timeout; its grant expires with it)",
     )
+    schedule_jitter_s: int = Field(
+        default=30,
+        ge=0,
+        le=3600,
+        description="a schedule's runs start up to this many seconds after their time (Temporal's jitter, "
+        "the same for a schedule and a time), so that the schedules of one minute do not all start at once",
+    )
     runs_per_org: int = Field(
         default=20, ge=1, description="runs of one organization running at once; more are refused (429)"
     )

@@ -146,7 +146,11 @@ class SchedulesService:
         )
         schedule = Schedule(
             action=action,
-            spec=ScheduleSpec(cron_expressions=[row.cron], time_zone_name=row.timezone),
+            spec=ScheduleSpec(
+                cron_expressions=[row.cron],
+                time_zone_name=row.timezone,
+                jitter=timedelta(seconds=settings.schedule_jitter_s) if settings.schedule_jitter_s else None,
+            ),
             policy=SchedulePolicy(overlap=OVERLAP[row.overlap]),
             state=ScheduleState(note=f"routine {row.routine_name} of {row.org_id}", paused=row.paused),
         )

@@ -5,6 +5,7 @@ schedule` applied when it is stored; refusals that name the field; organizations
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import os
 import shutil
 import subprocess
@@ -120,7 +121,9 @@ async def test_a_schedule_is_created_listed_triggered_paused_and_deleted(routine
     paused = _call(routine_stack, "POST", f"/v1/routines/greet/schedules/{sid}/pause", org.headers)
     assert paused.status_code == 200 and paused.json()["paused"] is True
     handle = routine_stack.temporal_client.get_schedule_handle(temporal_schedule_id(sid))
-    assert (await handle.describe()).schedule.state.paused is True
+    described = (await handle.describe()).schedule
+    assert described.state.paused is True
+    assert described.spec.jitter == dt.timedelta(seconds=30)  # the schedules of one minute are spread
     assert (
         _call(routine_stack, "POST", f"/v1/routines/greet/schedules/{sid}/trigger", org.headers).status_code
         == 202
