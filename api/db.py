@@ -23,7 +23,7 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -303,16 +303,41 @@ def is_postgres(engine: Engine) -> bool:
     return engine.dialect.name == "postgresql"
 
 
-def get_session(request: Request) -> Iterator[Session]:
-    """A session on the app's engine for one request (a dependency).
+async def get_session(request: Request) -> AsyncIterator[Session]:
+    """A session on the app's engine for one request (a dependency), closed once the answer is made.
 
-    It is closed after the answer is sent; a database that went away by then (its ROLLBACK at the close
-    fails) is not the request's error, and SQLAlchemy has already dropped the dead connection."""
+    On SQLite a transaction holds the process's writers' turn (`_WriterGate`) until it ends, so a route
+    on this session commits its writes before it returns, and a route that only reads takes
+    `get_read_session`. Beside 20 runs of 60 calls each, a node's registry poll read in this session and
+    held the turn while FastAPI serialized its answer in a worker thread, and all 40 worker threads were
+    writers waiting for that turn: every write of the process waited `GATE_WAIT_S` (30 s). For the same
+    reason the close never waits for a worker thread on SQLite (it runs on the loop: a ROLLBACK in
+    memory, or nothing). A database that went away by then (its ROLLBACK fails) is not the request's
+    error, and SQLAlchemy has already dropped the dead connection.
+    """
     session = Session(request.app.state.engine, expire_on_commit=False)
     try:
         yield session
     finally:
-        try:
+        await _close(session)
+
+
+async def get_read_session(request: Request) -> AsyncIterator[Session]:
+    """A `read_session` for one request (a dependency) that only reads: on SQLite it neither waits for nor
+    holds the writers' turn, so a read route (a node's registry poll, a list) never keeps writers waiting
+    (FastAPI serializes a sync route's answer in a worker thread before the session is closed)."""
+    session = read_session(request.app.state.engine)
+    try:
+        yield session
+    finally:
+        await _close(session)
+
+
+async def _close(session: Session) -> None:
+    try:
+        if session.get_bind().dialect.name == "sqlite":
             session.close()
-        except (OperationalError, InterfaceError) as exc:
-            log.warning("a request's database session closed on a lost connection: %s", type(exc).__name__)
+        else:
+            await anyio.to_thread.run_sync(session.close)
+    except (OperationalError, InterfaceError) as exc:
+        log.warning("a request's database session closed on a lost connection: %s", type(exc).__name__)

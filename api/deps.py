@@ -21,13 +21,14 @@ from api.accounts.organizations import FoundKey, find_key_of_org
 from api.accounts.scopes import BY_NAME_ONLY, grants
 from api.checker import Checkers
 from api.config import Settings, get_settings
-from api.db import get_session, run_reading
+from api.db import get_read_session, get_session, run_reading
 from api.errors import Forbidden, Unauthorized
 from api.models import NodeCredential
 from api.rawsql import Reads
 from node.credential import is_node_secret
 
-SessionDep = Annotated[Session, Depends(get_session)]
+SessionDep = Annotated[Session, Depends(get_session, scope="function")]
+ReadSessionDep = Annotated[Session, Depends(get_read_session, scope="function")]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 
 

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Response
 from api.accounts.scopes import CONNECTIONS_READ, CONNECTIONS_WRITE
 from api.connections import service
 from api.connections.tables import ConnectionCreate, ConnectionList, ConnectionListed, ConnectionPublic
-from api.deps import Principal, SessionDep, SettingsDep, require
+from api.deps import Principal, ReadSessionDep, SessionDep, SettingsDep, require
 from api.errors import NotFound, error_responses
 
 router = APIRouter(prefix="/v1/connections", tags=["connections"])
@@ -37,7 +37,7 @@ def add_connection(
 
 
 @router.get("", response_model=ConnectionList, responses=error_responses(403))
-def list_connections(principal: Reader, session: SessionDep) -> ConnectionList:
+def list_connections(principal: Reader, session: ReadSessionDep) -> ConnectionList:
     """The caller's organization's connections, by pack then connection (never their secrets)."""
     rows = service.list_connections(session, org_id=principal.org_id)
     items = [ConnectionListed.model_validate(r.model_dump(exclude={"sealed"})) for r in rows]

@@ -9,7 +9,7 @@ from pydantic import BaseModel
 
 from api.accounts import organizations
 from api.accounts.scopes import KEYS_ADMIN, covers
-from api.deps import Principal, SessionDep, SettingsDep, require
+from api.deps import Principal, ReadSessionDep, SessionDep, SettingsDep, require
 from api.errors import Forbidden, NotFound, error_responses
 from api.models import ApiKeyCreate, ApiKeyCreated, ApiKeyPublic
 
@@ -44,7 +44,7 @@ def create_key(
 
 
 @router.get("", response_model=ApiKeyList, responses=error_responses(403))
-def list_keys(principal: Admin, session: SessionDep) -> ApiKeyList:
+def list_keys(principal: Admin, session: ReadSessionDep) -> ApiKeyList:
     """The caller's organization's keys (never their secrets)."""
     keys = organizations.list_api_keys(session, org_id=principal.org_id)
     return ApiKeyList(keys=[ApiKeyPublic.model_validate(k.model_dump()) for k in keys])

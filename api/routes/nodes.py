@@ -12,7 +12,7 @@ from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel
 
 from api import nodes
-from api.deps import NodeCaller, SessionDep, SettingsDep, node_caller
+from api.deps import NodeCaller, ReadSessionDep, SessionDep, SettingsDep, node_caller
 from api.errors import Forbidden, error_responses
 from api.jsonbody import MAX_SAFE_INTEGER
 from api.models import NodeHeartbeat, NodePublic
@@ -49,7 +49,7 @@ def heartbeat(body: NodeHeartbeat, caller: NodeDep, session: SessionDep, setting
 @router.get("/registry", response_model=RegistryFeed, responses=error_responses(400))
 def registry(
     _: NodeDep,
-    session: SessionDep,
+    session: ReadSessionDep,
     settings: SettingsDep,
     after: Annotated[int, Query(ge=0, le=MAX_SAFE_INTEGER)] = 0,
 ) -> RegistryFeed:

@@ -9,7 +9,7 @@ from pydantic import BaseModel
 from sqlmodel import select
 
 from api.accounts.scopes import PUBLISHERS_ADMIN, TOOLS_PUBLISH
-from api.deps import Principal, PrincipalDep, SessionDep, require
+from api.deps import Principal, PrincipalDep, ReadSessionDep, SessionDep, require
 from api.errors import Forbidden, error_responses
 from api.models import Publisher, PublisherCreate, PublisherPublic, SigningKeyCreate, SigningKeyPublic
 from api.params import Namespace
@@ -51,7 +51,7 @@ def put_publisher(
 
 
 @router.get("/v1/admin/publishers", response_model=PublisherList, responses=error_responses(403))
-def list_all_publishers(principal: PublishersAdmin, session: SessionDep) -> PublisherList:
+def list_all_publishers(principal: PublishersAdmin, session: ReadSessionDep) -> PublisherList:
     """The whole publisher list (operator only)."""
     _operator(principal)
     rows = session.exec(select(Publisher).order_by(Publisher.namespace)).all()
@@ -59,7 +59,7 @@ def list_all_publishers(principal: PublishersAdmin, session: SessionDep) -> Publ
 
 
 @router.get("/v1/actions/publishers", response_model=PublisherList)
-def list_own_publishers(principal: PrincipalDep, session: SessionDep) -> PublisherList:
+def list_own_publishers(principal: PrincipalDep, session: ReadSessionDep) -> PublisherList:
     """The namespaces the caller's organization publishes into."""
     rows = session.exec(
         select(Publisher).where(Publisher.org_id == principal.org_id).order_by(Publisher.namespace)
@@ -90,7 +90,7 @@ def register_key(
     response_model=SigningKeyList,
     responses=error_responses(403, 404),
 )
-def list_keys(namespace: Namespace, principal: Publishing, session: SessionDep) -> SigningKeyList:
+def list_keys(namespace: Namespace, principal: Publishing, session: ReadSessionDep) -> SigningKeyList:
     """The namespace's signing keys, revoked ones included."""
     publishers.own_publisher(session, namespace=namespace, org_id=principal.org_id)
     keys = publishers.list_signing_keys(session, namespace=namespace)

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlmodel import col, select
 
 from api.accounts.scopes import ACTIONS_WRITE, TOOLS_PUBLISH
-from api.deps import CheckersDep, Principal, PrincipalDep, SessionDep, require
+from api.deps import CheckersDep, Principal, PrincipalDep, ReadSessionDep, SessionDep, require
 from api.errors import InvalidRequest, NotFound, error_responses
 from api.models import PackVersion
 from api.params import Namespace, PackName, Version
@@ -128,7 +128,7 @@ async def publish_pack(
 
 
 @router.get("", response_model=PackList)
-def list_packs(_: PrincipalDep, session: SessionDep) -> PackList:
+def list_packs(_: PrincipalDep, session: ReadSessionDep) -> PackList:
     """Every pack at its newest version."""
     names = session.exec(select(PackVersion.pack).distinct().order_by(col(PackVersion.pack))).all()
     newest = [catalog.newest(session, pack=name) for name in names]
@@ -136,13 +136,15 @@ def list_packs(_: PrincipalDep, session: SessionDep) -> PackList:
 
 
 @router.get("/{namespace}/{name}", response_model=PackSummary, responses=error_responses(404))
-def get_pack(namespace: Namespace, name: PackName, _: PrincipalDep, session: SessionDep) -> PackSummary:
+def get_pack(namespace: Namespace, name: PackName, _: PrincipalDep, session: ReadSessionDep) -> PackSummary:
     """The pack at its newest version (by semver), with the exact pin of each action."""
     return _summary(catalog.versions_of(session, pack=f"{namespace}/{name}")[0])
 
 
 @router.get("/{namespace}/{name}/versions", response_model=VersionList, responses=error_responses(404))
-def list_versions(namespace: Namespace, name: PackName, _: PrincipalDep, session: SessionDep) -> VersionList:
+def list_versions(
+    namespace: Namespace, name: PackName, _: PrincipalDep, session: ReadSessionDep
+) -> VersionList:
     """Every version of the pack, newest first."""
     pack = f"{namespace}/{name}"
     versions = catalog.versions_of(session, pack=pack)
@@ -151,7 +153,7 @@ def list_versions(namespace: Namespace, name: PackName, _: PrincipalDep, session
 
 @router.get("/{namespace}/{name}/versions/{version}/manifest", responses=error_responses(404))
 def get_manifest(
-    namespace: Namespace, name: PackName, version: Version, _: PrincipalDep, session: SessionDep
+    namespace: Namespace, name: PackName, version: Version, _: PrincipalDep, session: ReadSessionDep
 ) -> dict[str, Any]:
     """The signed manifest of one version, as published."""
     return catalog.get_version(session, pack=f"{namespace}/{name}", version=version).manifest
@@ -162,7 +164,7 @@ def list_tools(
     namespace: Namespace,
     name: PackName,
     _: PrincipalDep,
-    session: SessionDep,
+    session: ReadSessionDep,
     version: Annotated[str | None, Query(description="an exact version; default the newest")] = None,
 ) -> ToolList:
     """MCP tool definitions of the pack's actions: `{pack}__{action}` with description and inputSchema."""
@@ -197,7 +199,7 @@ def resolve_action(
         ),
     ],
     _: PrincipalDep,
-    session: SessionDep,
+    session: ReadSessionDep,
 ) -> ResolvedAction:
     """Resolve an action ref to the exact version and action a call of it runs now."""
     try:

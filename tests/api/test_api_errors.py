@@ -161,7 +161,7 @@ def test_healthz_says_when_the_database_does_not_answer(tmp_path: Path) -> None:
     app.state.engine.dispose()
 
 
-def test_a_session_whose_database_went_away_before_its_close_is_no_error_of_the_request(
+async def test_a_session_whose_database_went_away_before_its_close_is_no_error_of_the_request(
     postgres_cluster: PostgresCluster, caplog: pytest.LogCaptureFixture
 ) -> None:
     name = postgres_cluster.create_database()
@@ -169,12 +169,12 @@ def test_a_session_whose_database_went_away_before_its_close_is_no_error_of_the_
     request = SimpleNamespace(app=SimpleNamespace(state=SimpleNamespace(engine=engine)))
     try:
         dependency = get_session(request)  # type: ignore[arg-type]
-        session = next(dependency)
+        session = await anext(dependency)
         backend = session.connection().exec_driver_sql("SELECT pg_backend_pid()").scalar_one()
         with engine.connect() as other:  # the server ends the request's connection, as a shutdown does
             other.exec_driver_sql(f"SELECT pg_terminate_backend({backend})")
-        with pytest.raises(StopIteration):  # the close after the answer: its ROLLBACK fails, quietly
-            next(dependency)
+        with pytest.raises(StopAsyncIteration):  # the close after the answer: its ROLLBACK fails, quietly
+            await anext(dependency)
         assert "closed on a lost connection: OperationalError" in caplog.text
         assert "Traceback" not in caplog.text
         with Session(engine) as fresh:  # the dead connection left the pool

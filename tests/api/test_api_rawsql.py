@@ -13,7 +13,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
+import httpx
 import pytest
+from fastapi import FastAPI
 from sqlalchemy import Engine, bindparam, select
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col
@@ -25,6 +28,7 @@ from api.calls.service import CallService
 from api.calls.settings import CallSettings
 from api.calls.tables import DONE, ActionCall
 from api.db import WriterBusy, make_engine, now_or_never
+from api.deps import ReadSessionDep
 from api.migrations import migrate
 from api.models import Node, NodeCredential
 from api.nodes import live_nodes
@@ -243,3 +247,42 @@ async def test_a_calls_write_waits_for_its_turn_off_the_event_loop(sqlite_engine
     holder.join()
     await service.aclose()
     assert _ids(sqlite_engine) == ["tcall_1"]
+
+
+async def test_a_read_route_keeps_no_writer_waiting_when_every_worker_thread_is_a_writer(
+    sqlite_engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read route's session (`ReadSessionDep`) holds no writers' turn. Beside 20 heavy runs, a node's
+    registry poll read in a request's write session and held the turn while FastAPI serialized its answer
+    in a worker thread, and every worker thread was a writer waiting for that turn: each write waited the
+    gate's 30 s. (With `SessionDep` here, this test waits for good.)"""
+    monkeypatch.setattr("api.db.GATE_WAIT_S", 3600.0)  # a writer waits for its turn for good
+    limiter = anyio.to_thread.current_default_thread_limiter()
+    limiter.total_tokens = 2  # the read's thread and one writer's; the other writer waits for a thread
+    app = FastAPI()
+    app.state.engine = sqlite_engine
+    writing = threading.Event()
+
+    @app.get("/read")
+    def read(session: ReadSessionDep) -> int:
+        count = len(session.exec(select(ActionCall)).all())
+        writing.wait()
+        while limiter.statistics().tasks_waiting < 1:  # the second writer waits for this thread
+            time.sleep(0.001)
+        return count  # this thread goes to that writer; the answer is serialized in a thread too
+
+    @app.post("/write/{call_id}")
+    def write(call_id: str) -> str:
+        writing.set()
+        with Session(sqlite_engine, expire_on_commit=False) as session:
+            return _add(session, call_id)
+
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
+        reading = asyncio.create_task(client.get("/read"))
+        await asyncio.sleep(0.1)  # the read begins first
+        answers = await asyncio.wait_for(
+            asyncio.gather(reading, *(client.post(f"/write/tcall_{i}") for i in range(2))), 60
+        )
+    assert [a.status_code for a in answers] == [200, 200, 200]
+    assert sorted(_ids(sqlite_engine)) == ["tcall_0", "tcall_1"]
