@@ -113,7 +113,7 @@ def test_a_pattern_whose_match_would_cost_too_much_fails_validation_with_a_sente
     errors = [e.message for e in schema_errors({"type": "string", "pattern": heavy}, "ab" * 50_000)]
     assert len(errors) == 1 and errors[0].startswith("a text of 100,000 characters is too long to check")
     assert f"one match may cost {MATCH_COST:,} instructions times characters" in errors[0]
-    assert not schema_errors({"type": "string", "pattern": heavy}, "ab" * 100 + "c")  # a short text is matched
+    assert not schema_errors({"type": "string", "pattern": heavy}, "ab" * 100 + "c")
     keyed = {"patternProperties": {heavy: {"type": "integer"}}}
     assert [e.message for e in schema_errors(keyed, {"ab" * 50_000: 1})][0].startswith("a text of 100,000")
 
