@@ -15,6 +15,7 @@ workflow's last event (bench/hostile_routines.py `_timed_run`); the stack's limi
   schedules each, one echo step), for `--minutes` (3) minutes: what their ticks start competes with the
   small runs (the busy organization's starts past its limits are answered 429 and retried).
 
+`B3OS_TEMPORAL_*` in the environment (`B3OS_TEMPORAL_WORKFLOW_TASKS`) are the worker's settings.
 Prints, in ms, each phase's median, 90th and 99th percentile and longest, and the ratios to alone; the
 goal (issue 43) is the small run within 2x of its time alone at the 99th percentile. Run:
 `.venv/bin/python -m bench fairness [--rounds N] [--heavy N] [--schedules N] [--minutes M]` (root; needs
@@ -166,6 +167,18 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--minutes", type=float, default=3, help="minutes beside the schedules (default 3)")
     args = parser.parse_args(argv)
     sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "engine")]
+
+    import os
+
+    from realstack import RoutineStack
+
+    stack_env = RoutineStack.env
+
+    def env(self: Any, **extra: str) -> dict[str, str]:  # the worker's settings as given to the bench
+        passed = {k: v for k, v in os.environ.items() if k.startswith("B3OS_TEMPORAL_")}
+        return stack_env(self, **{**passed, **extra})
+
+    RoutineStack.env = env  # type: ignore[method-assign]
 
     async def run() -> None:
         async with routine_stack("fairness") as stack:
