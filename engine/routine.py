@@ -167,8 +167,9 @@ class InputSpec(_Model):
 
 
 MIN_TIMEOUT_MS = 1000
-"""The shortest step `timeout`: a call through the api to a node or the egress takes tens to hundreds of
-milliseconds, so a shorter timeout would fail every attempt of every run."""
+"""The shortest step `timeout` a routine may be stored with (engine.validate; the model itself takes any
+positive one, so that routines and runs stored before still load): a call through the api to a node or
+the egress takes tens to hundreds of milliseconds, so a shorter timeout would fail every attempt."""
 
 
 class Step(_Model):
@@ -222,12 +223,9 @@ class Step(_Model):
 
     @field_validator("timeout")
     @classmethod
-    def _timeout_long_enough(cls, value: str | None) -> str | None:
-        if value is not None and duration_ms(value) < MIN_TIMEOUT_MS:
-            raise ValueError(
-                f"timeout {value} is shorter than a call can take ({MIN_TIMEOUT_MS // 1000}s at least; "
-                "leave it out for the action's limit)"
-            )
+    def _timeout_positive(cls, value: str | None) -> str | None:
+        if value is not None and duration_ms(value) <= 0:
+            raise ValueError(f"timeout {value} must be longer than 0 (leave it out for the action's limit)")
         return value
 
     @property

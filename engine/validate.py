@@ -27,7 +27,7 @@ from pydantic import ValidationError
 
 from engine import expressions as ex
 from engine.errors import EngineError
-from engine.routine import InputType, RetryPolicy, Routine, Step
+from engine.routine import MIN_TIMEOUT_MS, InputType, RetryPolicy, Routine, Step, duration_ms
 from engine.routine_checks import check_expressions, check_sizes, check_with
 from engine.routine_needs import check_needs
 from engine.yaml_positions import Located, YamlRefused, compose
@@ -233,6 +233,14 @@ def _where(path: tuple[Any, ...], doc: Located) -> str:
     return ".".join(str(p) for p in path) + ": "
 
 
+def _ms(duration: str) -> int:
+    """A duration's milliseconds, or 0 when it is not one (the models say so)."""
+    try:
+        return duration_ms(duration)
+    except ValueError:
+        return 0
+
+
 def _structure_problems(data: dict[str, Any], doc: Located) -> list[tuple[int, int, str]]:
     from packs.errors import RefError
     from packs.refs import ActionRef
@@ -257,6 +265,15 @@ def _structure_problems(data: dict[str, Any], doc: Located) -> list[tuple[int, i
                 )
             else:
                 first[sid] = i
+        timeout = step.get("timeout")
+        if isinstance(timeout, str) and 0 < _ms(timeout) < MIN_TIMEOUT_MS:
+            problems.append(
+                (
+                    *doc.position(("steps", i, "timeout")),
+                    f"{_where(('steps', i, 'timeout'), doc)}timeout {timeout} is shorter than a call can "
+                    f"take ({MIN_TIMEOUT_MS // 1000}s at least; leave it out for the action's limit)",
+                )
+            )
         uses = step.get("uses")
         if isinstance(uses, str):
             try:

@@ -563,8 +563,7 @@ STEP = (
         ),
         (
             "    timeout: 0s\n",
-            "8:14: step 'a': timeout: timeout 0s is shorter than a call can take (1s at least; "
-            "leave it out for the action's limit)",
+            "8:14: step 'a': timeout: timeout 0s must be longer than 0 (leave it out for the action's limit)",
         ),
         (
             "    timeout: 1ms\n",
