@@ -8,7 +8,7 @@ a routine worker process) and prints, in milliseconds:
 - each failing run: the time from its start to its end, and the longest workflow task of its history
   (workflow task started to completed: how long the run held the worker's workflow thread, its
   expressions' evaluation included);
-- fields at the bounds of engine.cel_runtime evaluated in this process (the dearest an expression may be);
+- fields at the bounds of engine.cel_values evaluated in this process (the dearest an expression may be);
 - each probe's longest field evaluated in this process (`engine.expressions`, the same inputs, the
   expressions compiled, as on a worker that ran them before);
 - a small one-step run of another organization: its latency (from sending its start to its workflow's
@@ -87,7 +87,7 @@ AT_THE_BOUNDS: list[tuple[str, str, dict[str, Any]]] = [
     ("1 MiB of text built", "${{ inputs.s + inputs.s }}", {"s": "x" * 524_000}),
     ("1 MiB of text spliced", "${{ inputs.s }}-${{ inputs.s }}", {"s": "x" * 524_000}),
 ]
-"""Fields that pass (or just fail) at the bounds of engine.cel_runtime, the dearest an expression may be."""
+"""Fields that pass (or just fail) at the bounds of engine.cel_values, the dearest an expression may be."""
 
 
 def _at_the_bounds() -> None:

@@ -35,8 +35,8 @@ import lark
 from cachetools import LRUCache, cached
 from celpy.evaluation import CELEvalError
 
-from engine import cel_runtime
-from engine.cel_runtime import Budget
+from engine import cel_runtime, cel_values
+from engine.cel_values import Budget
 from engine.errors import EngineError
 from engine.scope import Scope
 from packs import cel_syntax
@@ -532,9 +532,9 @@ def _render(text: str, scope: Scope, budget: Budget) -> Any:
     for part in split_template(text):
         piece = to_text(_run(part.source, scope, budget)) if isinstance(part, Expr) else part
         size += len(piece)
-        if size > cel_runtime.MAX_TEXT and isinstance(part, Expr):
+        if size > cel_values.MAX_TEXT and isinstance(part, Expr):
             raise ExpressionError(
-                part.source, f"the text it is spliced into is longer than {cel_runtime.MAX_TEXT:,} characters"
+                part.source, f"the text it is spliced into is longer than {cel_values.MAX_TEXT:,} characters"
             )
         out.append(piece)
     return "".join(out)
@@ -563,10 +563,10 @@ def _run(
         result = cel_runtime.run(compiled.tree, names, budget, functions)
         if most is not None and isinstance(result, list) and len(result) > most:
             raise TooManyItems(len(result), most)  # before converting 10,000 items to refuse them
-        return cel_runtime.to_json(result, budget)
+        return cel_values.to_json(result, budget)
     except CELEvalError as exc:
         raise ExpressionError(expr, _eval_problem(exc)) from None
-    except (cel_runtime.BudgetExceeded, cel_runtime.NoJsonForm) as exc:
+    except (cel_values.BudgetExceeded, cel_values.NoJsonForm) as exc:
         raise ExpressionError(expr, str(exc)) from None
     except RecursionError:
         raise ExpressionError(expr, "the expression nests too deeply to evaluate") from None
@@ -582,13 +582,13 @@ def _eval_problem(exc: CELEvalError) -> str:
     text = str(exc.args[0]) if exc.args else "evaluation failed"
     selection = _FIELD_SELECTION.search(text)
     if selection is not None:
-        kind = cel_runtime.cel_type_of_class_name(selection.group(1)) or selection.group(1)
+        kind = cel_values.cel_type_of_class_name(selection.group(1)) or selection.group(1)
         field = _field_name(exc)
         return f"cannot read {field + ' ' if field else ''}of a value of type {kind}: only a map has fields"
     if text.startswith("undeclared reference to"):
         text = text.split(" (in activation", 1)[0]
     elif text.startswith("found no matching overload"):
-        types = [cel_runtime.cel_type_of_class_name(name) or name for name in _CLASS.findall(text)]
+        types = [cel_values.cel_type_of_class_name(name) or name for name in _CLASS.findall(text)]
         text = "no operator or function fits these operand types" + (
             f" ({', '.join(types)})" if types else ""
         )

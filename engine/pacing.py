@@ -2,7 +2,7 @@
 
 A routine's expressions are compiled and evaluated inside its workflow, in the worker's workflow tasks, and
 Temporal fails a workflow task whose code does not yield within 2 s (deadlock detection). Each field is
-bounded on its own (`cel_runtime.Budget`: steps, values read, characters built; `cel_syntax`: 2,000
+bounded on its own (`cel_values.Budget`: steps, values read, characters built; `cel_syntax`: 2,000
 characters an expression, 8,000 a field); what a bound per field does not cap is how many fields one task
 evaluates: steps that start together, a foreach's items, a batch of calls that ended together. Compiling
 costs the most, ~25-50 us a character on this machine (a list literal of 2,000 characters: 100 ms when the
@@ -28,12 +28,12 @@ from typing import Any, TypeVar
 from temporalio import workflow
 
 from engine import expressions
-from engine.cel_runtime import Budget
+from engine.cel_values import Budget
 
 PATCH_PACING = "routines-v4-pacing"
 
 PATCH_EXACT_INTEGERS = "routines-v5-exact-integers"
-"""A result integer beyond 2^53 - 1 fails its expression (`cel_runtime.to_json`); runs started before
+"""A result integer beyond 2^53 - 1 fails its expression (`cel_values.to_json`); runs started before
 replay as they ran (it was kept). Marked only in a run that meets such an integer."""
 
 WORK_PER_TASK = 4_000

@@ -18,7 +18,7 @@ from typing import Any
 
 from celpy import celtypes
 
-from engine.cel_runtime import Budget, to_cel
+from engine.cel_values import Budget, to_cel
 
 
 class _Name:

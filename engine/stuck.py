@@ -1,6 +1,6 @@
 """The safety net under runs: no run stays stuck on a workflow task, and no worker keeps a slot it lost.
 
-The pacing of engine/pacing.py and the budgets of engine/cel_runtime.py keep a workflow task's work small
+The pacing of engine/pacing.py and the budgets of engine/cel_values.py keep a workflow task's work small
 by design; this is for what still gets through (a fault of ours, a machine so busy that a task passes
 Temporal's deadlock timeout). Temporal retries a failed workflow task for as long as the run lives: such
 a run would read "running" for good, hold its organization's run slot and never answer a cancel. And the
