@@ -3,7 +3,11 @@ seconds, so a client waiting for a run asks once a second or so instead of polli
 
 The wait is Temporal's own long poll of the run's close event (`GetWorkflowExecutionHistory` with
 `wait_new_event` and the close-event filter, as the Temporal SDK's `result()` waits), renewed when
-the server's long poll expires (~20 s) before the wait is over. An api process keeps at most
+the server's long poll expires (~20 s) before the wait is over. Temporal's frontend ends a long poll
+`LONG_POLL_TAIL_ROOM_S` before the gRPC deadline it is given, and answers at once (an empty page) when
+less than that is left: each poll is asked with that much more than the wait has left and cut at the
+wait's end here, so a wait's last second is one poll, not a loop of them (it was ~150 polls a second,
+and 20 waiting reads took most of the dev server's CPU). An api process keeps at most
 `MAX_WAITING` such reads waiting at once; past that a read answers at once, as without `wait_s`.
 A run whose workflow Temporal calls busy (`RESOURCE_EXHAUSTED`, "Workflow is busy": its history is
 being written under load) is asked again `BUSY_PAUSE_S` later until the wait is over: the read then
@@ -31,6 +35,9 @@ MAX_WAITING = 1_000
 
 BUSY_PAUSE_S = 0.5
 """How long a wait pauses before it asks again about a workflow Temporal calls busy."""
+
+LONG_POLL_TAIL_ROOM_S = 1.0
+"""What Temporal's frontend keeps of a long poll's deadline (its `longPollTailRoom`, a constant)."""
 
 DEADLINE_SLACK_S = 0.05
 """An error this close to the wait's end is the wait's own timeout."""
@@ -71,7 +78,7 @@ async def _until_closed(client: Client, workflow_id: str, wait_s: float) -> None
         # The client's long poll of history does not always keep the gRPC deadline it is given (it has
         # its own for long polls), and says so as "Timeout expired" when it does: the wait ends here.
         call = client.workflow_service.get_workflow_execution_history(
-            request, retry=False, timeout=timedelta(seconds=left)
+            request, retry=False, timeout=timedelta(seconds=left + LONG_POLL_TAIL_ROOM_S + DEADLINE_SLACK_S)
         )
         try:
             answer = await asyncio.wait_for(call, timeout=left)
