@@ -36,9 +36,19 @@ PATCH_EXACT_INTEGERS = "routines-v5-exact-integers"
 """A result integer beyond 2^53 - 1 fails its expression (`cel_values.to_json`); runs started before
 replay as they ran (it was kept). Marked only in a run that meets such an integer."""
 
-WORK_PER_TASK = 4_000
+PATCH_SHORT_TASKS = "routines-v6-short-tasks"
+"""`WORK_PER_TASK` instead of `WORK_PER_TASK_V4`; runs started before pause where they paced. Marked only in
+a run whose work between pauses passes `WORK_PER_TASK`."""
+
+WORK_PER_TASK = 1_000
 """Units of expression work one workflow task may do before the next evaluation waits for a new task:
-~100-200 ms of this machine's CPU (one field may still take more: 8,000 characters at most)."""
+~25-50 ms of this machine's CPU (one field may still take more: 8,000 characters at most). A worker runs
+a few tasks at once on one Python thread of work at a time, so a quiet organization's task waits for
+and shares it with what a heavy run's tasks do: at 4,000, a small run's workflow tasks waited ~800 ms
+beside 20 heavy runs in the slowest tenth, at 500 ~175 ms (docs/performance.md, round 20)."""
+
+WORK_PER_TASK_V4 = 4_000
+"""What a workflow task did before `PATCH_SHORT_TASKS` (~100-200 ms)."""
 
 PAUSE = timedelta(milliseconds=1)
 """The timer a pause waits on: any duration ends the workflow task; its history costs 3 events."""
@@ -73,13 +83,21 @@ class Pacer:
         pause when the work since the last one and this field's characters pass `WORK_PER_TASK` (a field
         without expressions never waits)."""
         chars = characters(field)
-        while chars and self.done and self.done + chars > WORK_PER_TASK:
+        while chars and self.done and self._over(self.done + chars):
             await self._pause()
         budget = Budget(exact=_exact_integers)
         try:
             return evaluation(budget)
         finally:
             self.done += chars + budget.steps // STEPS_PER_UNIT + budget.values // VALUES_PER_UNIT
+
+    @staticmethod
+    def _over(work: int) -> bool:
+        """Whether `work` units are more than one workflow task does (the patch asked only past the
+        smaller bound, so a run that never reaches it records no marker)."""
+        if work <= WORK_PER_TASK:
+            return False
+        return work > (WORK_PER_TASK if workflow.patched(PATCH_SHORT_TASKS) else WORK_PER_TASK_V4)
 
     async def _pause(self) -> None:
         """Wait for a new workflow task: on the timer of the pause under way, or on a new one."""

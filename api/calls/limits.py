@@ -288,6 +288,24 @@ def _pick_node(
     return min(loads, key=lambda item: item[:3])[3]
 
 
+def refusal(
+    session: Session, *, adm: Admission, nodes: Sequence[Candidate], settings: CallSettings, now: dt.datetime
+) -> None:
+    """Raise what `admit` would refuse now, read without taking the write lock (nothing is written).
+
+    A call waiting for a slot asks this before each new try of `admit`: while its organization or the
+    nodes stay full, a try costs a read, not a turn of the database's one writer that every other
+    organization's starts and calls wait for.
+
+    Raises:
+        ConcurrencyLimited, RateLimited, QuotaExceeded, ToolUnavailable: as `admit` would.
+    """
+    lane_count, per_node = _load(session, adm, nodes if adm.lane is None else (), now)
+    _check_org(session, adm, settings, now, lane_count)
+    if adm.lane is None:
+        _pick_node(session, nodes, per_node, settings, now)
+
+
 def admit(
     session: Session,
     *,

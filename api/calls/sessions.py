@@ -1,6 +1,8 @@
 """How the call path runs its database work, handed to the call service, its executors and cancels alike.
 
 - `run`: a transaction in a worker thread (a session that does not expire its objects on commit);
+- `read`: reads only, in a read session (on SQLite deferred: it neither waits for nor holds the write
+  lock), on the loop on SQLite (`api.db.run_reading`);
 - `write`: a call's short write transactions (its key's claim, its admission, its finish): on SQLite at
   once on the event loop when the writers' turn is free at that moment (api.db.now_or_never), else in a
   worker thread as `run`. The two thread hops a call made for them were a tenth of the api's CPU a call;
@@ -21,7 +23,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlmodel import Session
 
-from api.db import WriterBusy, now_or_never
+from api.db import WriterBusy, now_or_never, read_session, run_reading
 
 RECORD_RETRY_S = 1.0
 
@@ -42,6 +44,15 @@ class CallSessions:
                 return fn(session)
 
         return await anyio.to_thread.run_sync(run)
+
+    async def read(self, fn: Callable[[Session], Any]) -> Any:
+        """`fn(session)` over a read session: it must only read."""
+
+        def read() -> Any:
+            with read_session(self.engine) as session:
+                return fn(session)
+
+        return await run_reading(self.engine, read)
 
     async def write(self, fn: Callable[[Session], Any]) -> Any:
         """`run` for a short write transaction: on the loop when SQLite's writers' turn is free now."""

@@ -14,7 +14,7 @@ from api.accounts.organizations import new_id
 from api.calls import limits
 from api.calls.settings import CallSettings
 from api.calls.tables import ActionCall
-from api.db import make_engine
+from api.db import make_engine, read_session
 from api.errors import CallError
 from api.models import Node, utcnow
 
@@ -42,7 +42,17 @@ def _admit(
     cap: int | None = None,
     clock: Callable[[], dt.datetime] = utcnow,
 ) -> str:
-    adm = limits.Admission(
+    adm = _admission(org, price, cap)
+    try:
+        with Session(engine) as session:
+            call = limits.admit(session, adm=adm, nodes=nodes, settings=SETTINGS, clock=clock)
+            return f"ok:{call.node_id}"
+    except CallError as exc:
+        return f"{exc.code}:{exc.reason or ''}:{exc.retry_after}"
+
+
+def _admission(org: str, price: int = 0, cap: int | None = None) -> limits.Admission:
+    return limits.Admission(
         call_id=new_id("tcall"),
         org_id=org,
         key_id=f"key-{org}",
@@ -54,12 +64,6 @@ def _admit(
         price=price,
         timeout_ms=5000,
     )
-    try:
-        with Session(engine) as session:
-            call = limits.admit(session, adm=adm, nodes=nodes, settings=SETTINGS, clock=clock)
-            return f"ok:{call.node_id}"
-    except CallError as exc:
-        return f"{exc.code}:{exc.reason or ''}:{exc.retry_after}"
 
 
 def _row(
@@ -99,6 +103,28 @@ def test_concurrent_admissions_of_one_org_stop_at_4(engine: Engine) -> None:
     assert all(r.startswith("concurrency_limited::") for r in results if not r.startswith("ok:"))
     # Least loaded first: the 4 calls spread over the two nodes.
     assert sorted(r for r in results if r.startswith("ok:")) == ["ok:n1", "ok:n1", "ok:n2", "ok:n2"]
+
+
+def test_a_waiting_call_reads_that_it_would_be_refused_without_waiting_for_the_writers_turn(
+    engine: Engine,
+) -> None:
+    nodes = _nodes(engine, "n1", "n2")
+    assert all(_admit(engine, "org-a", nodes).startswith("ok:") for _ in range(4))
+
+    def refused(org: str) -> str:
+        with read_session(engine) as session:
+            try:
+                limits.refusal(session, adm=_admission(org), nodes=nodes, settings=SETTINGS, now=utcnow())
+            except CallError as exc:
+                return exc.reason or exc.code
+            return "admissible"
+
+    # another transaction holds the writers' turn (on SQLite the database's write lock) meanwhile
+    with Session(engine) as writer, ThreadPoolExecutor(2) as pool:
+        writer.connection()
+        answers = [pool.submit(refused, org) for org in ("org-a", "org-b")]
+        assert [a.result(timeout=30) for a in answers] == ["concurrency_limited", "admissible"]
+    assert _admit(engine, "org-b", nodes).startswith("ok:")
 
 
 def test_concurrent_admissions_to_one_node_stop_at_8(engine: Engine) -> None:

@@ -31,11 +31,12 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
-RELEASES = ("v1", "v2", "v3", "v4", "v5")
+RELEASES = ("v1", "v2", "v3", "v4", "v5", "v6")
 """Releases in order: v1 ran steps one after another; v2 added needs:, max-parallel and status functions;
 v3 added re-runs (steps kept from the run re-run, RunRoutineInput.reused); v4 spreads a run's expression
 work over workflow tasks (engine/pacing.py); v5 fails an expression whose result holds an integer
-beyond 2^53 - 1 (engine/pacing.py, PATCH_EXACT_INTEGERS)."""
+beyond 2^53 - 1 (engine/pacing.py, PATCH_EXACT_INTEGERS); v6 pauses after 1,000 units of expression work
+instead of 4,000 (PATCH_SHORT_TASKS)."""
 
 ECHO = "com.example.tools/echo/echo@1"
 FAIL = "com.example.tools/echo/fail@1"

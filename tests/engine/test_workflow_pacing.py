@@ -16,11 +16,11 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
-from engine.pacing import PATCH_EXACT_INTEGERS, PATCH_PACING, WORK_PER_TASK
+from engine.pacing import PATCH_EXACT_INTEGERS, PATCH_PACING, PATCH_SHORT_TASKS, WORK_PER_TASK
 from engine.workflow import RoutineWorkflow
 
 ECHO = "com.example.tools/echo/echo@1"
-BIG = "[" + ",".join(["1"] * 850) + "].size()"  # 1,708 characters: ~50-100 ms to compile
+BIG = "[" + ",".join(["1"] * 200) + "].size()"  # 408 characters: ~10-20 ms to compile
 PAUSE_SUMMARY = "a pause: the run's expressions go on in a new workflow task"
 
 
@@ -57,15 +57,15 @@ async def test_steps_whose_expressions_are_large_are_evaluated_a_few_per_workflo
 ) -> None:
     run = await run_routine(time_skipping_env.client, _routine(8, BIG), run_id=uuid.uuid4().hex[:12])
     assert run.error is None and set(run.statuses.values()) == {"succeeded"}
-    assert [run.progress.steps[f"s{i}"].output for i in range(8)] == [{"text": f"{i}:850"} for i in range(8)]
-    # 8 fields of 1,708 characters (and ~85 units of evaluation): two fit in one task's WORK_PER_TASK, so 4
+    assert [run.progress.steps[f"s{i}"].output for i in range(8)] == [{"text": f"{i}:200"} for i in range(8)]
+    # 8 fields of 408 characters (and ~30 units of evaluation): two fit in one task's WORK_PER_TASK, so 4
     # tasks and 3 pauses
-    assert 2 * (len(BIG) + 100) < WORK_PER_TASK < 3 * len(BIG)
+    assert 2 * (len(BIG) + 50) < WORK_PER_TASK < 3 * len(BIG)
     assert _scheduled_per_task(run) == [2, 2, 2, 2]
     timers = run.events(EventType.EVENT_TYPE_TIMER_STARTED)
     assert len(timers) == 3
     assert all(t.user_metadata.summary.data == f'"{PAUSE_SUMMARY}"'.encode() for t in timers)
-    assert _marked(run, PATCH_PACING)
+    assert _marked(run, PATCH_PACING) and _marked(run, PATCH_SHORT_TASKS)
     # the history replays as it ran: the pauses come from the routine's text, not from the clock or a cache
     await Replayer(workflows=[RoutineWorkflow], data_converter=pydantic_data_converter).replay_workflow(
         run.history
@@ -99,7 +99,8 @@ outputs:
 async def test_a_routine_of_small_expressions_never_pauses(time_skipping_env: WorkflowEnvironment) -> None:
     run = await run_routine(time_skipping_env.client, _routine(8, "1 + 2"), run_id=uuid.uuid4().hex[:12])
     assert run.error is None and _scheduled_per_task(run) == [8]
-    assert run.events(EventType.EVENT_TYPE_TIMER_STARTED) == [] and not _marked(run, PATCH_PACING)
+    assert run.events(EventType.EVENT_TYPE_TIMER_STARTED) == []
+    assert not _marked(run, PATCH_PACING) and not _marked(run, PATCH_SHORT_TASKS)
 
 
 async def test_a_result_integer_beyond_what_json_carries_fails_its_step_with_a_sentence(
