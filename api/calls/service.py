@@ -11,11 +11,12 @@ A routine step's call (surface `routine`) that finds no free slot (429 concurren
 node_busy) waits in the api for one, up to `routine_admission_wait_s`, before that answer: the worker
 would only wait out a Retry-After of whole seconds, where a slot of a short call frees in
 milliseconds. Admission stays one transaction each time; a call that ends in this process wakes the
-oldest waiters at once, and each waiter also tries again on its own about every `ADMISSION_POLL_S` (a
-slot freed by another api process). A waiter's try first reads whether it would be refused
-(`limits.refusal`) and takes the database's writers' turn only when it would not: 80 calls of one
-organization waiting for its 4 slots took that turn ~160 times a second, and every other organization's
-run starts and calls waited behind them. Calls over HTTP and MCP are answered at once.
+oldest waiters at once, and an organization's waiters together also try again on their own about
+every `ADMISSION_POLL_S` (a slot freed by another api process). A waiter's try first reads whether it
+would be refused (`limits.refusal`) and takes the database's writers' turn only when it would not.
+Before both, 80 calls of one organization waiting for its 4 slots took that turn ~160 times a
+second, and every other organization's run starts and calls waited behind them. Calls over HTTP and
+MCP are answered at once.
 
 A call that was admitted is finished and recorded even if the client stopped waiting: the work
 runs in its own task, shielded from the request's cancellation. To stop it, cancel it
@@ -76,8 +77,8 @@ log = logging.getLogger(__name__)
 
 MAINTENANCE_S = 600.0
 ADMISSION_POLL_S = 0.5
-"""About how often a waiting routine call tries admission again without a wake-up (a slot freed by
-another api process); seldom, since each try is a write transaction (on SQLite, the write lock)."""
+"""About how often an organization's waiting routine calls try admission again, together, without a
+wake-up (a slot freed by another api process)."""
 WAKE_PER_FINISH = 2
 """Waiting calls woken when a call of this process ends (its slot may suit only one of them)."""
 TWIN_FIRST_PAUSE_S = 0.05
@@ -109,6 +110,7 @@ class CallService:
         self.clock = clock
         self._next_maintenance = 0.0
         self._waiting: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._waiting_of: collections.Counter[str] = collections.Counter()  # waiting calls per organization
         self._twins: dict[tuple[str, str], asyncio.Event] = {}  # (org, key) of this process's running calls
         self._versions: catalog.KnownVersions = {}  # pack versions read (immutable: never invalidated)
         prices = settings.unit_prices()
@@ -222,28 +224,42 @@ class CallService:
         try after the first reading `refusal` before it writes."""
         wait_s = self.settings.routine_admission_wait_s if caller.surface == "routine" else 0.0
         give_up = time.monotonic() + wait_s
+        org = caller.org_id
         waited = False
-        while True:
-            try:
-                if waited:
-                    await self.db.read(refusal)
-                call: ActionCall = await self.db.write(admit)
-                return call
-            except (ConcurrencyLimited, ToolUnavailable) as exc:
-                left = give_up - time.monotonic()
-                if left <= 0 or (isinstance(exc, ToolUnavailable) and exc.reason != "node_busy"):
-                    raise
-            waited = True
-            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._waiting.append(waiter)
-            try:
-                poll_s = ADMISSION_POLL_S * (0.5 + random.random())  # waiters spread, not in step
-                await asyncio.wait_for(asyncio.shield(waiter), timeout=min(left, poll_s))
-            except TimeoutError:
-                pass
-            finally:
-                if not waiter.done():
-                    waiter.cancel()  # stays in the queue until a wake-up pops it
+        try:
+            while True:
+                try:
+                    if waited:
+                        await self.db.read(refusal)
+                    call: ActionCall = await self.db.write(admit)
+                    return call
+                except (ConcurrencyLimited, ToolUnavailable) as exc:
+                    left = give_up - time.monotonic()
+                    if left <= 0 or (isinstance(exc, ToolUnavailable) and exc.reason != "node_busy"):
+                        raise
+                if not waited:
+                    waited = True
+                    self._waiting_of[org] += 1
+                await self._wait_for_slot(org, left)
+        finally:
+            if waited:
+                self._waiting_of[org] -= 1
+                if self._waiting_of[org] <= 0:
+                    del self._waiting_of[org]
+
+    async def _wait_for_slot(self, org: str, left: float) -> None:
+        """Until a call of this process ends and wakes this one, or about `ADMISSION_POLL_S` times the
+        organization's waiting calls: together they try about as often as one (spread, not in step)."""
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.append(waiter)
+        try:
+            poll_s = ADMISSION_POLL_S * self._waiting_of[org] * (0.5 + random.random())
+            await asyncio.wait_for(asyncio.shield(waiter), timeout=min(left, poll_s))
+        except TimeoutError:
+            pass
+        finally:
+            if not waiter.done():
+                waiter.cancel()  # stays in the queue until a wake-up pops it
 
     async def _maintain(self) -> None:
         """Now and then: drop stored answers past their 24 h and mark the rows of lost calls."""
