@@ -17,7 +17,9 @@ from typing import Any
 import httpx
 import loopback
 from realstack import FREE_ECHO, RUNNER_SCOPES, RoutineStack
+from temporalio.client import ScheduleActionStartWorkflow
 
+from api.schedules.service import TICK_PRIORITY
 from engine.ticks import temporal_schedule_id
 
 GREET = f"""\
@@ -124,6 +126,8 @@ async def test_a_schedule_is_created_listed_triggered_paused_and_deleted(routine
     described = (await handle.describe()).schedule
     assert described.state.paused is True
     assert described.spec.jitter == dt.timedelta(seconds=30)  # the schedules of one minute are spread
+    assert isinstance(described.action, ScheduleActionStartWorkflow)
+    assert described.action.priority.priority_key == TICK_PRIORITY  # ticks come after others' runs
     assert (
         _call(routine_stack, "POST", f"/v1/routines/greet/schedules/{sid}/trigger", org.headers).status_code
         == 202
