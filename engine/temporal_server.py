@@ -9,6 +9,14 @@ scheduled and started (a bare SDK workflow's one step cost 91 ms of Temporal's t
 reads a second; docs/performance.md, round 15). A read finds what is there, so more of them cost
 little when tasks are few and are batched anyway when they are many.
 
+`matching.numTaskqueueReadPartitions` and `...WritePartitions`: 1 (Temporal's default is 4). Temporal
+orders a task queue's backlog by the runs' priority within each partition apart, and a worker's few
+pollers are not at every partition at once: with one, a quiet organization's run (priority 1) is next
+in the whole queue, not only in its partition (beside 300 every-minute schedules of another
+organization, its workflow tasks waited 237 ms in the slowest tenth, 450-641 with 4; docs/performance.md,
+round 20). One partition serves the few workers of a b3os deployment; a cluster with many more can
+raise it per task queue.
+
 A dev server that keeps its state in a file (`b3os dev`, `make run`) runs SQLite in WAL mode with
 `synchronous=normal` (`durable_args`): a history write no longer waits for the file to be synced, which
 made a one-activity workflow ~3x slower than on an in-memory server (143-184 ms against 42-49 ms). Runs
@@ -20,6 +28,8 @@ from __future__ import annotations
 
 DYNAMIC_CONFIG: dict[str, int] = {
     "history.transferProcessorMaxPollRPS": 1000,
+    "matching.numTaskqueueReadPartitions": 1,
+    "matching.numTaskqueueWritePartitions": 1,
 }
 """Temporal dynamic config keys and values (global: no constraints)."""
 
