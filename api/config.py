@@ -17,6 +17,8 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from starlette.requests import Request
 
+from engine.runs import BUSY_TASK_QUEUE
+
 MIB = 1024 * 1024
 DATABASE_MAX_BYTES = 64 * MIB
 """The largest blob the database blob store takes (a row is written in one statement)."""
@@ -74,6 +76,11 @@ class Settings(BaseSettings):
     temporal_address: str = Field(default="127.0.0.1:7233", description="the Temporal frontend, host:port")
     temporal_namespace: str = Field(default="default", description="the Temporal namespace of routine runs")
     temporal_task_queue: str = Field(default="b3os-routines", description="the routine workers' task queue")
+    temporal_busy_task_queue: str = Field(
+        default=BUSY_TASK_QUEUE,
+        description="the task queue of runs of organizations with 4 or more in flight, used while a worker "
+        "polls it (api.runs.lanes); empty: none",
+    )
     temporal_tls: bool = Field(default=False, description="TLS to Temporal with the system's roots")
     temporal_tls_ca_file: Path | None = Field(
         default=None, description="PEM of the CA of Temporal's frontend certificate (turns TLS on)"

@@ -1,6 +1,7 @@
 """The routine tests' stack for a bench: a Temporal dev server (the `temporal` CLI of the venv), then
-tests/realstack.py's api processes, node and worker, with the api's own routine admission wait (not the
-tests' 429-at-once); stopped and its temp dir removed on the way out."""
+tests/realstack.py's api processes, node and worker, and the busy lane's worker as `b3os dev` starts it,
+with the api's own routine admission wait (not the tests' 429-at-once); stopped and its temp dir removed
+on the way out."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ async def routine_stack(name: str, *, api_admission_wait: bool = True) -> AsyncI
     from temporalio.contrib.pydantic import pydantic_data_converter
     from temporalio.testing import WorkflowEnvironment
 
+    from cli._embedded import BUSY_WORKER_NICE
     from engine.temporal_server import dev_server_args
 
     if api_admission_wait:
@@ -39,7 +41,8 @@ async def routine_stack(name: str, *, api_admission_wait: bool = True) -> AsyncI
     )
     root = Path(tempfile.mkdtemp(prefix=f"b3os-bench-{name}-"))
     stack = start_routine_stack(root, env)
-    try:
+    try:  # the busy lane's worker, as `b3os dev` starts it (api.runs.lanes)
+        stack.start_worker(queue=stack.busy_queue, name="worker-busy", nice=BUSY_WORKER_NICE)
         yield stack
     finally:
         stack.stop()

@@ -15,7 +15,9 @@ state under .b3os/.
 3. one node (`b3os node run`, its install cache in `<data dir>/node/cache`); ready when the api's
    nodes table shows it live with every published example version installed (it really fetched,
    verified and unpacked them from the registry feed);
-4. the routine worker (`python -m engine.worker`); ready when it polls its task queue.
+4. the routine worker (`python -m engine.worker`); ready when it polls its task queue; then the busy lane's
+   worker (the same program on `B3OS_TEMPORAL_BUSY_TASK_QUEUE`, under `nice`; api.runs.lanes), unless that
+   setting is empty.
 
 Every child shares the generated B3OS_WORKER_TOKEN and B3OS_EGRESS_TOKEN; the node alone gets its own
 credential (B3OS_NODE_ID, B3OS_NODE_CREDENTIAL, issued into the database at the first start and kept while
@@ -70,6 +72,9 @@ PORT_USERS = {
 }
 HEARTBEAT_S = "1"
 NAMESPACE = "default"
+BUSY_WORKER_NICE = 10
+"""The busy lane's worker runs at this nice value: beside it the main lane's worker, the api and Temporal
+take the CPU first (api.runs.lanes)."""
 
 
 @dataclass(frozen=True)
@@ -353,6 +358,20 @@ def start_embedded(
         ready_timeout_s=timeout,
     )
     say(f"worker ready     task queue b3os-routines ({time.monotonic() - t0:.1f} s)")
+    from engine.runs import BUSY_TASK_QUEUE
+
+    busy = env.get("B3OS_TEMPORAL_BUSY_TASK_QUEUE", BUSY_TASK_QUEUE)
+    if busy:  # the busy lane's worker, at a lower CPU priority (api.runs.lanes)
+        busy_log = _fresh_log(stack, "worker-busy")
+        stack.start(
+            "worker-busy",
+            ["nice", "-n", str(BUSY_WORKER_NICE), sys.executable, "-m", "engine.worker"],
+            env={**env, "B3OS_TEMPORAL_TASK_QUEUE": busy},
+            cwd=REPO,
+            ready=lambda: b"polling" in _read(busy_log),
+            ready_timeout_s=timeout,
+        )
+        say(f"worker ready     task queue {busy}, nice {BUSY_WORKER_NICE} ({time.monotonic() - t0:.1f} s)")
     return emb
 
 

@@ -28,6 +28,10 @@ from engine.routine import Routine
 ROUTINES_TASK_QUEUE = "b3os-routines"
 """The task queue the routine workers poll and the runs service starts workflows on."""
 
+BUSY_TASK_QUEUE = "b3os-routines-busy"
+"""The busy lane: the task queue of the runs of organizations with many in flight, polled by workers of its
+own (api.runs.lanes)."""
+
 WORKFLOW_TYPE = "routine"
 """The registered name of the one workflow type that runs every routine."""
 

@@ -63,9 +63,16 @@ class RoutineStack(Stack):
             B3OS_TEMPORAL_ADDRESS=self.temporal,
             B3OS_TEMPORAL_NAMESPACE=self.namespace,
             B3OS_TEMPORAL_TASK_QUEUE=self.queue,
+            B3OS_TEMPORAL_BUSY_TASK_QUEUE=self.busy_queue,
         )
         env.update(extra)
         return env
+
+    @property
+    def busy_queue(self) -> str:
+        """The busy lane's task queue of the stack's api processes (api.runs.lanes): no worker of the
+        session's stack polls it, so they start every run on `queue`; `start_worker(queue=...)` one."""
+        return f"{self.queue}-busy"
 
     @property
     def temporal_client(self) -> Client:
@@ -79,14 +86,17 @@ class RoutineStack(Stack):
         name: str = "worker",
         api_url: str | None = None,
         program: Sequence[str] = ("-m", "engine.worker"),
+        nice: int = 0,
         **env_extra: str,
     ) -> Proc:
         """A routine worker process polling `queue` (the session's by default), calling `api_url` (the first
-        api by default); `program`: what Python runs, `env_extra`: more environment variables."""
+        api by default); `program`: what Python runs, `nice`: its nice value (as `b3os dev` starts the busy
+        lane's worker), `env_extra`: more environment variables."""
         env = self.env(
             B3OS_API_URL=api_url or self.url, B3OS_TEMPORAL_TASK_QUEUE=queue or self.queue, **env_extra
         )
-        proc = self.start(f"{name}-{uuid.uuid4().hex[:6]}", [sys.executable, *program], env)
+        argv = ["nice", "-n", str(nice), sys.executable, *program] if nice else [sys.executable, *program]
+        proc = self.start(f"{name}-{uuid.uuid4().hex[:6]}", argv, env)
         self.wait_polling(proc)
         return proc
 

@@ -40,6 +40,7 @@ from api.calls.errors import IdempotencyKeyReused
 from api.db import in_thread
 from api.errors import Conflict, ServiceUnavailable
 from api.routines.store import RoutineStore
+from api.runs.lanes import Lanes
 from api.runs.launch import Launch, Launches, RunVersion, StartRequest
 from api.runs.limits import RunLimits, run_priority
 from api.runs.reads import FINAL, RunReads
@@ -72,7 +73,7 @@ class RunStarts:
         self._temporal = temporal
         self._routines = routines
         self._reads = reads
-        self._task_queue = settings.temporal_task_queue
+        self.lanes = Lanes(settings.temporal_task_queue, settings.temporal_busy_task_queue)
         self._lasts = timedelta(seconds=settings.run_timeout_s)
         self.limits = RunLimits(
             engine, starts_per_minute=settings.run_starts_per_minute, runs_per_org=settings.runs_per_org
@@ -197,7 +198,8 @@ class RunStarts:
         return stored, True
 
     async def _start_workflow(self, launch: Launch) -> None:
-        """Start the run's workflow, at the priority its organization's runs in flight give it.
+        """Start the run's workflow, at the priority and on the lane its organization's runs in flight give
+        it (api.runs.lanes).
 
         Raises:
             ConcurrencyLimited: the organization runs its most runs at once. ServiceUnavailable: Temporal.
@@ -210,17 +212,18 @@ class RunStarts:
             try:
                 client = await self._temporal.client()
                 running = await self.limits.check_running(client, org)
+                priority = run_priority(running + starting)
                 await client.start_workflow(
                     WORKFLOW_TYPE,
                     RawValue(launch.payload),
                     id=row.workflow_id,
-                    task_queue=self._task_queue,
+                    task_queue=await self.lanes.queue(client, priority),
                     search_attributes=TypedSearchAttributes(_search_attributes(row)),
                     id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                     id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
                     execution_timeout=launch.lasts,
                     static_summary=f"{row.routine_name} · {row.id}",
-                    priority=Priority(priority_key=run_priority(running + starting)),
+                    priority=Priority(priority_key=priority),
                 )
                 started = True
                 self.limits.started(org)

@@ -65,9 +65,10 @@ OVERLAP = {
 }
 TICK_SLACK = timedelta(hours=1)  # a tick waits for its run, which lasts at most run_timeout_s
 TICK_PRIORITY = 5
-"""The Temporal priority key of a schedule's tick workflows: last. A tick only asks the api for the run,
-which starts at its organization's priority (api.runs.limits.run_priority); 300 schedules of one minute
-otherwise put ~10 tick tasks a second at the default 3 ahead of a quiet organization's run at 1-2."""
+"""The Temporal priority key of a schedule's tick workflows: last, and on the busy lane when a worker polls it
+(api.runs.lanes). A tick only asks the api for the run, which starts at its organization's priority
+(api.runs.limits.run_priority); 300 schedules of one minute otherwise put ~10 tick tasks a second at the
+default 3 ahead of a quiet organization's run at 1-2."""
 
 
 class SchedulesService:
@@ -137,7 +138,7 @@ class SchedulesService:
             SCHEDULE_WORKFLOW_TYPE,
             ScheduleTickInput(schedule_id=row.id, routine=row.routine_name, grant=secret),
             id=f"routine-tick-{row.id}",
-            task_queue=settings.temporal_task_queue,
+            task_queue=await self._starts.lanes.queue(client, TICK_PRIORITY),  # the busy lane, when served
             execution_timeout=timedelta(seconds=settings.run_timeout_s) + TICK_SLACK,
             priority=Priority(priority_key=TICK_PRIORITY),
             typed_search_attributes=TypedSearchAttributes(

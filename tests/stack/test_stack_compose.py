@@ -62,16 +62,16 @@ def _part(service: dict[str, Any]) -> str:
     return b3os[-1][0] if b3os else "other"  # `node` or `egress`
 
 
-def test_the_distributed_shape_has_two_apis_two_workers_two_nodes_and_the_egress_proxy(
+def test_the_distributed_shape_has_two_apis_three_workers_two_nodes_and_the_egress_proxy(
     services: dict[str, Any],
 ) -> None:
     parts = sorted(_part(s) for s in services.values())
-    assert parts.count("api") == parts.count("worker") == parts.count("node") == 2 and "egress" in parts
+    assert parts.count("api") == parts.count("node") == 2 and parts.count("worker") == 3 and "egress" in parts
     assert set(_of_kind(services, "api")) == {"api-1", "api-2"}
-    assert set(_of_kind(services, "worker")) == {"worker-1", "worker-2"}
+    assert set(_of_kind(services, "worker")) == {"worker-1", "worker-2", "worker-3"}
     assert set(_of_kind(services, "node")) == {"node-1", "node-2"}
     ours = [s for s in services.values() if _part(s) != "other"]
-    assert len(ours) == 7 and all(s["restart"] == "unless-stopped" for s in ours)  # Docker restarts them
+    assert len(ours) == 8 and all(s["restart"] == "unless-stopped" for s in ours)  # Docker restarts them
 
 
 def test_the_api_services_run_the_real_factory(services: dict[str, Any]) -> None:
@@ -103,6 +103,19 @@ def test_the_worker_services_run_the_worker_module(services: dict[str, Any]) -> 
         command = service["command"]
         assert command[:2] == ["python", "-m"]
         assert callable(importlib.import_module(command[2]).main)
+
+
+def test_one_worker_polls_the_busy_lane_the_apis_start_busy_organizations_runs_on(
+    services: dict[str, Any],
+) -> None:
+    queues = [w["environment"].get("B3OS_TEMPORAL_TASK_QUEUE") for w in _of_kind(services, "worker").values()]
+    lanes = {
+        a["environment"].get("B3OS_TEMPORAL_BUSY_TASK_QUEUE") for a in _of_kind(services, "api").values()
+    }
+    assert lanes == {None}  # the api's default
+    busy = ApiSettings.model_fields["temporal_busy_task_queue"].default
+    assert sorted(queues, key=str) == [None, None, busy]  # two on the main queue, one on the busy lane
+    assert services["worker-3"]["cpu_shares"] < 1024  # Docker's default: the main lane takes the CPU first
 
 
 def test_the_node_services_run_b3os_commands_with_flags_that_exist(services: dict[str, Any]) -> None:
@@ -168,7 +181,7 @@ def test_every_b3os_variable_of_a_service_is_read_by_the_part_it_runs(services: 
         used = {v for v in (service.get("environment") or {}) if v.startswith("B3OS_")}
         if used:
             unread[name] = used - reads[_part(service)]
-    assert len(unread) == 7 and all(v == set() for v in unread.values()), unread
+    assert len(unread) == 8 and all(v == set() for v in unread.values()), unread
 
 
 def test_temporal_is_reached_by_the_apis_and_the_workers_only(services: dict[str, Any]) -> None:
@@ -178,7 +191,16 @@ def test_temporal_is_reached_by_the_apis_and_the_workers_only(services: dict[str
         for port in service.get("ports") or []:
             assert str(port).startswith("127.0.0.1:"), f"{name} publishes {port} beyond loopback"
     on_temporal = {name for name, s in services.items() if "temporal" in (s.get("networks") or [])}
-    assert on_temporal == {"postgresql", "temporal", "temporal-ui", "api-1", "api-2", "worker-1", "worker-2"}
+    assert on_temporal == {
+        "postgresql",
+        "temporal",
+        "temporal-ui",
+        "api-1",
+        "api-2",
+        "worker-1",
+        "worker-2",
+        "worker-3",
+    }
     assert services["temporal"]["networks"] == ["temporal"] == services["temporal-ui"]["networks"]
 
 

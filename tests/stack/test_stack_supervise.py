@@ -87,9 +87,17 @@ def _part_pids(dev: Dev) -> dict[str, int]:
         except (OSError, ValueError):
             continue
         for part, words in PARTS.items():
-            if ppid == dev.process.pid and words in cmdline:
+            if ppid == dev.process.pid and words in cmdline and not _busy_lane(pid):
                 found[part] = pid
     return found
+
+
+def _busy_lane(pid: int) -> bool:
+    """Whether the process is the busy lane's worker (the same program as the worker's)."""
+    try:
+        return b"B3OS_TEMPORAL_TASK_QUEUE=b3os-routines-busy\0" in Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
 
 
 def _kill_and_see_it_back(dev: Dev, part: str) -> int:
