@@ -17,6 +17,7 @@ import asyncio
 import logging
 import math
 import time
+from datetime import timedelta
 
 from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
@@ -36,6 +37,9 @@ LANE_CHECK_S = 10.0
 POLLER_SEEN_S = 120.0
 """A poller Temporal saw within this long serves the lane: an idle worker polls again at least every ~70 s
 (the SDK's long poll), and Temporal remembers a poller for 5 minutes after its last poll."""
+
+DESCRIBE_TIMEOUT = timedelta(seconds=5)
+"""How long the api waits for Temporal to describe the busy lane (the starts that need it wait too)."""
 
 
 class Lanes:
@@ -71,7 +75,7 @@ async def polled(client: Client, queue: str) -> bool:
         task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
     )
     try:
-        described = await client.workflow_service.describe_task_queue(request)
+        described = await client.workflow_service.describe_task_queue(request, timeout=DESCRIBE_TIMEOUT)
     except RPCError as exc:
         log.warning("the busy lane %s is not used: Temporal did not describe it (%s)", queue, exc.message)
         return False
