@@ -15,7 +15,8 @@ from temporalio.testing import WorkflowEnvironment
 from api.runs.lanes import Lanes
 from engine.ticks import temporal_schedule_id
 
-SLEEPY = f"name: sleepy\nsteps:\n  - id: s\n    uses: {FREE_FAIL}\n    with: {{mode: sleep, seconds: 1}}\n"
+# in flight for seconds, so that each start counts the ones before it however slow the machine
+SLEEPY = f"name: sleepy\nsteps:\n  - id: s\n    uses: {FREE_FAIL}\n    with: {{mode: sleep, seconds: 3}}\n"
 FAST = f"name: fast\nsteps:\n  - id: e\n    uses: {FREE_ECHO}\n    with: {{text: hi}}\n"
 YEARLY = (
     "name: yearly\non:\n  schedule:\n    - cron: '0 0 1 1 *'\n"
