@@ -205,6 +205,8 @@ class ActionActivities:
             "Authorization": f"Bearer {self._settings.worker_token.get_secret_value()}",
             "X-B3OS-On-Behalf-Of": input.key_id,
             "X-B3OS-Run-Step": input.step_id if input.index is None else f"{input.step_id}/{input.index}",
+            # the Temporal run this activity belongs to, as Temporal says: the one execution the grant serves
+            "X-B3OS-Run-Execution": activity.info().workflow_run_id or "",
             "Idempotency-Key": key,
         }
         if input.grant:

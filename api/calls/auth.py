@@ -83,19 +83,30 @@ def caller_for(request: Request, *, surface: str, cancelling: bool = False) -> C
         )
     with Reads(request.app.state.engine) as reads:
         grant = grants.lookup(reads, secret)
-    run_key = grants.check(
+    execution = request.headers.get(grants.EXECUTION_HEADER, "").strip()
+    step = grants.check(
         grant,
         step=request.headers.get(grants.STEP_HEADER, ""),
         idempotency_key=request.headers.get("Idempotency-Key"),
         cancelling=cancelling,
+        execution=execution,
     )
     named = request.headers.get(ON_BEHALF_OF, "").strip()
     if named and named != grant.key_id:
         raise Forbidden(f"{ON_BEHALF_OF} names another key than the one that started run {grant.run_id}.")
-    return _caller(grant.key, surface="routine", run_key=run_key)
+    if grant.execution_id is None and grant.steps:  # a call before the api wrote what it started
+        if not execution or not grants.bind_first(request.app.state.engine, grant.grant_hash, execution):
+            raise Forbidden(
+                f"This call does not come from the workflow execution the api started for run "
+                f"{grant.run_id} ({grants.EXECUTION_HEADER}): its grant serves that execution only.",
+                reason="execution_not_of_run",
+            )
+    return _caller(grant.key, surface="routine", run_key=step.key, run_ref=step.ref)
 
 
-def _caller(key: CallingKey | None, *, surface: str, run_key: str | None) -> Caller:
+def _caller(
+    key: CallingKey | None, *, surface: str, run_key: str | None, run_ref: str | None = None
+) -> Caller:
     if key is None:
         raise Unauthorized("The API key is not valid.")
     if key.revoked_at is not None:
@@ -108,6 +119,7 @@ def _caller(key: CallingKey | None, *, surface: str, run_key: str | None) -> Cal
         spend_cap_microusd=key.monthly_spend_cap_microusd,
         surface=surface,
         run_key=run_key,
+        run_ref=run_ref,
     )
 
 

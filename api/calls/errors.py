@@ -3,6 +3,7 @@
     ApiError (api.errors)
     └── CallError (api.errors)      reason, details, retry_after (whole seconds, also as Retry-After)
         ├── CallInvalid             400 invalid_request (with `errors`: path and message each)
+        ├── RefNotOfStep            403 forbidden (reason ref_not_of_step: a routine step's other ref)
         ├── RefNotFound             404 not_found (names the ref)
         ├── IdempotencyInProgress   409 idempotency_in_progress
         ├── BodyTooLarge            413 payload_too_large
@@ -27,6 +28,11 @@ from api.errors import CallError
 class CallInvalid(CallError):
     status = 400
     code = "invalid_request"
+
+
+class RefNotOfStep(CallError):
+    status = 403
+    code = "forbidden"
 
 
 class RefNotFound(CallError):

@@ -26,7 +26,8 @@ _REF_REQUIRED = "the field ref is required: an action ref such as com.example.to
 class Caller:
     """Who calls: the key the call is metered under, and the surface it came through.
 
-    `run_key` is set for a routine step's call (api.runs.grants): the one Idempotency-Key it may use.
+    `run_key` is set for a routine step's call (api.runs.grants): the one Idempotency-Key it may use, and
+    `run_ref` the one ref it may call (None: any, for a grant minted before steps were bound).
     """
 
     org_id: str
@@ -34,6 +35,7 @@ class Caller:
     spend_cap_microusd: int | None = None
     surface: str = "http"
     run_key: str | None = None
+    run_ref: str | None = None
 
 
 class CallBody(BaseModel):

@@ -56,6 +56,7 @@ from api.calls.errors import (
     IdempotencyInProgress,
     PackUnavailable,
     RefNotFound,
+    RefNotOfStep,
     ToolUnavailable,
 )
 from api.calls.executor import HTTP_LANE, Executor, Prepared
@@ -130,6 +131,12 @@ class CallService:
         started = time.perf_counter()
         try:
             request = parse_request(payload)
+            if caller.run_ref is not None and request.ref != caller.run_ref:
+                raise RefNotOfStep(
+                    f"A routine step calls the ref its run pinned ({caller.run_ref}), "
+                    f"not {request.ref[:200]}.",
+                    reason="ref_not_of_step",
+                )
             if idempotency_key is not None:
                 idempotency.check_key(idempotency_key)
                 replay = await self._claim(

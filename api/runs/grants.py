@@ -7,6 +7,12 @@ id. The activity sends the grant beside the worker token (`X-B3OS-Run-Grant`) an
 (`X-B3OS-Run-Step: <step id>` or `<step id>/<foreach index>`). `check` honours the call when:
 
 - the grant is one this api minted (one lookup by the hash's primary key, joined with the key row);
+- the call comes from the workflow execution the api started (`X-B3OS-Run-Execution`, the activity's
+  Temporal run id, against the one the api wrote with the run's row, or bound by the first call when the
+  call came first): a workflow started again under the same id, by hand or by a reset, is refused;
+- the step is one of the run's routine version (`steps`, minted with the grant), with a foreach index
+  exactly when it has foreach items (below `FOREACH_MAX_ITEMS`), and the call's `ref` is the one it
+  pinned (`api.calls.service` compares it);
 - the run has not ended: the runs service marks the grant ended as soon as it learns the run ended
   (GET /v1/runs/{id}, GET /v1/runs, a cancel of an ended run), and every grant expires with the
   run's execution timeout (`B3OS_RUN_TIMEOUT_S`, plus a minute) however the run ended;
@@ -20,9 +26,9 @@ id. The activity sends the grant beside the worker token (`X-B3OS-Run-Grant`) an
 The worker token alone, with or without `X-B3OS-On-Behalf-Of`, calls nothing; a workflow started on
 Temporal any other way holds no grant this api minted, so its steps are refused and no one is
 charged. The grant is the one secret in a run's Temporal history (its input and each step's
-activity input): it is worth nothing without the worker token, nothing outside its run's keys, and
-nothing once its run has ended, and Temporal is reachable by the api and the workers only
-(docs/operations.md).
+activity input): it is worth nothing without the worker token, nothing to another execution, nothing
+outside its run's steps, refs and keys, and nothing once its run has ended, and Temporal is reachable
+by the api and the workers only (docs/operations.md).
 """
 
 from __future__ import annotations
@@ -30,10 +36,11 @@ from __future__ import annotations
 import datetime as dt
 import re
 import secrets
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
-from sqlalchemy import bindparam
+from sqlalchemy import Engine, bindparam
 from sqlalchemy import select as select_columns
 from sqlmodel import Session, col, update
 
@@ -43,9 +50,11 @@ from api.errors import Forbidden, Unauthorized
 from api.models import ApiKey, Organization, utcnow
 from api.rawsql import Reads
 from api.runs.tables import RunGrant
+from engine.runs import FOREACH_MAX_ITEMS
 
 GRANT_HEADER = "X-B3OS-Run-Grant"
 STEP_HEADER = "X-B3OS-Run-Step"
+EXECUTION_HEADER = "X-B3OS-Run-Execution"
 GRANT_PREFIX = "b3run_"
 EXPIRY_SLACK = dt.timedelta(seconds=60)  # Temporal's execution timeout starts a moment after the grant
 _STEP = re.compile(r"^([A-Za-z_][A-Za-z0-9_]{0,63})(?:/([0-9]{1,6}))?$")
@@ -62,10 +71,13 @@ def mint(
     key_id: str,
     workflow_id: str,
     lasts: dt.timedelta,
+    steps: Mapping[str, GrantStep] | None = None,
     cleanup_steps: Sequence[str] = (),
 ) -> str:
     """Store a new grant for a run that is about to start (the caller commits); the secret, shown once.
-    `cleanup_steps`: the steps that may still call for `CLEANUP_TIME` after a cancel."""
+    `steps`: each step of the run's routine version (None: any step, as grants minted before steps were
+    bound); `cleanup_steps`: the steps that may still call for
+    `CLEANUP_TIME` after a cancel."""
     secret = GRANT_PREFIX + secrets.token_urlsafe(32)
     session.add(
         RunGrant(
@@ -76,9 +88,36 @@ def mint(
             workflow_id=workflow_id,
             expires_at=utcnow() + lasts + EXPIRY_SLACK,
             cleanup_steps=list(cleanup_steps),
+            steps={
+                step_id: {"ref": step.ref, "foreach": step.foreach} for step_id, step in (steps or {}).items()
+            },
         )
     )
     return secret
+
+
+def bind(session: Session, run_id: str, execution_id: str) -> None:
+    """The workflow of the run was started as Temporal run `execution_id`: its grant serves that execution
+    only (unless a first call bound it already; the caller commits)."""
+    session.exec(  # type: ignore[call-overload]
+        update(RunGrant)
+        .where(col(RunGrant.run_id) == run_id, col(RunGrant.execution_id).is_(None))
+        .values(execution_id=execution_id)
+    )
+
+
+def bind_first(engine: Engine, grant_hash: str, execution_id: str) -> bool:
+    """Bind a grant the api has not bound yet to the execution of its first call (a call may come before the
+    api has written what it started); whether the grant now serves `execution_id`."""
+    with Session(engine) as session:
+        session.exec(  # type: ignore[call-overload]
+            update(RunGrant)
+            .where(col(RunGrant.grant_hash) == grant_hash, col(RunGrant.execution_id).is_(None))
+            .values(execution_id=execution_id)
+        )
+        session.commit()
+        grant = session.get(RunGrant, grant_hash)
+    return grant is not None and grant.execution_id == execution_id
 
 
 def forget(session: Session, secret: str) -> None:
@@ -118,6 +157,26 @@ class FoundGrant:
     ended_at: dt.datetime | None
     cleanup_steps: list[str]
     key: FoundKey
+    steps: dict[str, dict[str, Any]] = field(default_factory=dict)
+    execution_id: str | None = None
+    grant_hash: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class GrantStep:
+    """A step a grant calls for: the pinned ref it calls, and whether it has foreach items."""
+
+    ref: str
+    foreach: bool
+
+
+@dataclass(frozen=True, slots=True)
+class StepCall:
+    """What a grant lets a step's request do: the one Idempotency-Key and the one ref it may call (None: a
+    grant minted before steps were bound, any ref)."""
+
+    key: str
+    ref: str | None
 
 
 _GRANT_AND_KEY = (
@@ -129,6 +188,8 @@ _GRANT_AND_KEY = (
         col(RunGrant.cancelled_at),
         col(RunGrant.ended_at),
         col(RunGrant.cleanup_steps),
+        col(RunGrant.steps),
+        col(RunGrant.execution_id),
         *FOUND_KEY_COLUMNS,
     )
     .join(ApiKey, col(ApiKey.id) == col(RunGrant.key_id))
@@ -143,7 +204,8 @@ def lookup(reads: Reads, secret: str) -> FoundGrant:
     Raises:
         Unauthorized: no run of this api holds that grant.
     """
-    row = reads.run(_GRANT_AND_KEY, {"grant_hash": hash_secret(secret)}).first()
+    grant_hash = hash_secret(secret)
+    row = reads.run(_GRANT_AND_KEY, {"grant_hash": grant_hash}).first()
     if row is None:
         raise Unauthorized(
             f"{GRANT_HEADER} is not the grant of any run this api started, so the call is refused: "
@@ -158,10 +220,15 @@ def lookup(reads: Reads, secret: str) -> FoundGrant:
         ended_at=row.ended_at,
         cleanup_steps=list(row.cleanup_steps or []),
         key=found_key(row),
+        steps=dict(row.steps or {}),
+        execution_id=row.execution_id,
+        grant_hash=grant_hash,
     )
 
 
-def check(grant: FoundGrant, *, step: str, idempotency_key: str | None, cancelling: bool) -> str:
+def check(
+    grant: FoundGrant, *, step: str, idempotency_key: str | None, cancelling: bool, execution: str | None
+) -> StepCall:
     """Refuse a step's call (or cancel) that its run's grant does not cover.
 
     Args:
@@ -169,12 +236,16 @@ def check(grant: FoundGrant, *, step: str, idempotency_key: str | None, cancelli
         step: The `X-B3OS-Run-Step` header: `<step id>` or `<step id>/<foreach index>`.
         idempotency_key: The request's Idempotency-Key (header).
         cancelling: The request cancels a call (allowed while a cancelled run stops its steps).
+        execution: The `X-B3OS-Run-Execution` header: the Temporal run id of the workflow the call comes
+            from (the activity's own, as Temporal gave it).
 
     Returns:
-        The Idempotency-Key the step derives: the only one this request may use.
+        The Idempotency-Key the step derives and the ref it calls: the only ones this request may use.
 
     Raises:
-        Forbidden: the run has ended, expired or was cancelled, or the key is not that step's.
+        Forbidden: the run has ended, expired or was cancelled; the call comes from another workflow
+            execution than the one the api started; the step is not one of the run's routine version (or
+            its foreach index is out of bounds); or the key is not that step's.
     """
     run = f"Run {grant.run_id}"
     if grant.ended_at is not None:
@@ -183,23 +254,55 @@ def check(grant: FoundGrant, *, step: str, idempotency_key: str | None, cancelli
         raise Forbidden(
             f"{run} has outlived its execution timeout: its grant calls nothing more.", reason="run_ended"
         )
+    if grant.execution_id is not None and (execution or "").strip() != grant.execution_id:
+        raise Forbidden(
+            f"This call does not come from the workflow execution the api started for {run.lower()} "
+            f"({EXECUTION_HEADER}): its grant serves that execution only.",
+            reason="execution_not_of_run",
+        )
     match = _STEP.match(step.strip())
     if match is None:
         raise Forbidden(
             f"A step's call names its step: send {STEP_HEADER}: <step id> or <step id>/<foreach index>.",
             reason="step_unknown",
         )
+    step_id, index = match.group(1), None if match.group(2) is None else int(match.group(2))
+    ref = _step_ref(grant, run, step_id, index)
     if grant.cancelled_at is not None and not cancelling:
-        _check_cleanup(grant, run, match.group(1))
-    index = None if match.group(2) is None else int(match.group(2))
-    expected = step_idempotency_key(grant.workflow_id, match.group(1), index)
+        _check_cleanup(grant, run, step_id)
+    expected = step_idempotency_key(grant.workflow_id, step_id, index)
     if idempotency_key is None or idempotency_key.strip() != expected:
         raise Forbidden(
             f"The Idempotency-Key is not the key that step {step.strip()} of run {grant.run_id} derives: a "
             "run's grant calls only under its own steps' keys.",
             reason="key_not_of_run",
         )
-    return expected
+    return StepCall(key=expected, ref=ref)
+
+
+def _step_ref(grant: FoundGrant, run: str, step_id: str, index: int | None) -> str | None:
+    """The pinned ref the step calls (None: a grant minted before steps were bound names none)."""
+    if not grant.steps:
+        return None
+    found = grant.steps.get(step_id)
+    if found is None:
+        raise Forbidden(
+            f"{run} has no step {step_id!r} in its routine version: its grant calls for its own steps only.",
+            reason="step_unknown",
+        )
+    if found.get("foreach"):
+        if index is None or index >= FOREACH_MAX_ITEMS:
+            raise Forbidden(
+                f"Step {step_id} of {run.lower()} has foreach items: its calls name an index below "
+                f"{FOREACH_MAX_ITEMS:,} ({STEP_HEADER}: {step_id}/<index>).",
+                reason="step_unknown",
+            )
+    elif index is not None:
+        raise Forbidden(
+            f"Step {step_id} of {run.lower()} has no foreach items: its calls name no index.",
+            reason="step_unknown",
+        )
+    return str(found["ref"])
 
 
 def _check_cleanup(grant: FoundGrant, run: str, step_id: str) -> None:

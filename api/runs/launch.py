@@ -119,7 +119,11 @@ class Launches:
             inputs=resolved,
         )
         cleanup = [step.id for step in routine.steps if expressions.runs_after_cancel(step.if_)]
-        grant = self._mint_grant(row, self._lasts, cleanup)
+        steps = {
+            step.id: grants.GrantStep(ref=pins.get(step.uses, step.uses), foreach=step.foreach is not None)
+            for step in routine.steps
+        }
+        grant = self._mint_grant(row, self._lasts, steps, cleanup)
         try:
             # the converter of every b3os Temporal client (engine.worker.connect)
             payload = pydantic_data_converter.payload_converter.to_payload(
@@ -170,7 +174,9 @@ class Launches:
                 pins[step.uses] = resolved.pin
         return pins
 
-    def _mint_grant(self, row: RunRecord, lasts: timedelta, cleanup_steps: list[str]) -> str:
+    def _mint_grant(
+        self, row: RunRecord, lasts: timedelta, steps: dict[str, grants.GrantStep], cleanup_steps: list[str]
+    ) -> str:
         with Session(self._engine) as session:
             secret = grants.mint(
                 session,
@@ -179,6 +185,7 @@ class Launches:
                 key_id=row.key_id,
                 workflow_id=row.workflow_id,
                 lasts=lasts,
+                steps=steps,
                 cleanup_steps=cleanup_steps,
             )
             session.commit()
@@ -195,10 +202,14 @@ class Launches:
                 select(RunRecord).where(RunRecord.org_id == org_id, RunRecord.idempotency_key == key)
             ).first()
 
-    def insert_run(self, row: RunRecord) -> tuple[RunRecord, bool]:
+    def insert_run(self, row: RunRecord, execution_id: str | None = None) -> tuple[RunRecord, bool]:
+        """Write the started run's row and bind its grant to the Temporal run the api started (in one
+        transaction); the stored row, and whether this call wrote it."""
         # every column's value is made here, not by the database: the row is not read back
         with Session(self._engine, expire_on_commit=False) as session:
             session.add(row)
+            if execution_id is not None:
+                grants.bind(session, row.id, execution_id)
             try:
                 session.commit()
             except IntegrityError:

@@ -190,16 +190,19 @@ class RunStarts:
         )
         if isinstance(launch, RunRecord):  # the Idempotency-Key's earlier run (Temporal not asked)
             return _same_request(launch, request, idempotency_key or ""), False
-        await self._start_workflow(launch)
-        stored, created = await in_thread(self._launches.insert_run, launch.row)
+        execution_id = await self._start_workflow(launch)
+        stored, created = await in_thread(self._launches.insert_run, launch.row, execution_id)
         if not created:
             return _same_request(stored, request, idempotency_key or ""), False
         stored.result = _at_start(launch.routine).model_dump(mode="json")  # answered, not stored
         return stored, True
 
-    async def _start_workflow(self, launch: Launch) -> None:
+    async def _start_workflow(self, launch: Launch) -> str | None:
         """Start the run's workflow, at the priority and on the lane its organization's runs in flight give
         it (api.runs.lanes).
+
+        Returns:
+            The Temporal run id of the workflow started (None: the same idempotent run, already finished).
 
         Raises:
             ConcurrencyLimited: the organization runs its most runs at once. ServiceUnavailable: Temporal.
@@ -213,7 +216,7 @@ class RunStarts:
                 client = await self._temporal.client()
                 running = await self.limits.check_running(client, org)
                 priority = run_priority(running + starting)
-                await client.start_workflow(
+                handle = await client.start_workflow(
                     WORKFLOW_TYPE,
                     RawValue(launch.payload),
                     id=row.workflow_id,
@@ -227,8 +230,9 @@ class RunStarts:
                 )
                 started = True
                 self.limits.started(org)
+                return handle.result_run_id
             except WorkflowAlreadyStartedError:
-                pass  # the same idempotent run, already finished: its row is written next
+                return None  # the same idempotent run, already finished: its row is written next
             except RPCError as exc:
                 raise ServiceUnavailable(
                     f"Temporal did not start the run: {exc.message}", retry_after_s=5

@@ -69,3 +69,15 @@ class RunGrant(SQLModel, table=True):
         sa_column=Column(JSON, nullable=False),
         description="the steps whose if: calls always() or cancelled(): they may call after a cancel",
     )
+    steps: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        sa_column=Column(JSON, nullable=False),
+        description='each step of the run\'s routine version: {"ref": the pinned ref it calls, "foreach": '
+        "whether it has items}; the only steps and actions its grant calls (empty: minted before steps were "
+        "bound)",
+    )
+    execution_id: str | None = Field(
+        default=None,
+        max_length=64,
+        description="the Temporal run id of the workflow the api started: the one execution its grant serves",
+    )

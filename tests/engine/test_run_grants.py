@@ -61,12 +61,16 @@ async def _grant_of(stack: RoutineStack, workflow_id: str) -> str:
     return str(run_input.grant)
 
 
-def _call_with(stack: RoutineStack, grant: str, workflow_id: str, step: str) -> httpx.Response:
-    """POST /v1/actions/call as the worker does, for `step` of the run of `workflow_id`."""
+def _call_with(
+    stack: RoutineStack, grant: str, workflow_id: str, step: str, execution: str = ""
+) -> httpx.Response:
+    """POST /v1/actions/call as the worker does, for `step` of the run of `workflow_id` (its Temporal run
+    `execution`)."""
     headers = {
         "Authorization": f"Bearer {WORKER_TOKEN}",
         "X-B3OS-Run-Grant": grant,
         "X-B3OS-Run-Step": step,
+        "X-B3OS-Run-Execution": execution,
         "Idempotency-Key": step_idempotency_key(workflow_id, step, None),
     }
     body = {"ref": ECHO_REF, "input": {"text": "after the end"}}
@@ -105,8 +109,9 @@ async def test_a_grant_read_from_a_running_runs_history_calls_nothing_for_anothe
     grant = await _grant_of(routine_stack, run["workflow_id"])
     cause = await _start_directly(routine_stack, victim, grant)
     assert cause.message.startswith(
-        "step take failed: forbidden (key_not_of_run): The Idempotency-Key is not the key that step take"
-    )
+        "step take failed: forbidden (execution_not_of_run): This call does not come from the workflow "
+        "execution the api started"
+    ), cause.message
     final = await routine_stack.final(victim, run_id)
     assert final["status"] == "succeeded"
     (call,) = routine_stack.calls_of(victim)  # the run's own step, and nothing else
@@ -155,13 +160,14 @@ async def test_the_grant_of_a_cancelled_run_starts_no_call(routine_stack: Routin
     run_id = await _started_calling(routine_stack, org, source, "stopped")
     workflow_id = (await routine_stack.read(org, run_id))["workflow_id"]
     grant = await _grant_of(routine_stack, workflow_id)
+    execution = (await routine_stack.temporal_client.get_workflow_handle(workflow_id).describe()).run_id
     await _cancel(routine_stack, org, run_id)
-    refused = await asyncio.to_thread(_call_with, routine_stack, grant, workflow_id, "later")
+    refused = await asyncio.to_thread(_call_with, routine_stack, grant, workflow_id, "wait", execution)
     assert refused.status_code == 403, refused.text
     assert refused.json()["error"]["reason"] in ("run_cancelled", "run_ended")
     run = await routine_stack.final(org, run_id)
     assert run["status"] == "cancelled"
-    refused = await asyncio.to_thread(_call_with, routine_stack, grant, workflow_id, "later")
+    refused = await asyncio.to_thread(_call_with, routine_stack, grant, workflow_id, "wait", execution)
     assert refused.json()["error"]["reason"] == "run_ended"
     # the step's call was cancelled by its activity, under the grant
     deadline = time.monotonic() + PATIENCE_S
@@ -222,12 +228,133 @@ def test_a_cleanup_step_calls_within_its_time_after_the_cancel_and_no_other_step
         key=None,  # type: ignore[arg-type]  # check reads nothing of the key
     )
     key = step_idempotency_key("routine-x", "tidy", None)
-    assert grants.check(grant, step="tidy", idempotency_key=key, cancelling=False) == key
+    assert grants.check(grant, step="tidy", idempotency_key=key, cancelling=False, execution="") == (
+        grants.StepCall(key=key, ref=None)
+    )
     other = step_idempotency_key("routine-x", "next", None)
     with pytest.raises(Forbidden) as refused:
-        grants.check(grant, step="next", idempotency_key=other, cancelling=False)
+        grants.check(grant, step="next", idempotency_key=other, cancelling=False, execution="")
     assert refused.value.body()["error"]["reason"] == "run_cancelled"
     late = dataclasses.replace(grant, cancelled_at=now - grants.CLEANUP_TIME - dt.timedelta(seconds=1))
     with pytest.raises(Forbidden) as refused:
-        grants.check(late, step="tidy", idempotency_key=key, cancelling=False)
+        grants.check(late, step="tidy", idempotency_key=key, cancelling=False, execution="")
     assert "cancelled more than 5 minutes ago: its cleanup step tidy starts no new call" in str(refused.value)
+
+
+def _bound_grant() -> grants.FoundGrant:
+    return grants.FoundGrant(
+        run_id="run_x",
+        workflow_id="routine-x",
+        key_id="key_x",
+        expires_at=utcnow() + dt.timedelta(hours=1),
+        cancelled_at=None,
+        ended_at=None,
+        cleanup_steps=[],
+        key=None,  # type: ignore[arg-type]  # check reads nothing of the key
+        steps={"one": {"ref": ECHO_REF, "foreach": False}, "each": {"ref": FAIL_REF, "foreach": True}},
+        execution_id="exec-1",
+    )
+
+
+@pytest.mark.parametrize(
+    ("step", "execution", "reason", "says"),
+    [
+        ("notinrun", "exec-1", "step_unknown", "has no step 'notinrun' in its routine version"),
+        ("one/5", "exec-1", "step_unknown", "Step one of run run_x has no foreach items"),
+        ("each", "exec-1", "step_unknown", "has foreach items: its calls name an index"),
+        ("each/999999", "exec-1", "step_unknown", "an index below 1,000"),
+        ("one", "exec-2", "execution_not_of_run", "not come from the workflow execution"),
+        ("one", "", "execution_not_of_run", "its grant serves that execution only"),
+    ],
+    ids=["a step not in the routine", "an index on a step without foreach", "no index on a foreach step",
+         "an index past the most items", "another execution", "no execution"],
+)  # fmt: skip
+def test_a_grant_calls_for_its_own_runs_steps_from_its_own_execution_only(
+    step: str, execution: str, reason: str, says: str
+) -> None:
+    step_id, _, index = step.partition("/")
+    key = step_idempotency_key("routine-x", step_id, int(index) if index else None)
+    with pytest.raises(Forbidden) as refused:
+        grants.check(_bound_grant(), step=step, idempotency_key=key, cancelling=False, execution=execution)
+    error = refused.value.body()["error"]
+    assert error["reason"] == reason and says in error["message"], error
+
+
+def test_a_grant_names_the_ref_its_step_pinned() -> None:
+    key = step_idempotency_key("routine-x", "each", 3)
+    call = grants.check(
+        _bound_grant(), step="each/3", idempotency_key=key, cancelling=False, execution="exec-1"
+    )
+    assert call == grants.StepCall(key=key, ref=FAIL_REF)
+
+
+async def _in_flight(stack: RoutineStack, org: Org) -> tuple[str, str]:
+    """A run of a step that sleeps 3 s, its call started: its run id and workflow id."""
+    source = (
+        f"name: slow\nsteps:\n  - id: wait\n    uses: {FAIL_REF}\n    with: {{mode: sleep, seconds: 3}}\n"
+    )
+    run_id = await _started_calling(stack, org, source, "slow")
+    return run_id, (await stack.read(org, run_id))["workflow_id"]
+
+
+async def test_a_grant_read_from_history_calls_nothing_for_a_workflow_started_again_under_its_id(
+    routine_stack: RoutineStack,
+) -> None:
+    victim = routine_stack.runner()
+    run_id, workflow_id = await _in_flight(routine_stack, victim)
+    grant = await _grant_of(routine_stack, workflow_id)
+    await routine_stack.temporal_client.get_workflow_handle(workflow_id).terminate("stolen")
+    # the same workflow id, the stolen grant, a step of the forger's choosing under the run's step id
+    forged = Routine.model_validate(
+        {"name": "slow", "steps": [{"id": "wait", "uses": ECHO_REF, "with": {"text": "on your bill"}}]}
+    )
+    handle = await routine_stack.temporal_client.start_workflow(
+        WORKFLOW_TYPE,
+        RunRoutineInput(
+            routine=forged, org_id=victim.org_id, key_id=victim.key_id, run_id=run_id, grant=grant
+        ),
+        id=workflow_id,
+        task_queue=routine_stack.queue,
+    )
+    with pytest.raises(WorkflowFailureError) as info:
+        await handle.result()
+    cause = info.value.cause
+    assert isinstance(cause, ApplicationError)
+    assert cause.message.startswith(
+        "step wait failed: forbidden (execution_not_of_run): This call does not come from the workflow "
+        f"execution the api started for run {run_id}"
+    ), cause.message
+    (call,) = routine_stack.calls_of(victim)  # the run's own step, and nothing else
+    assert call.action == "fail"
+
+
+async def test_a_live_grant_calls_nothing_for_steps_refs_or_executions_not_its_runs(
+    routine_stack: RoutineStack,
+) -> None:
+    org = routine_stack.runner()
+    run_id, workflow_id = await _in_flight(routine_stack, org)
+    grant = await _grant_of(routine_stack, workflow_id)
+    execution = (await routine_stack.temporal_client.get_workflow_handle(workflow_id).describe()).run_id
+    tries = [  # step, ref, execution: each refused, and why
+        ("notinrun", ECHO_REF, execution, "step_unknown"),
+        ("wait/5", FAIL_REF, execution, "step_unknown"),
+        ("wait", ECHO_REF, execution, "ref_not_of_step"),
+        ("wait", FAIL_REF, "another-execution", "execution_not_of_run"),
+    ]
+    for step, ref, run_execution, reason in tries:
+        step_id, _, index = step.partition("/")
+        headers = {
+            "Authorization": f"Bearer {WORKER_TOKEN}",
+            grants.GRANT_HEADER: grant,
+            grants.STEP_HEADER: step,
+            grants.EXECUTION_HEADER: run_execution,
+            "Idempotency-Key": step_idempotency_key(workflow_id, step_id, int(index) if index else None),
+        }
+        body = {"ref": ref, "input": {"mode": "sleep", "seconds": 0} if ref == FAIL_REF else {"text": "x"}}
+        refused = await asyncio.to_thread(
+            loopback.post, f"{routine_stack.url}/v1/actions/call", headers=headers, json=body, timeout=30
+        )
+        assert refused.status_code == 403, (step, refused.text)
+        assert refused.json()["error"]["reason"] == reason, (step, refused.text)
+    assert (await routine_stack.final(org, run_id))["status"] == "succeeded"
+    assert len(routine_stack.calls_of(org)) == 1  # the run's own step, and nothing else
