@@ -56,6 +56,9 @@ class ScheduleActivities:
             "Authorization": f"Bearer {self._settings.worker_token.get_secret_value()}",
             SCHEDULE_GRANT_HEADER: input.grant,
             "Idempotency-Key": key,
+            # this tick as Temporal gave it: the api asks the schedule whether it started it
+            "X-B3OS-Tick": info.workflow_id or "",
+            "X-B3OS-Run-Execution": info.workflow_run_id or "",
         }
         url = f"{self._settings.api_url.rstrip('/')}/v1/schedules/{input.schedule_id}/runs"
         try:

@@ -17,6 +17,7 @@ from api.routes.routines import require_call_scope
 from api.runs.models import RunPublic
 from api.schedules.models import ScheduleCreate, ScheduleList, SchedulePublic
 from api.schedules.service import GRANT_HEADER
+from api.schedules.tick_check import EXECUTION_HEADER, TICK_HEADER
 from api.services import Runs, Schedules
 
 router = APIRouter(prefix="/v1/routines", tags=["schedules"])
@@ -108,7 +109,11 @@ async def start_scheduled_run(
     if idempotency_key is not None:
         check_key(idempotency_key)
     row, created = await schedules.start_scheduled_run(
-        schedule_id=schedule_id, secret=secret, idempotency_key=idempotency_key
+        schedule_id=schedule_id,
+        secret=secret,
+        idempotency_key=idempotency_key,
+        tick=request.headers.get(TICK_HEADER, "").strip(),
+        execution=request.headers.get(EXECUTION_HEADER, "").strip(),
     )
     if not created:
         response.status_code = 200

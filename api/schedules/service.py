@@ -49,6 +49,7 @@ from api.runs.starts import RunStarts
 from api.runs.tables import RunRecord
 from api.schedules.models import ScheduleCreate, SchedulePublic
 from api.schedules.tables import RoutineSchedule
+from api.schedules.tick_check import check_tick
 from api.temporal import Temporal
 from engine.cron import ScheduleError, check_cron, check_timezone
 from engine.routine import SCHEDULES_PER_ROUTINE, Routine
@@ -293,15 +294,20 @@ class SchedulesService:
     # --- the scheduled run start (the tick's activity) ----------------------------------------
 
     async def start_scheduled_run(
-        self, *, schedule_id: str, secret: str, idempotency_key: str | None
+        self, *, schedule_id: str, secret: str, idempotency_key: str | None, tick: str, execution: str
     ) -> tuple[RunRecord, bool]:
         """Start the run a schedule's tick asks for: an ordinary run of the routine's current version.
 
+        Args:
+            tick: The tick's workflow id; `execution` its Temporal run id (api.schedules.tick_check).
+
         Raises:
             Unauthorized: the grant is not this schedule's (or the schedule was deleted).
-            Forbidden: the key that created the schedule was revoked or lacks actions:call.
+            Forbidden: the key that created the schedule was revoked or lacks actions:call; the schedule
+                did not start that tick.
         """
         row, key = await in_thread(self._granted, schedule_id, secret)
+        await check_tick(await self._temporal.client(), row.id, tick, execution)
         if key is None or key.revoked_at is not None or not scope_grants(key.scopes, ACTIONS_CALL):
             raise Forbidden(
                 f"The key that created schedule {row.id} was revoked or lacks {ACTIONS_CALL}: its runs are "

@@ -238,3 +238,44 @@ async def test_b3os_routine_schedule_and_schedules(routine_stack: RoutineStack) 
     assert "15 6 * * *" in listed.stdout and "active" in listed.stdout and '{"who": "cy"}' in listed.stdout
     bad = b3os("routine", "schedule", "greet", "--cron", "15 6 * *", "-i", "who=cy")
     assert bad.returncode == 1 and "cron '15 6 * *' has 4 field(s)" in bad.stderr
+
+
+async def test_a_tick_started_by_hand_with_the_schedules_grant_starts_no_run(
+    routine_stack: RoutineStack,
+) -> None:
+    from temporalio.client import WorkflowFailureError
+    from temporalio.contrib.pydantic import pydantic_data_converter
+
+    from engine.ticks import SCHEDULE_WORKFLOW_TYPE, ScheduleTickInput
+
+    org = routine_stack.runner()
+    assert (await routine_stack.store(org, GREET)).status_code == 201
+    body = {"cron": "0 7 1 1 *", "inputs": {"who": "nobody"}}
+    made = _call(routine_stack, "POST", "/v1/routines/greet/schedules", org.headers, body)
+    assert made.status_code == 201, made.text
+    sid = made.json()["id"]
+    # the grant, as anyone who reads the Temporal Schedule's action reads it
+    action = (
+        await routine_stack.temporal_client.get_schedule_handle(temporal_schedule_id(sid)).describe()
+    ).schedule.action
+    assert isinstance(action, ScheduleActionStartWorkflow)
+    (tick,) = pydantic_data_converter.payload_converter.from_payloads(list(action.args), [ScheduleTickInput])
+    assert tick.grant.startswith("b3sch_")
+    forged = await routine_stack.temporal_client.start_workflow(
+        SCHEDULE_WORKFLOW_TYPE, tick, id=f"routine-tick-{sid}-by-hand", task_queue=routine_stack.queue
+    )
+    try:
+        await forged.result()
+        raise AssertionError("a tick started by hand started a run")
+    except WorkflowFailureError as failed:
+        said = (
+            f"{failed.cause} {getattr(failed.cause, 'cause', '')}"  # the activity's failure, then the api's
+        )
+        assert "tick_not_of_schedule" in said and "did not start the tick" in said, said
+    assert _call(routine_stack, "GET", "/v1/runs?routine=greet", org.headers).json()["runs"] == []
+    # the schedule's own tick (a trigger) still starts its run
+    assert (
+        _call(routine_stack, "POST", f"/v1/routines/greet/schedules/{sid}/trigger", org.headers).status_code
+        == 202
+    )
+    assert len(await _runs_of(routine_stack, org.headers, "greet", 1)) == 1
