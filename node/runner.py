@@ -55,6 +55,7 @@ from packs.names import FILE_NAME_RE
 MAX_STDOUT_BYTES = 1024 * 1024
 TOOL_CODE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
 MAX_TOOL_MESSAGE = 1000  # characters of a tool's own error message that reach the caller
+MAX_ANSWER_DEPTH = 64  # as request bodies and run payloads (api.jsonbody, engine.payloads)
 _CONTROL = dict.fromkeys([*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0)], " ")
 MIN_START_MS = 5
 CANCEL_MEMORY_S = 120.0  # longer than any call may wait to reach the node (60 s and the api's slack)
@@ -367,8 +368,16 @@ class Runner:
         )
         try:
             answer = json.loads(last)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested past the parser
             return {}, bad
+        if not _carriable(answer):
+            return {}, _fail(
+                "tool_failed",
+                "protocol",
+                f"the tool's answer cannot travel as JSON: it nests lists and objects deeper than "
+                f"{MAX_ANSWER_DEPTH} levels, or holds text that is not Unicode (a lone surrogate such as "
+                "\\ud800)",
+            )
         if not isinstance(answer, dict) or len(answer) != 1:
             return {}, bad
         if isinstance(answer.get("output"), dict):
@@ -418,3 +427,23 @@ class Runner:
                 "contentType": content_type_of(name),
             }
         return output
+
+
+def _carriable(answer: Any) -> bool:
+    """Whether a tool's parsed answer can travel on as JSON: nested at most `MAX_ANSWER_DEPTH` levels
+    (checked without recursion) and Unicode text only (no lone surrogate: `json.loads` takes one from an
+    escape)."""
+    stack: list[tuple[Any, int]] = [(answer, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        if depth > MAX_ANSWER_DEPTH:
+            return False
+        stack.extend((child, depth + 1) for child in children)
+    try:
+        json.dumps(answer, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -166,6 +166,17 @@ def test_a_tool_error_code_that_is_no_short_name_is_a_protocol_failure(runner: R
     assert "error code is not a short name" in err["message"] and "\x1b" not in json.dumps(err)
 
 
+@pytest.mark.parametrize("kind", ["surrogate_output", "surrogate_message", "deep", "deepest"])
+def test_an_answer_that_cannot_travel_as_json_is_a_protocol_failure_of_the_tool(
+    runner: Runner, kind: str
+) -> None:
+    result = runner.call(hostile_call("noisy", {"kind": kind}))
+    err = _err(result)
+    assert (err["code"], err["reason"]) == ("tool_failed", "protocol"), err
+    assert result.ran  # the tool ran: its time is billed as a failed call's
+    json.dumps(result.model_dump(mode="json"), ensure_ascii=False).encode()  # the node's answer travels
+
+
 def test_only_properties_declared_as_files_become_files(runner: Runner) -> None:
     call = hostile_call("noisy", {"kind": "undeclared_file"})
     declared = call.model_copy(update={"output_file_fields": []})
