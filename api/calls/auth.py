@@ -96,11 +96,7 @@ def caller_for(request: Request, *, surface: str, cancelling: bool = False) -> C
         raise Forbidden(f"{ON_BEHALF_OF} names another key than the one that started run {grant.run_id}.")
     if grant.execution_id is None and grant.steps:  # a call before the api wrote what it started
         if not execution or not grants.bind_first(request.app.state.engine, grant.grant_hash, execution):
-            raise Forbidden(
-                f"This call does not come from the workflow execution the api started for run "
-                f"{grant.run_id} ({grants.EXECUTION_HEADER}): its grant serves that execution only.",
-                reason="execution_not_of_run",
-            )
+            raise grants.not_its_execution(grant.run_id)
     return _caller(grant.key, surface="routine", run_key=step.key, run_ref=step.ref)
 
 

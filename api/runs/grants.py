@@ -255,11 +255,7 @@ def check(
             f"{run} has outlived its execution timeout: its grant calls nothing more.", reason="run_ended"
         )
     if grant.execution_id is not None and (execution or "").strip() != grant.execution_id:
-        raise Forbidden(
-            f"This call does not come from the workflow execution the api started for {run.lower()} "
-            f"({EXECUTION_HEADER}): its grant serves that execution only.",
-            reason="execution_not_of_run",
-        )
+        raise not_its_execution(grant.run_id)
     match = _STEP.match(step.strip())
     if match is None:
         raise Forbidden(
@@ -278,6 +274,15 @@ def check(
             reason="key_not_of_run",
         )
     return StepCall(key=expected, ref=ref)
+
+
+def not_its_execution(run_id: str) -> Forbidden:
+    """The refusal of a call from another workflow execution than the one the api started for the run."""
+    return Forbidden(
+        f"This call does not come from the workflow execution the api started for run {run_id} "
+        f"({EXECUTION_HEADER}): its grant serves that execution only.",
+        reason="execution_not_of_run",
+    )
 
 
 def _step_ref(grant: FoundGrant, run: str, step_id: str, index: int | None) -> str | None:
