@@ -24,7 +24,7 @@ credential (B3OS_NODE_ID, B3OS_NODE_CREDENTIAL, issued into the database at the 
 it stands). All are kept in `<data dir>/dev.env` (mode 0600) and never printed. Ports default to api
 8700, node 8710, egress 8720, Temporal 7233, UI 8233, from flags or B3OS_DEV_API_PORT, B3OS_DEV_NODE_PORT,
 B3OS_DEV_EGRESS_PORT, B3OS_DEV_TEMPORAL_PORT, B3OS_DEV_UI_PORT; a taken port is refused before anything
-starts.
+starts (cli.stack_options).
 
 The node's, the egress proxy's and the api's modules are imported inside the functions that need them, on
 purpose: every CLI command imports this module, and only one that starts the stack should pay for them.
@@ -32,7 +32,6 @@ purpose: every CLI command imports this module, and only one that starts the sta
 
 from __future__ import annotations
 
-import argparse
 import functools
 import os
 import signal
@@ -50,42 +49,15 @@ import httpx
 
 from cli._http import ApiConfig, CliError
 from cli.dev_state import live_stack, prepare, publish_examples
-from cli.stack import Stack, StackError, port_taken
+from cli.stack import Stack, StackError
+from cli.stack_options import REPO, Options, check_ports, resolve_ports
 from engine.temporal_server import dev_server_args, durable_args
 
-REPO = Path(__file__).resolve().parent.parent
-DEFAULT_PORTS = {"api": 8700, "node": 8710, "egress": 8720, "temporal": 7233, "ui": 8233}
-PORT_FLAGS = {
-    "api": "--port",
-    "node": "--node-port",
-    "egress": "--egress-port",
-    "temporal": "--temporal-port",
-    "ui": "--ui-port",
-}
-PORT_ENV = {name: f"B3OS_DEV_{name.upper()}_PORT" for name in DEFAULT_PORTS}
-PORT_USERS = {
-    "api": "the api",
-    "node": "the node",
-    "egress": "the egress proxy",
-    "temporal": "Temporal",
-    "ui": "the Temporal UI",
-}
 HEARTBEAT_S = "1"
 NAMESPACE = "default"
 BUSY_WORKER_NICE = 10
 """The busy lane's worker runs at this nice value: beside it the main lane's worker, the api and Temporal
 take the CPU first (api.runs.lanes)."""
-
-
-@dataclass(frozen=True)
-class Options:
-    """What to start and where."""
-
-    data_dir: Path
-    ports: Mapping[str, int]
-    examples: Path = REPO / "examples" / "tools"
-    packs: Path = REPO / "examples" / "packs"
-    ready_timeout_s: float = 90.0
 
 
 @dataclass
@@ -124,91 +96,6 @@ def api_argv(port: int) -> list[str]:
         sys.executable, "-m", "uvicorn", "--factory", "api.main:create_app",
         "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
     ]  # fmt: skip
-
-
-def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
-    """The flags every command that starts the embedded stack takes (ports, data dir, examples)."""
-    for name, flag in PORT_FLAGS.items():
-        parser.add_argument(
-            flag,
-            dest=f"{name}_port",
-            type=int,
-            default=None,
-            metavar="PORT",
-            help=f"the {name} port on 127.0.0.1 (default ${PORT_ENV[name]} or {DEFAULT_PORTS[name]})",
-        )
-    parser.add_argument("--data-dir", type=Path, default=Path(".b3os"), help="the state directory (.b3os)")
-    parser.add_argument(
-        "--examples",
-        type=Path,
-        default=REPO / "examples" / "tools",
-        help="the tool packs to build and publish (default examples/tools)",
-    )
-    parser.add_argument(
-        "--packs",
-        type=Path,
-        default=REPO / "examples" / "packs",
-        help="the declarative packs to build and publish (default examples/packs)",
-    )
-
-
-def options_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> Options:
-    """Options from parsed flags, then B3OS_DEV_*_PORT, then the defaults.
-
-    Raises:
-        StackError: a port variable is not a port number.
-    """
-    return Options(
-        data_dir=Path(args.data_dir).resolve(),
-        ports=resolve_ports({n: getattr(args, f"{n}_port", None) for n in DEFAULT_PORTS}, environ),
-        examples=Path(args.examples),
-        packs=Path(getattr(args, "packs", REPO / "examples" / "packs")),
-    )
-
-
-def resolve_ports(
-    flags: Mapping[str, int | None], environ: Mapping[str, str] | None = None
-) -> dict[str, int]:
-    """Each port from its flag, else its B3OS_DEV_*_PORT variable, else its default.
-
-    Raises:
-        StackError: a value is not a port number (1 to 65535); the sentence names it.
-    """
-    env = os.environ if environ is None else environ
-    ports: dict[str, int] = {}
-    for name, default in DEFAULT_PORTS.items():
-        given = flags.get(name)
-        raw: str | None
-        if given is not None:
-            where, raw = PORT_FLAGS[name], str(given)
-        else:
-            where, raw = PORT_ENV[name], env.get(PORT_ENV[name])
-        if raw is None or raw == "":
-            ports[name] = default
-            continue
-        if not raw.isdigit() or not 1 <= int(raw) <= 65535:
-            raise StackError(f"{where} {raw!r} is not a port number (1 to 65535)")
-        ports[name] = int(raw)
-    names = sorted(ports, key=lambda n: ports[n])
-    for a, b in zip(names, names[1:], strict=False):
-        if ports[a] == ports[b]:
-            raise StackError(f"the {a} and {b} ports are both {ports[a]}: give each its own")
-    return ports
-
-
-def check_ports(ports: Mapping[str, int]) -> None:
-    """Refuse, naming the first taken port and how to choose another.
-
-    Raises:
-        StackError: a port is in use on 127.0.0.1.
-    """
-    for name, port in ports.items():
-        if port_taken(port):
-            raise StackError(
-                f"port {port} on 127.0.0.1 (for {PORT_USERS[name]}) is taken: "
-                "is a stack already running (b3os dev)? "
-                f"Stop what uses it, or choose another port with {PORT_FLAGS[name]} or {PORT_ENV[name]}."
-            )
 
 
 def check_node_can_run() -> None:

@@ -27,7 +27,7 @@ HELLO = REPO / "examples" / "routines" / "hello.yaml"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from cli._embedded import add_stack_arguments
+    from cli.stack_options import add_stack_arguments
 
     add_stack_arguments(parser)
     parser.add_argument("--routine", type=Path, default=HELLO, help="the routine to run (default hello.yaml)")
@@ -53,9 +53,10 @@ def ensure_base() -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cli._embedded import options_from_args, start_embedded
+    from cli._embedded import start_embedded
     from cli._http import ApiConfig, CliError, api
     from cli.stack import Stack, StackError
+    from cli.stack_options import options_from_args
     from engine.validate import RoutineError, load_routine_file
 
     try:

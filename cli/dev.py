@@ -24,9 +24,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cli._embedded import add_stack_arguments, options_from_args, start_embedded
+from cli._embedded import start_embedded
 from cli._http import CliError
 from cli.stack import Stack, StackError
+from cli.stack_options import add_stack_arguments, options_from_args
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

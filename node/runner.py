@@ -36,7 +36,6 @@ import itertools
 import json
 import math
 import mimetypes
-import re
 import signal
 import threading
 import time
@@ -46,6 +45,7 @@ from typing import Any
 
 from cachetools import TTLCache
 
+from node.answers import fail, parse_answer
 from node.cache import InstallCache
 from node.errors import NodeError
 from node.models import NodeCall, NodeCallError, NodeCallResult
@@ -53,10 +53,6 @@ from node.vm.base import InputFile, OutputFileError, PhaseClock, RunResult, Vm, 
 from packs.names import FILE_NAME_RE
 
 MAX_STDOUT_BYTES = 1024 * 1024
-TOOL_CODE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
-MAX_TOOL_MESSAGE = 1000  # characters of a tool's own error message that reach the caller
-MAX_ANSWER_DEPTH = 64  # as request bodies and run payloads (api.jsonbody, engine.payloads)
-_CONTROL = dict.fromkeys([*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0)], " ")
 MIN_START_MS = 5
 CANCEL_MEMORY_S = 120.0  # longer than any call may wait to reach the node (60 s and the api's slack)
 DEFAULT_CONTENT_TYPE = "application/octet-stream"
@@ -98,17 +94,6 @@ def split_input(call: NodeCall) -> tuple[dict[str, Any], list[InputFile]]:
         files.append(f)
         tool_input[field] = {"path": f.vm_path, "name": name, "bytes": len(data), "contentType": ctype}
     return tool_input, files
-
-
-def clean_message(text: str) -> str:
-    """A tool's error message as callers get it: control characters (escape sequences, line breaks)
-    turned into spaces, at most MAX_TOOL_MESSAGE characters (cut ones end with '…')."""
-    flat = text.translate(_CONTROL).strip()
-    return flat if len(flat) <= MAX_TOOL_MESSAGE else flat[: MAX_TOOL_MESSAGE - 1] + "…"
-
-
-def _fail(code: str, reason: str | None, message: str, **details: Any) -> NodeCallError:
-    return NodeCallError(code=code, reason=reason, message=message, **details)
 
 
 def _signal_name(num: int) -> str:
@@ -189,11 +174,11 @@ class Runner:
             message = f"{call.pack}@{call.version} is not installed on this node" + (
                 f": {why}" if why else ""
             )
-            return NodeCallResult(ok=False, ran=False, error=_fail("pack_unavailable", None, message))
+            return NodeCallResult(ok=False, ran=False, error=fail("pack_unavailable", None, message))
         with self._lock:
             if self._cancelled_early.pop(call.call_id, False):
                 message = "the call was cancelled before it reached this node"
-                error = _fail("tool_unavailable", "exec", message)
+                error = fail("tool_unavailable", "exec", message)
                 return NodeCallResult(ok=False, ran=False, error=error, cancelled=True)
             held = self._held[call.call_id] = _Held()
         try:
@@ -220,7 +205,7 @@ class Runner:
         clock = PhaseClock()
         if not self._sem.acquire(timeout=max(0.0, deadline - time.monotonic())):
             return NodeCallResult(
-                ok=False, ran=False, error=_fail("tool_unavailable", "no_slot", "no VM was free in time")
+                ok=False, ran=False, error=fail("tool_unavailable", "no_slot", "no VM was free in time")
             )
         vm: Vm | None = None
         token = next(self._ids)
@@ -264,7 +249,7 @@ class Runner:
             code = "tool_failed" if exc.reason == "unpack" else "tool_unavailable"
             if exc.reason == "unpack":
                 self.cache.forget(call.pack, call.version, exc.message)
-            result = NodeCallResult(ok=False, ran=False, error=_fail(code, exc.reason, exc.message))
+            result = NodeCallResult(ok=False, ran=False, error=fail(code, exc.reason, exc.message))
         finally:
             if vm is not None:
                 with self._lock:
@@ -305,10 +290,10 @@ class Runner:
         usage = {"vcpu_ms": run.usage.vcpu_ms, "gib_ms": run.usage.gib_ms}
         error = self._run_error(call, run, command_ms)
         if error is None:
-            answer, error = self._parse(run.stdout)
+            answer, error = parse_answer(run.stdout)
             if error is None and "error" in answer:
                 tool = answer["error"]
-                error = _fail(
+                error = fail(
                     "tool_failed",
                     "tool_error",
                     f"the tool answered with its error {tool['code']}: {tool['message']}",
@@ -322,7 +307,7 @@ class Runner:
                         ok=True, ran=True, output=self._files(call, vm, answer), usage=usage
                     )
                 except OutputFileError as exc:
-                    error = _fail("tool_failed", "output_file", str(exc))
+                    error = fail("tool_failed", "output_file", str(exc))
         return NodeCallResult(ok=False, ran=True, error=error, usage=usage)
 
     def _run_error(self, call: NodeCall, run: RunResult, command_ms: int) -> NodeCallError | None:
@@ -335,75 +320,28 @@ class Runner:
                     f"the tool's command did not finish in the {command_ms} ms left of the call's "
                     f"{call.timeout_ms} ms: the node took {before_ms} ms to start it (a free slot, its VM)"
                 )
-            return _fail("tool_timed_out", None, message)
+            return fail("tool_timed_out", None, message)
         if run.stdout_too_large:
-            return _fail(
+            return fail(
                 "tool_failed",
                 "output_too_large",
                 f"the tool wrote more than {MAX_STDOUT_BYTES} bytes to stdout",
             )
         if run.lost:
-            return _fail("tool_failed", "exit", "the VM stopped answering while the command ran")
+            return fail("tool_failed", "exit", "the VM stopped answering while the command ran")
         if run.signal is not None:
             why = f" after it used all of the VM's {self.memory_mb} MiB of memory" if run.oom_killed else ""
-            return _fail(
+            return fail(
                 "tool_failed",
                 "signal",
                 f"the tool was killed by signal {run.signal} ({_signal_name(run.signal)}){why}",
                 signal=run.signal,
             )
         if run.exit_code:
-            return _fail(
+            return fail(
                 "tool_failed", "exit", f"the tool exited with status {run.exit_code}", exit_code=run.exit_code
             )
         return None
-
-    @staticmethod
-    def _parse(stdout: bytes) -> tuple[dict[str, Any], NodeCallError | None]:
-        last = stdout.rstrip(b"\r\n").rsplit(b"\n", 1)[-1]
-        bad = _fail(
-            "tool_failed",
-            "protocol",
-            'the last line of the tool\'s stdout is not one JSON answer ({"output": ...} or {"error": ...})',
-        )
-        try:
-            answer = json.loads(last)
-        except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested past the parser
-            return {}, bad
-        if not _carriable(answer):
-            return {}, _fail(
-                "tool_failed",
-                "protocol",
-                f"the tool's answer cannot travel as JSON: it nests lists and objects deeper than "
-                f"{MAX_ANSWER_DEPTH} levels, or holds text that is not Unicode (a lone surrogate such as "
-                "\\ud800)",
-            )
-        if not isinstance(answer, dict) or len(answer) != 1:
-            return {}, bad
-        if isinstance(answer.get("output"), dict):
-            return answer, None
-        err = answer.get("error")
-        if (
-            isinstance(err, dict)
-            and isinstance(err.get("code"), str)
-            and isinstance(err.get("message"), str)
-            and isinstance(err.get("retryable", False), bool)
-        ):
-            if TOOL_CODE_RE.match(err["code"]) is None:
-                return {}, _fail(
-                    "tool_failed",
-                    "protocol",
-                    "the tool's error code is not a short name (a letter, then up to 63 letters, digits, "
-                    "'_', '.' or '-')",
-                )
-            return {
-                "error": {
-                    "code": err["code"],
-                    "message": clean_message(err["message"]),
-                    "retryable": err.get("retryable", False),
-                }
-            }, None
-        return {}, bad
 
     @staticmethod
     def _files(call: NodeCall, vm: Vm, answer: dict[str, Any]) -> dict[str, Any]:
@@ -427,23 +365,3 @@ class Runner:
                 "contentType": content_type_of(name),
             }
         return output
-
-
-def _carriable(answer: Any) -> bool:
-    """Whether a tool's parsed answer can travel on as JSON: nested at most `MAX_ANSWER_DEPTH` levels
-    (checked without recursion) and Unicode text only (no lone surrogate: `json.loads` takes one from an
-    escape)."""
-    stack: list[tuple[Any, int]] = [(answer, 1)]
-    while stack:
-        item, depth = stack.pop()
-        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
-        if children is None:
-            continue
-        if depth > MAX_ANSWER_DEPTH:
-            return False
-        stack.extend((child, depth + 1) for child in children)
-    try:
-        json.dumps(answer, ensure_ascii=False).encode()
-    except UnicodeEncodeError:
-        return False
-    return True
