@@ -31,12 +31,13 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
-RELEASES = ("v1", "v2", "v3", "v4", "v5", "v6")
+RELEASES = ("v1", "v2", "v3", "v4", "v5", "v6", "v7")
 """Releases in order: v1 ran steps one after another; v2 added needs:, max-parallel and status functions;
 v3 added re-runs (steps kept from the run re-run, RunRoutineInput.reused); v4 spreads a run's expression
 work over workflow tasks (engine/pacing.py); v5 fails an expression whose result holds an integer
 beyond 2^53 - 1 (engine/pacing.py, PATCH_EXACT_INTEGERS); v6 pauses after 1,000 units of expression work
-instead of 4,000 (PATCH_SHORT_TASKS)."""
+instead of 4,000 (PATCH_SHORT_TASKS); v7 counts evaluation steps and values read at what they cost
+(PATCH_STEP_COST)."""
 
 ECHO = "com.example.tools/echo/echo@1"
 FAIL = "com.example.tools/echo/fail@1"
@@ -186,6 +187,22 @@ outputs:
             for i in range(6)
         ),
         since="v4",
+    ),
+    Case(
+        "paced-steps",
+        f"""\
+name: paced-steps
+inputs:
+  items: {{type: array}}
+  xs: {{type: array}}
+steps:
+  - id: each
+    uses: {ECHO}
+    foreach: ${{{{ inputs.items }}}}
+    with: {{text: "${{{{ string(inputs.xs.filter(x, x >= item).size()) }}}}"}}
+""",
+        inputs={"items": list(range(8)), "xs": list(range(300))},
+        since="v6",  # recorded by v6 too: v7 pauses where v6 did not
     ),
     Case(
         "big-integer",

@@ -16,7 +16,13 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
-from engine.pacing import PATCH_EXACT_INTEGERS, PATCH_PACING, PATCH_SHORT_TASKS, WORK_PER_TASK
+from engine.pacing import (
+    PATCH_EXACT_INTEGERS,
+    PATCH_PACING,
+    PATCH_SHORT_TASKS,
+    PATCH_STEP_COST,
+    WORK_PER_TASK,
+)
 from engine.workflow import RoutineWorkflow
 
 ECHO = "com.example.tools/echo/echo@1"
@@ -75,33 +81,41 @@ async def test_steps_whose_expressions_are_large_are_evaluated_a_few_per_workflo
 async def test_a_foreach_whose_items_cost_steps_to_evaluate_spreads_them_over_tasks(
     time_skipping_env: WorkflowEnvironment,
 ) -> None:
-    # each item's `with:` walks a list of 150 numbers: ~300 evaluation steps, 150 values read, 36 units
-    # (~12 ms alone: a workflow task of 4 items stays far from the SDK's 2 s on a loaded machine)
+    # each of 40 items' `with:` filters a list of 300 numbers: ~1,800 evaluation steps, ~300-400 units,
+    # ~10-20 ms alone. Counted at a tenth of a unit a step (before PATCH_STEP_COST), 4 items (the
+    # foreach's parallel cap) shared a task.
     source = f"""\
 name: pacing
 inputs:
+  items: {{type: array}}
   xs: {{type: array}}
 steps:
   - id: each
     uses: {ECHO}
-    foreach: ${{{{ inputs.xs }}}}
+    foreach: ${{{{ inputs.items }}}}
     with: {{text: "${{{{ string(inputs.xs.filter(x, x >= item).size()) }}}}"}}
 outputs:
   counts: ${{{{ steps.each.output.map(o, int(o.text)) }}}}
 """
-    xs = list(range(150))
-    run = await run_routine(time_skipping_env.client, source, {"xs": xs}, run_id=uuid.uuid4().hex[:12])
+    items, xs = list(range(40)), list(range(300))
+    run = await run_routine(
+        time_skipping_env.client, source, {"items": items, "xs": xs}, run_id=uuid.uuid4().hex[:12]
+    )
     assert run.error is None, run.error
-    assert run.progress.outputs == {"counts": [len(xs) - x for x in xs]}
-    assert len(run.events(EventType.EVENT_TYPE_TIMER_STARTED)) >= 3
-    assert max(_scheduled_per_task(run)) <= WORK_PER_TASK // 60
+    assert run.progress.outputs == {"counts": [len(xs) - i for i in items]}
+    assert len(run.events(EventType.EVENT_TYPE_TIMER_STARTED)) >= 10
+    assert max(_scheduled_per_task(run)) <= 3  # at most ~1,000 units a task
+    assert _marked(run, PATCH_STEP_COST)
+    await Replayer(workflows=[RoutineWorkflow], data_converter=pydantic_data_converter).replay_workflow(
+        run.history
+    )
 
 
 async def test_a_routine_of_small_expressions_never_pauses(time_skipping_env: WorkflowEnvironment) -> None:
     run = await run_routine(time_skipping_env.client, _routine(8, "1 + 2"), run_id=uuid.uuid4().hex[:12])
     assert run.error is None and _scheduled_per_task(run) == [8]
     assert run.events(EventType.EVENT_TYPE_TIMER_STARTED) == []
-    assert not _marked(run, PATCH_PACING) and not _marked(run, PATCH_SHORT_TASKS)
+    assert not any(_marked(run, p) for p in (PATCH_PACING, PATCH_SHORT_TASKS, PATCH_STEP_COST))
 
 
 async def test_a_result_integer_beyond_what_json_carries_fails_its_step_with_a_sentence(
