@@ -1,6 +1,7 @@
 """The control plane's FastAPI app: `create_app(settings)`.
 
-Run it with `uvicorn --factory api.main:create_app` (settings from the environment). The app builds
+Run it with `uvicorn --factory api.main:create_app --http http1.server:BoundedHttp` (settings from the
+environment; the protocol bounds what a client may make it hold, http1/server.py). The app builds
 its engine, applies pending migrations and opens its blob store when created; nothing happens at
 import time.
 """
@@ -40,6 +41,7 @@ from api.routes import (
     runs,
     schedules,
 )
+from http1.server import limits as http_limits
 from telemetry import interpreter, logs, tracing
 from telemetry.config import TelemetrySettings
 from telemetry.scrape import install_metrics
@@ -64,6 +66,7 @@ def _settle_heap() -> None:
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the app for these settings (default: from the environment)."""
     settings = settings or Settings()
+    http_limits()  # a bad B3OS_HTTP_ setting stops the start here, not each connection
     interpreter.hand_over_often()
     telemetry = TelemetrySettings()
     tracing.setup("api", telemetry)

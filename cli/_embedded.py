@@ -52,6 +52,7 @@ from cli.dev_state import live_stack, prepare, publish_examples
 from cli.stack import Stack, StackError
 from cli.stack_options import REPO, Options, check_ports, resolve_ports
 from engine.temporal_server import dev_server_args, durable_args
+from http1.server import SERVER_PROTOCOL
 
 HEARTBEAT_S = "1"
 NAMESPACE = "default"
@@ -93,7 +94,7 @@ class Embedded:
 def api_argv(port: int) -> list[str]:
     """The command line of one api process on 127.0.0.1:`port` (uvicorn over `api.main:create_app`)."""
     return [
-        sys.executable, "-m", "uvicorn", "--factory", "api.main:create_app",
+        sys.executable, "-m", "uvicorn", "--factory", "api.main:create_app", "--http", SERVER_PROTOCOL,
         "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
     ]  # fmt: skip
 

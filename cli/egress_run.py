@@ -25,6 +25,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
     from pydantic import ValidationError
 
+    from cli.http_limits import bounded_http
     from egress.app import create_app
     from egress.config import EgressSettings
     from egress.sealing import SealError
@@ -52,5 +53,8 @@ def run(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
-    uvicorn.run(app, host=host, port=port, log_level=args.log_level, use_colors=False)
+    http = bounded_http("b3os egress run")
+    if http is None:
+        return 2
+    uvicorn.run(app, host=host, port=port, http=http, log_level=args.log_level, use_colors=False)
     return 0

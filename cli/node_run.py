@@ -21,6 +21,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
     from pydantic import ValidationError
 
+    from cli.http_limits import bounded_http
     from node.app import create_app, make_driver
     from node.config import Settings
     from node.template import is_built
@@ -47,6 +48,9 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    http = bounded_http("b3os node run")
+    if http is None:
+        return 2
     try:
         driver = make_driver(settings)
     except VmError as exc:
@@ -58,7 +62,9 @@ def run(args: argparse.Namespace) -> int:
         driver.close()
         raise
     try:
-        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, use_colors=False)
+        uvicorn.run(
+            app, host=args.host, port=args.port, http=http, log_level=args.log_level, use_colors=False
+        )
     finally:
         driver.close()  # again, for when the app never started (a port in use); closing twice is harmless
     return 0

@@ -23,6 +23,7 @@ from temporalio.api.enums.v1 import EventType
 from workers import PATIENCE_S
 
 from activities.idempotency import step_idempotency_key
+from http1.server import SERVER_PROTOCOL
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -115,7 +116,8 @@ steps:
 
 
 def _api_at(stack: RoutineStack, port: int) -> Proc:
-    argv = [sys.executable, "-m", "uvicorn", "--factory", "api.main:create_app", "--host", "127.0.0.1"]
+    argv = [sys.executable, "-m", "uvicorn", "--factory", "api.main:create_app", "--http", SERVER_PROTOCOL]
+    argv += ["--host", "127.0.0.1"]
     proc = stack.start(f"api-{port}", [*argv, "--port", str(port), "--log-level", "warning"], stack.env())
     wait_http(f"http://127.0.0.1:{port}/healthz", proc)
     return proc

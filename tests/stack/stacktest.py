@@ -23,6 +23,7 @@ from workers import DEV_VM_UID_BASE, free_port
 
 from cli._http import read_env_file
 from cli.main import main as b3os_main
+from http1.server import SERVER_PROTOCOL
 from node.credential import call_key, signed_headers
 from node.vm.stale import cleanup_stale
 
@@ -111,7 +112,7 @@ class Procs:
 
 def start_api(procs: Procs, env: Mapping[str, str], port: int) -> str:
     """Start the api (uvicorn, the real factory) and wait for /healthz."""
-    argv = [sys.executable, "-m", "uvicorn", "--factory", "api.main:create_app"]
+    argv = [sys.executable, "-m", "uvicorn", "--factory", "api.main:create_app", "--http", SERVER_PROTOCOL]
     argv += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
     popen = procs.start(f"api-{port}", argv, env)
     url = f"http://127.0.0.1:{port}"
