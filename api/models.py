@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from pydantic import ConfigDict, field_validator
+from pydantic import ConfigDict, field_validator, model_validator
 from sqlalchemy import JSON, BigInteger, Column, DateTime, LargeBinary, TypeDecorator, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
@@ -240,14 +240,29 @@ class NodeBase(SQLModel):
     installed: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
 
 
+NODE_SLOTS_MAX = 64
+"""The most calls a node runs at once (node.config's bound on `B3OS_SLOTS`): a heartbeat saying more is
+refused, so that no node can draw more calls than a node can run."""
+
+
 class NodeHeartbeat(NodeBase):
     model_config = _FORBID_STRICT  # type: ignore[assignment]
+
+    slots_total: int = Field(ge=1, le=NODE_SLOTS_MAX)
+    slots_free: int = Field(ge=0, le=NODE_SLOTS_MAX)
+
+    @model_validator(mode="after")
+    def _free_within_total(self) -> NodeHeartbeat:
+        if self.slots_free > self.slots_total:
+            raise ValueError(f"slots_free ({self.slots_free}) is more than slots_total ({self.slots_total})")
+        return self
 
 
 class Node(NodeBase, table=True):
     __tablename__ = "nodes"
     first_seen: dt.datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
     last_seen: dt.datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+    bad_until: dt.datetime | None = Field(default=None, sa_type=UTCDateTime)  # api.nodes.mark_bad
 
 
 class NodePublic(NodeBase):

@@ -1,8 +1,9 @@
 """Nodes as the api knows them: registration by heartbeat, liveness, and the registry feed.
 
 A node heartbeats every few seconds with its URL, free slots and installed versions; a node whose
-last heartbeat is older than `max_age_s`, or whose credential is revoked (api.accounts.node_credentials), is
-not offered calls. A heartbeat's URL must be `http(s)://host[:port]` (no user, path, query or
+last heartbeat is older than `max_age_s`, whose credential is revoked (api.accounts.node_credentials), or
+that answered a call without its proof (`mark_bad`, until its `bad_until`, whatever it heartbeats) is not
+offered calls. A heartbeat's URL must be `http(s)://host[:port]` (no user, path, query or
 fragment) with every address of the host on a network the operator allows (B3OS_NODE_NETWORKS);
 a host name is resolved when the heartbeat arrives. The feed hands out published pack versions in
 `seq` order after a cursor (the last `seq` a node has seen).
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from sqlalchemy import bindparam
+from sqlalchemy import bindparam, or_
 from sqlalchemy import select as sa_select
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
@@ -91,6 +92,16 @@ def mark_unreachable(session: Session, *, node_id: str, at: dt.datetime) -> None
         session.commit()
 
 
+def mark_bad(session: Session, *, node_id: str, until: dt.datetime) -> None:
+    """A node that answered without its proof (the api cannot believe what it says, nor tell whether
+    it ran the call) gets no calls until `until`, heartbeats or not (commits)."""
+    node = session.get(Node, node_id)
+    if node is not None:
+        node.bad_until = until
+        session.add(node)
+        session.commit()
+
+
 @dataclass(frozen=True)
 class LiveNode:
     """A live node as a call needs it: its address, load and installed versions, and the key of its calls
@@ -118,16 +129,21 @@ _LIVE = (
         _C.c.call_key,
     )
     .join(_C, _C.c.node_id == _N.c.node_id)
-    .where(_N.c.last_seen >= bindparam("since"), _C.c.revoked_at.is_(None))
+    .where(
+        _N.c.last_seen >= bindparam("since"),
+        _C.c.revoked_at.is_(None),
+        or_(_N.c.bad_until.is_(None), _N.c.bad_until <= bindparam("now")),
+    )
     .order_by(_N.c.slots_free.desc(), _N.c.node_id)
 )  # built once: every call reads it (api.rawsql)
 
 
 def live_nodes(reads: Reads, *, max_age_s: float = 15.0, now: dt.datetime | None = None) -> list[LiveNode]:
-    """Nodes heard from within `max_age_s` whose credential stands, the most free slots first, each with
-    its credential's call key, in one query."""
-    since = (now or utcnow()) - dt.timedelta(seconds=max_age_s)
-    return [LiveNode(*row) for row in reads.run(_LIVE, {"since": since}).rows]
+    """Nodes heard from within `max_age_s` whose credential stands and that are not marked bad, the most
+    free slots first, each with its credential's call key, in one query."""
+    now = now or utcnow()
+    since = now - dt.timedelta(seconds=max_age_s)
+    return [LiveNode(*row) for row in reads.run(_LIVE, {"since": since, "now": now}).rows]
 
 
 def registry_feed(session: Session, *, after: int, limit: int) -> tuple[list[dict[str, Any]], int]:

@@ -104,6 +104,11 @@ class StuckRuns:
         with self._lock:
             self._running.pop(token, None)
 
+    def holding(self) -> bool:
+        """Whether an activation is running now (its thread holds a workflow task slot)."""
+        with self._lock:
+            return bool(self._running)
+
     def failed(self, workflow_id: str, run_id: str, why: str) -> None:
         """Note a failed activation: the run is checked (`check`) on the event loop."""
         self._loop.call_soon_threadsafe(self._spawn, self.check(workflow_id, run_id, why))

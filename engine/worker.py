@@ -320,21 +320,25 @@ async def main() -> int:
     async with worker:
         await stop.wait()
         code = EXIT_LOST_SLOT if gave_up else 0
-        deadline = _exit_after(SHUTDOWN_S, code or 1)
+        deadline = _exit_after(SHUTDOWN_S, code, stuck.holding)
         watching.cancel()
     await activities.aclose()
     deadline.cancel()
     return code
 
 
-def _exit_after(seconds: float, code: int) -> threading.Timer:
-    """End the process with `code` in `seconds` unless cancelled (a thread of its own: the event loop may
-    be what is stuck)."""
+def _exit_after(seconds: float, code: int, holding: Callable[[], bool]) -> threading.Timer:
+    """End the process in `seconds` unless cancelled (a thread of its own: the event loop may be what is
+    stuck): with `code`, or 1 when it is 0 and a workflow task still holds its slot (`holding`). With
+    none held, what is left is the SDK retrying the eviction of a run this worker ended ("tasks
+    remain"), which nothing needs: the stop is clean."""
 
     def exit_now() -> None:
-        log.error("b3os worker: did not stop within %g s (a workflow task holds its slot): exiting", seconds)
+        held = holding()
+        why = "a workflow task holds its slot" if held else "only evictions of ended runs were left"
+        log.error("b3os worker: did not stop within %g s (%s): exiting", seconds, why)
         logging.shutdown()
-        os._exit(code)
+        os._exit(code or int(held))
 
     timer = threading.Timer(seconds, exit_now)
     timer.daemon = True

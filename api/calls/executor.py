@@ -57,6 +57,7 @@ class Execution:
     vcpu_ms: int = 0
     gib_ms: int = 0
     phases: dict[str, float] = field(default_factory=dict)
+    elsewhere: bool = False  # nothing the api can believe ran: the call may be placed again, elsewhere
 
 
 class Executor(Protocol):

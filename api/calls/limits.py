@@ -276,8 +276,8 @@ def _pick_node(
     loads: list[tuple[int, int, str, Candidate]] = []
     for node in nodes:
         capacity = min(settings.calls_per_node, node.slots_total or settings.calls_per_node)
-        if per_node[node.node_id] < capacity:
-            loads.append((per_node[node.node_id], -node.slots_free, node.node_id, node))
+        if per_node[node.node_id] < capacity:  # (a node's own count of free slots counts up to its capacity)
+            loads.append((per_node[node.node_id], -min(node.slots_free, capacity), node.node_id, node))
     if not loads:
         busy = _running(session, now, col(ActionCall.node_id).in_([n.node_id for n in nodes]))
         raise ToolUnavailable(

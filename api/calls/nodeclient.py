@@ -2,8 +2,8 @@
 
 Every request is signed for the node it goes to (`node.credential`: the node's call key, its id, the
 method, path, time and body), so a node runs only what the api sent it. Redirects are never followed,
-and a result (status 200) is believed only with that node's proof over that request and its body;
-without it the call counts as not answered (nothing billed).
+and an answer (of any status) is believed only with that node's proof over that request and its body;
+without it the call counts as not answered there (nothing billed), and the node as bad (`unproven`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ class NodeAnswer:
     """What a node said about a call, or why it said nothing.
 
     `status` is the node's HTTP status (0 when it could not be reached, did not answer in time, or
-    answered without its proof).
+    answered without its proof). `elsewhere`: nothing the api can believe ran there (no connection, or
+    an answer without the node's proof), so the call may go to another node.
     """
 
     status: int
@@ -34,6 +35,8 @@ class NodeAnswer:
     failure: str | None = None
     timed_out: bool = False
     gone: bool = False  # the connection was refused or dropped: the node may be down
+    unproven: bool = False  # an answer without the node's proof
+    elsewhere: bool = False
 
 
 @dataclass(frozen=True)
@@ -62,20 +65,21 @@ async def send_call(client: Http1, *, node: NodeTarget, body: dict[str, Any], ti
             url, content=content, headers=headers, timeout_s=timeout_s, connect_s=5.0
         )
     except ConnectFailed:
-        return NodeAnswer(status=0, failure="the node could not be reached", gone=True)
+        return NodeAnswer(status=0, failure="the node could not be reached", gone=True, elsewhere=True)
     except TimedOut:
         return NodeAnswer(status=0, failure="the node did not answer in time", timed_out=True)
     except Http1Error as exc:
         return NodeAnswer(status=0, failure=f"the connection to the node failed: {exc}", gone=True)
-    if response.status_code == 200 and not answer_is_proven(
+    if not answer_is_proven(
         node.key,
         node_id=node.node_id,
         proof=headers[PROOF_HEADER],
-        status=200,
+        status=response.status_code,
         body=response.content,
         headers=response.headers,
     ):
-        return NodeAnswer(status=0, failure=f"the answer did not carry the proof of node {node.node_id}")
+        failure = f"the answer (HTTP {response.status_code}) did not carry the proof of node {node.node_id}"
+        return NodeAnswer(status=0, failure=failure, unproven=True, elsewhere=True)
     try:
         result = response.json()
     except ValueError:

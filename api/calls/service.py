@@ -35,10 +35,12 @@ import asyncio
 import collections
 import contextlib
 import datetime as dt
+import functools
 import logging
 import random
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import Engine
@@ -59,7 +61,7 @@ from api.calls.errors import (
     RefNotOfStep,
     ToolUnavailable,
 )
-from api.calls.executor import HTTP_LANE, Executor, Prepared
+from api.calls.executor import HTTP_LANE, Execution, Executor, Prepared
 from api.calls.http_action import HttpExecutor
 from api.calls.inputs import check_input
 from api.calls.request import CallBody, Caller, parse_ref, parse_request
@@ -381,13 +383,32 @@ class CallService:
         def refusal(session: Session) -> None:
             limits.refusal(session, adm=adm, nodes=prepared.nodes, settings=self.settings, now=self.clock())
 
-        call = await self._admit(caller, admit, refusal)
+        while True:
+            call = await self._admit(caller, admit, refusal)
+            execution = await self._execute_on(caller, executor, call, prepared)
+            others = [n for n in prepared.nodes if n.node_id != call.node_id]
+            if not execution.elsewhere or not others:
+                return (
+                    answer_of(executor.tier, call, resolved, execution, validate_ms),
+                    call,
+                    outcome_of(execution),
+                )
+            # nothing the api believes ran on that node (now out of the live ones): this row ends as not
+            # answered, nothing billed, and the call is placed again on another node, in the same request
+            ended = functools.partial(self._finish, caller=caller, key=None, answer=None, call=call)
+            await self.db.record(functools.partial(ended, outcome=outcome_of(execution)))
+            prepared = replace(prepared, nodes=others)
+            adm = replace(adm, call_id=new_id("tcall"))
+
+    async def _execute_on(
+        self, caller: Caller, executor: Executor, call: ActionCall, prepared: Prepared
+    ) -> Execution:
+        """Run an admitted call; its row ends as failed if anything stops it."""
         try:
-            execution = await executor.execute(call, prepared)
+            return await executor.execute(call, prepared)
         except BaseException:
             await self.db.record(lambda s: self._finish(s, caller, None, None, call, failed_outcome()))
             raise
-        return answer_of(executor.tier, call, resolved, execution, validate_ms), call, outcome_of(execution)
 
     def _timeout_ms(self, resolved: Resolved, request: CallBody, price: int, *, step: bool) -> int:
         """The call's time: the least of the request's, the action's own and the most a call may take. A

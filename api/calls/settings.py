@@ -46,6 +46,7 @@ class CallSettings(BaseSettings):
     max_output_bytes: int = Field(default=256 * 1024, description="output files in all, inline")
     node_live_s: float = Field(default=15.0, gt=0, description="a node unheard of longer gets no calls")
     node_heartbeat_s: float = Field(default=3.0, gt=0, description="the nodes' heartbeat and sync period")
+    node_bad_s: float = Field(default=300.0, gt=0, description="no calls to an unproven node")
 
     def unit_prices(self) -> UnitPrices:
         """The parsed unit prices."""

@@ -7,7 +7,10 @@ registry sync and says so in the heartbeat after it, so two heartbeat periods af
 node was last heard from (two periods when no node is live). Admission then takes a slot on the least
 loaded of them; `execute` sends the call to that node, signed with its call key (api.calls.nodeclient),
 and reads its answer (json-stdio outcome, usage, phases `start` `copy` `unpack` `run` `collect`
-`delete`). A node whose credential is revoked is not live (api.nodes.live_nodes). Each call names its
+`delete`). A node whose credential is revoked is not live (api.nodes.live_nodes). A node that could not be
+reached gets no calls until it heartbeats again, one that answered without its proof none for
+`node_bad_s` (api.nodes.mark_bad); either way nothing ran that the api believes, and the service places
+the call again on another node (`Execution.elsewhere`). Each call names its
 organization's `tenant` (a hash of its id): on a node, the VMs of one tenant share one VM's CPU weight.
 """
 
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -33,9 +37,11 @@ from api.calls.settings import CallSettings
 from api.calls.tables import RUNNING, ActionCall
 from api.errors import CallError
 from api.models import Node, NodeCredential
-from api.nodes import LiveNode, live_nodes, mark_unreachable
+from api.nodes import LiveNode, live_nodes, mark_bad, mark_unreachable
 from api.rawsql import Reads
 from http1.client import Http1
+
+log = logging.getLogger("b3os.api")
 
 PHASES = ("start", "copy", "unpack", "run", "collect", "delete")
 _NODE_FIELDS_SKIPPED = ("code", "reason", "message", "retry_after")
@@ -142,6 +148,8 @@ class VmExecutor:
             body=body,
             timeout_s=call.timeout_ms / 1000 + settings.call_overhead_s,
         )
+        if reply.elsewhere:
+            return Execution(error=await self._node_error(reply, call), elsewhere=True)
         result = reply.result
         usage: dict[str, Any] = result["usage"] if isinstance(result.get("usage"), dict) else {}
         timings: dict[str, Any] = result["timings"] if isinstance(result.get("timings"), dict) else {}
@@ -182,6 +190,11 @@ class VmExecutor:
         result = reply.result
         err: dict[str, Any] = result["error"] if isinstance(result.get("error"), dict) else {}
         if reply.status == 0:
+            if reply.unproven:
+                until = self._clock() + dt.timedelta(seconds=self._settings.node_bad_s)
+                log.warning("node %s answered without its proof: no calls until %s", call.node_id, until)
+                await self._db.run(lambda s: mark_bad(s, node_id=call.node_id, until=until))
+                return ToolUnavailable(f"{reply.failure}; nothing was billed", reason="exec", retry_after=1.0)
             if reply.timed_out:
                 return ToolTimedOut(f"{reply.failure}: the call did not finish within {call.timeout_ms} ms")
             if reply.gone:  # the retry goes to another node, or to this one once it heartbeats again

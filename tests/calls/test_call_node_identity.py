@@ -4,6 +4,7 @@ redirect followed). A stand-in "node" records every request it receives."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import subprocess
@@ -161,38 +162,98 @@ def test_forged_heartbeats_are_refused_and_get_no_call(stack: Stack, stand_in: S
         _forget(stack, "evil-node")
 
 
-def test_an_answer_without_the_proof_of_the_node_called_is_not_believed(
+def _set_bad(stack: Stack, node_id: str, until: dt.datetime | None) -> None:
+    with Session(stack.engine) as session:
+        node = session.get(Node, node_id)
+        assert node is not None
+        node.bad_until = until
+        session.add(node)
+        session.commit()
+
+
+def _calls_of(stack: Stack, org_id: str) -> list[tuple[str, str | None, int]]:
+    """Each call row of the organization, oldest first: its node, its error code and its total charge."""
+    with Session(stack.engine) as session:
+        stmt = select(ActionCall).where(col(ActionCall.org_id) == org_id).order_by(col(ActionCall.started_at))
+        return [(c.node_id, c.code, c.total) for c in session.exec(stmt)]
+
+
+def test_an_answer_without_the_proof_of_the_node_called_is_not_believed_and_the_call_goes_elsewhere(
     stack: Stack, stand_in: StandIn
 ) -> None:
-    # node-0-liar holds a credential, but what answers at its URL signs with node-a's key
+    # node-0-liar holds a credential and says it has 64 free slots (node-a says 8), but what answers at
+    # its URL signs with node-a's key
     liar = _issue(stack, "node-0-liar")
     secret = liar["Authorization"].removeprefix("Bearer ")
     stand_in.node_id, stand_in.key = "node-0-liar", call_key(stack.node_secret("node-a"))
-    try:
-        beat = _beat("node-0-liar", stand_in.url)
+
+    def beat() -> None:
         loopback.post(
-            f"{stack.url}/v1/nodes/heartbeat", headers=liar, json=beat, timeout=10
+            f"{stack.url}/v1/nodes/heartbeat",
+            headers=liar,
+            json=_beat("node-0-liar", stand_in.url),
+            timeout=10,
         ).raise_for_status()
+
+    try:
+        beat()
         org = stack.org()
-        err = error(call(stack, org, f"{ECHO}/echo@1", {"text": "hi"}), 503, "tool_unavailable", "exec")
-        assert err["message"] == "the answer did not carry the proof of node node-0-liar; nothing was billed"
-        assert err["cost"]["total"] == 0
+        # the liar draws the call, its answer is not believed, and the same request runs it on node-a
+        r = call(stack, org, f"{ECHO}/echo@1", {"text": "hi"})
+        assert r.status_code == 200 and r.json()["output"] == {"text": "hi"}, r.text
         ((path, headers, _),) = stand_in.received
         assert (path, headers["X-B3os-Node"]) == ("/v1/node/calls", "node-0-liar")
-        # signed as node-a but for node-a: still not the node the call was placed on
-        stand_in.node_id = "node-a"
-        error(call(stack, org, f"{ECHO}/echo@1", {"text": "hi"}), 503, "tool_unavailable", "exec")
-        # a redirect is not followed (to node-a or anywhere)
-        stand_in.mode, stand_in.location = "redirect", stand_in.url
-        err = error(call(stack, org, f"{ECHO}/echo@1", {"text": "hi"}), 503, "tool_unavailable", "exec")
-        assert err["message"] == "the node refused the run (HTTP 307); nothing was billed"
+        (liars, error_code, charged), (honest, _, _) = _calls_of(stack, org.org_id)
+        assert (liars, error_code, charged) == ("node-0-liar", "tool_unavailable", 0)
+        assert honest == "node-a"
+        # marked bad: though it heartbeats again, it gets no call
+        beat()
+        for _ in range(3):
+            assert call(stack, org, f"{ECHO}/echo@1", {"text": "hi"}).status_code == 200
+        assert len(stand_in.received) == 1
+        # signed as node-a but for node-a (not the node called), or a redirect (not followed): the same
+        for mode in ("lie", "redirect"):
+            _set_bad(stack, "node-0-liar", None)
+            stand_in.mode, stand_in.node_id, stand_in.location = mode, "node-a", stand_in.url
+            r = call(stack, org, f"{ECHO}/echo@1", {"text": "hi"})
+            assert r.status_code == 200 and r.json()["output"] == {"text": "hi"}, r.text
         assert len(stand_in.received) == 3
+        # with no other node to go to, the call answers what happened, and nothing is billed
+        _set_bad(stack, "node-0-liar", None)
+        _set_bad(stack, "node-a", dt.datetime(2999, 1, 1, tzinfo=dt.UTC))
+        try:
+            stand_in.mode = "lie"
+            err = error(call(stack, org, f"{ECHO}/echo@1", {"text": "hi"}), 503, "tool_unavailable", "exec")
+        finally:
+            _set_bad(stack, "node-a", None)
+        assert err["message"] == (
+            "the answer (HTTP 200) did not carry the proof of node node-0-liar; nothing was billed"
+        )
+        assert err["cost"]["total"] == 0
         # the control: the same answer with the proof of the node called is believed
-        stand_in.mode, stand_in.node_id, stand_in.key = "lie", "node-0-liar", call_key(secret)
+        _set_bad(stack, "node-0-liar", None)
+        stand_in.node_id, stand_in.key = "node-0-liar", call_key(secret)
         r = call(stack, org, f"{ECHO}/echo@1", {"text": "hi"})
         assert r.status_code == 200 and r.json()["output"] == {"text": "forged"}
     finally:
         _forget(stack, "node-0-liar")
+
+
+def test_a_heartbeat_cannot_claim_more_slots_than_a_node_runs(stack: Stack) -> None:
+    headers = _issue(stack, "node-0-greedy")
+    try:
+        for total, free, problem in (
+            (65, 1, "slots_total"),
+            (8, 9, "slots_free (9) is more than slots_total (8)"),
+        ):
+            beat = {**_beat("node-0-greedy", "http://127.0.0.1:9"), "slots_total": total, "slots_free": free}
+            r = loopback.post(f"{stack.url}/v1/nodes/heartbeat", headers=headers, json=beat, timeout=10)
+            assert r.status_code == 400, r.text
+            assert problem in r.text
+        with Session(stack.engine) as session:
+            assert session.get(Node, "node-0-greedy") is None
+    finally:
+        _forget(stack, "node-0-greedy")
 
 
 def test_a_revoked_node_is_offered_no_call_and_its_heartbeats_are_refused(stack: Stack) -> None:
