@@ -180,6 +180,13 @@ class BlobUpload(SQLModel, table=True):
     created_at: dt.datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
 
 
+class PublishedBlob(SQLModel, table=True):
+    """A blob that some published pack version holds: nodes may read these, and only these."""
+
+    __tablename__ = "published_blobs"
+    sha256: str = Field(primary_key=True, max_length=64)
+
+
 class BlobContent(SQLModel, table=True):
     """A blob's bytes, when the blob store is the database (B3OS_BLOB_STORE=database; api.registry.blobs)."""
 

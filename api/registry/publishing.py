@@ -22,11 +22,11 @@ from typing import Any
 
 from sqlalchemy import func, text
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from api.db import is_postgres
 from api.errors import Conflict, Forbidden, InvalidRequest
-from api.models import BlobUpload, Pack, PackVersion, Publisher, SigningKey
+from api.models import BlobUpload, Pack, PackVersion, PublishedBlob, Publisher, SigningKey
 from api.registry.blobs import BlobStore, stored_sha256
 from packs.errors import HashMismatchError, SignatureError, Violation
 from packs.hashing import BundleFile
@@ -214,6 +214,9 @@ def _record(
             published_by=key_id,
         )
         session.add(row)
+        held = select(PublishedBlob.sha256).where(col(PublishedBlob.sha256).in_([f.sha256 for f in files]))
+        known = set(session.exec(held))
+        session.add_all(PublishedBlob(sha256=d) for d in sorted({f.sha256 for f in files} - known))
         session.commit()
     except IntegrityError as exc:
         session.rollback()

@@ -14,7 +14,7 @@ from starlette.concurrency import run_in_threadpool
 from api.accounts.scopes import ACTIONS_WRITE
 from api.deps import NodeCaller, Principal, principal_or_node, require
 from api.errors import NotFound, PayloadTooLarge, error_responses
-from api.models import BlobUpload
+from api.models import BlobUpload, PublishedBlob
 from api.registry.blobs import DIGEST_PATTERN, BlobStore, parse_digest
 
 router = APIRouter(prefix="/v1/actions/registry/blobs", tags=["registry"])
@@ -90,11 +90,19 @@ async def put_blob(
     return BlobStored(digest=f"sha256:{hexdigest}", bytes=size)
 
 
+def _published(request: Request, hexdigest: str) -> bool:
+    with Session(request.app.state.engine) as session:
+        return session.get(PublishedBlob, hexdigest) is not None
+
+
 def _readable(request: Request, caller: Principal | NodeCaller, blobs: BlobStore, digest: str) -> str:
+    """An organization reads the blobs it uploaded, a node those of published pack versions."""
     hexdigest = parse_digest(digest)
     present = blobs.size(hexdigest) is not None
     if present and isinstance(caller, Principal):
         present = _uploaded(request, caller.org_id, hexdigest)
+    elif present:
+        present = _published(request, hexdigest)
     if not present:
         raise NotFound(f"There is no blob {digest}.", field="digest")
     return hexdigest
