@@ -47,6 +47,7 @@ from api.models import (
     Organization,
     Pack,
     PackVersion,
+    PublishedBlob,
     Publisher,
     SigningKey,
 )
@@ -143,11 +144,14 @@ ROWS: dict[str, dict[str, Any]] = {
         "paused": False, "grant_hash": "9" * 64, "created_at": T,
     },
     "blobs": {"sha256": "a" * 64, "size": 5, "data": b"\x00\xffab\n", "created_at": T},
+    "published_blobs": {"sha256": "d" * 64},
 }
 # tables renamed by a later revision: their name at the baseline (ROWS and MODELS go by it)
 BASELINE_NAMES = {"action_calls": "tool_calls"}
 # tables of later revisions
-AFTER_BASELINE = {"node_credentials", "run_grants", "routine_versions", "routine_schedules", "blobs"}
+AFTER_BASELINE = {
+    "node_credentials", "run_grants", "routine_versions", "routine_schedules", "blobs", "published_blobs"
+}
 
 MODELS: dict[str, type[SQLModel]] = {
     "organizations": Organization, "api_keys": ApiKey, "publishers": Publisher, "signing_keys": SigningKey,
@@ -156,6 +160,7 @@ MODELS: dict[str, type[SQLModel]] = {
     "routines": RoutineRecord, "routine_runs": RunRecord, "call_cancels": CallCancel,
     "connections": ConnectionRecord, "run_grants": RunGrant, "node_credentials": NodeCredential,
     "routine_versions": RoutineVersion, "routine_schedules": RoutineSchedule, "blobs": BlobContent,
+    "published_blobs": PublishedBlob,
 }
 # fmt: on
 
@@ -261,6 +266,14 @@ def test_routines_stored_before_versions_get_their_current_version_kept(engine: 
     assert kept.source == source
     assert kept.hash == "sha256:" + hashlib.sha256(source.encode()).hexdigest()
     assert kept.stored_at == routine["updated_at"]
+
+
+def test_the_blobs_of_versions_published_before_stay_readable_by_nodes(engine: sa.Engine) -> None:
+    build_baseline_database(engine)
+    insert_rows(engine)
+    migrate(engine)
+    with Session(engine) as session:
+        assert [b.sha256 for b in session.exec(select(PublishedBlob))] == ["c" * 64]
 
 
 def test_a_database_of_the_old_migrations_is_stamped_at_the_baseline_and_keeps_working(
