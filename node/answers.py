@@ -17,7 +17,22 @@ from node.models import NodeCallError
 TOOL_CODE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
 MAX_TOOL_MESSAGE = 1000  # characters of a tool's own error message that reach the caller
 MAX_ANSWER_DEPTH = 64  # as request bodies and run payloads (api.jsonbody, engine.payloads)
-_CONTROL = dict.fromkeys([*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0)], " ")
+_CONTROL = dict.fromkeys(
+    [
+        *range(0x00, 0x20),
+        0x7F,
+        *range(0x80, 0xA0),
+        # invisible marks that reorder or hide what a terminal shows: bidirectional overrides and
+        # isolates, zero-width characters, the byte order mark
+        0x061C,
+        *range(0x200B, 0x2010),
+        *range(0x202A, 0x202F),
+        *range(0x2060, 0x2065),
+        *range(0x2066, 0x206A),
+        0xFEFF,
+    ],
+    " ",
+)
 
 
 def fail(code: str, reason: str | None, message: str, **details: Any) -> NodeCallError:
@@ -26,7 +41,8 @@ def fail(code: str, reason: str | None, message: str, **details: Any) -> NodeCal
 
 
 def clean_message(text: str) -> str:
-    """A tool's error message as callers get it: control characters (escape sequences, line breaks)
+    """A tool's error message as callers get it: control characters (escape sequences, line breaks) and
+    invisible marks (bidirectional overrides, zero-width characters)
     turned into spaces, at most MAX_TOOL_MESSAGE characters (cut ones end with '…')."""
     flat = text.translate(_CONTROL).strip()
     return flat if len(flat) <= MAX_TOOL_MESSAGE else flat[: MAX_TOOL_MESSAGE - 1] + "…"

@@ -45,7 +45,7 @@ from typing import Any
 
 from cachetools import TTLCache
 
-from node.answers import fail, parse_answer
+from node.answers import clean_message, fail, parse_answer
 from node.cache import InstallCache
 from node.errors import NodeError
 from node.models import NodeCall, NodeCallError, NodeCallResult
@@ -307,7 +307,7 @@ class Runner:
                         ok=True, ran=True, output=self._files(call, vm, answer), usage=usage
                     )
                 except OutputFileError as exc:
-                    error = fail("tool_failed", "output_file", str(exc))
+                    error = fail("tool_failed", "output_file", clean_message(str(exc)))
         return NodeCallResult(ok=False, ran=True, error=error, usage=usage)
 
     def _run_error(self, call: NodeCall, run: RunResult, command_ms: int) -> NodeCallError | None:

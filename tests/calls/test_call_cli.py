@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -9,9 +10,13 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from b3os import B3OS
-from cli.call import call_with_retries
+from cli._http import CliError
+from cli.call import call_with_retries, declared_files, write_files
 
 from .calltest import call, running
 from .stack import FREE, NAMESPACE, REPO, Org, Stack
@@ -55,6 +60,64 @@ def test_b3os_call_prints_the_output_and_writes_the_output_file(stack: Stack, tm
     }
     assert (out / "hello.txt").read_bytes() == b"hello\n"
     assert "micro-USD (compute" in done.stderr and "price 100)" in done.stderr
+
+
+def test_b3os_call_never_writes_over_a_file_without_force_nor_through_a_symlink(
+    stack: Stack, tmp_path: Path
+) -> None:
+    (tmp_path / "hello.txt").write_bytes(b"new\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "hello.txt").write_bytes(b"mine\n")
+    org = stack.org()
+    args = ["call", "com.example.tools/echo/echo@1", "--input", '{"text": "hi"}', "--file", "file=hello.txt"]
+    done = b3os(stack, org, *args, "--out-dir", str(out), cwd=tmp_path)
+    assert done.returncode == 1
+    assert done.stderr.startswith(
+        f"b3os call: {out / 'hello.txt'} exists; nothing written (--force replaces it)"
+    )
+    assert (out / "hello.txt").read_bytes() == b"mine\n"
+    done = b3os(stack, org, *args, "--out-dir", str(out), "--force", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (out / "hello.txt").read_bytes() == b"new\n"
+    # a symlink where the file goes is refused, and with --force replaced, never written through
+    elsewhere = tmp_path / "elsewhere.txt"
+    elsewhere.write_bytes(b"keep\n")
+    (out / "hello.txt").unlink()
+    (out / "hello.txt").symlink_to(elsewhere)
+    assert b3os(stack, org, *args, "--out-dir", str(out), cwd=tmp_path).returncode == 1
+    assert b3os(stack, org, *args, "--out-dir", str(out), "--force", cwd=tmp_path).returncode == 0
+    assert not (out / "hello.txt").is_symlink() and (out / "hello.txt").read_bytes() == b"new\n"
+    assert elsewhere.read_bytes() == b"keep\n"
+
+
+def test_only_the_outputs_the_action_declares_as_files_are_written(stack: Stack, tmp_path: Path) -> None:
+    answer = {"ref": "com.example.tools/echo/echo@1.0.0", "output": {"text": "x", "file": _file("a.txt")}}
+    with B3OS(stack.url, stack.org().key) as client:
+        assert declared_files(client, answer) == {"file"}
+        assert declared_files(client, {"ref": "nowhere", "output": {"text": "x"}}) == set()  # no file: no read
+    # what a tool printed as a file in a property not declared as one is shown, never written
+    output = {"file": _file("a.txt"), "note": _file("Makefile"), "more": [_file("b.txt")]}
+    shown = write_files(output, tmp_path, {"file"})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt"]
+    assert shown["note"] == output["note"] and shown["more"] == output["more"]
+    assert shown["file"]["path"] == str(tmp_path / "a.txt")
+    # checked before any is written: a bad name, or two files of one name, write nothing
+    for bad in (
+        {"file": _file("c.txt"), "other": _file("../x")},
+        {"file": _file("d.txt"), "other": _file("d.txt")},
+    ):
+        with pytest.raises(CliError, match="nothing written"):
+            write_files(bad, tmp_path, {"file", "other"})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt"]
+    with pytest.raises(CliError) as refused:
+        write_files({"file": _file("\x1b[2J\u202e" + "x" * 500)}, tmp_path, {"file"})
+    assert "\x1b" not in str(refused.value) and "\u202e" not in str(refused.value)
+    assert len(str(refused.value)) < 200
+
+
+def _file(name: str) -> dict[str, Any]:
+    return {"$bytes": base64.b64encode(name.encode()).decode(), "name": name}
 
 
 def test_b3os_call_says_what_is_wrong_without_a_traceback(stack: Stack, tmp_path: Path) -> None:

@@ -160,6 +160,15 @@ def test_a_tools_error_message_arrives_capped_and_without_control_characters(run
     assert not any(ord(ch) < 0x20 or 0x7F <= ord(ch) < 0xA0 for ch in message + err["message"])
 
 
+def test_an_output_file_error_arrives_capped_and_without_control_characters(runner: Runner) -> None:
+    err = _err(runner.call(hostile_call("noisy", {"kind": "loud_path"})))
+    assert (err["code"], err["reason"]) == ("tool_failed", "output_file")
+    message = err["message"]
+    assert len(message) == 1000 and message.endswith("…")
+    assert message.startswith("output file /out/ [2J evil b3os call: ok xxx")
+    assert not any(ord(ch) < 0x20 or 0x7F <= ord(ch) < 0xA0 or ch == "\u202e" for ch in message)
+
+
 def test_a_tool_error_code_that_is_no_short_name_is_a_protocol_failure(runner: Runner) -> None:
     err = _err(runner.call(hostile_call("noisy", {"kind": "bad_code"})))
     assert (err["code"], err["reason"]) == ("tool_failed", "protocol")
