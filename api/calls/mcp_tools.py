@@ -1,14 +1,16 @@
 """MCP: what the tools are and what a call answers; the protocol: the `mcp` package (api.routes.mcp_server).
 
-Every action is a tool named `{pack}__{action}`. A tool call goes through the same call service as
+Every action is a tool named `{pack}__{action}` (`echo__echo`), and a name once given to a pack is never
+given to another: the short names of a pack name belong to the pack of that name published first (packs
+are never deleted). Every other pack of the same name, in another namespace, is named with its namespace
+too, `{namespace}__{pack}__{action}` (`org.other__echo__echo`): names and actions have no "_" and no
+".", so the two forms never meet. A tool call goes through the same call service as
 `POST /v1/actions/call`: same limits, metering and errors. A failed call is a tool result with
 `isError: true`, its text the error sentence and `_meta.b3os.error` the API's error object (code,
 reason, retry_after, ...); a refused call (429, 503) always carries `retry_after` there, in seconds.
 The answer's output is `structuredContent`.
 
-Tools come from the newest release of each pack; the ref called is `ns/pack/action@<major>`. When
-two namespaces have packs of the same name, the tool name belongs to the first namespace in
-alphabetical order and the other pack's actions are not listed.
+Tools come from the newest release of each pack; the ref called is `ns/pack/action@<major>`.
 """
 
 from __future__ import annotations
@@ -18,10 +20,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import mcp_types
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from api.calls.answers import Answer
-from api.models import PackVersion
+from api.models import Pack, PackVersion
 from api.registry import catalog
 from packs import resolve as resolving
 from packs.manifest import Action
@@ -49,9 +51,18 @@ class Tool:
         )
 
 
-def tool_name(pack: str, action: str) -> str:
-    """`com.example.tools/echo` + `echo` -> `echo__echo`."""
-    return f"{pack.split('/', 1)[-1]}__{action}"
+def tool_name(pack: str, action: str, *, qualified: bool = False) -> str:
+    """`com.example.tools/echo` + `echo` -> `echo__echo`, or qualified `com.example.tools__echo__echo`."""
+    namespace, _, name = pack.partition("/")
+    return f"{namespace}__{name}__{action}" if qualified else f"{name}__{action}"
+
+
+def _first_of_each_name(session: Session) -> set[str]:
+    """The packs that own their name's short tool names: of the packs of each name, the first created."""
+    owners: dict[str, str] = {}
+    for pack in session.exec(select(Pack).order_by(col(Pack.created_at), col(Pack.id))):
+        owners.setdefault(pack.id.partition("/")[2], pack.id)
+    return set(owners.values())
 
 
 def tools(session: Session) -> dict[str, Tool]:
@@ -64,6 +75,7 @@ def tools(session: Session) -> dict[str, Tool]:
         pick = resolving.newest(rows)
         if pick is not None:
             newest[pack] = rows[pick]
+    owners = _first_of_each_name(session)
     found: dict[str, Tool] = {}
     for pack in sorted(newest):
         version = newest[pack]
@@ -72,14 +84,13 @@ def tools(session: Session) -> dict[str, Tool]:
         except ResolveError:
             continue  # a version this engine cannot run is not offered
         for action in manifest.actions:
-            name = tool_name(pack, action.key)
-            if name not in found:
-                found[name] = Tool(
-                    name=name,
-                    ref=f"{pack}/{action.key}@{version.major}",
-                    pin=f"{pack}/{action.key}@{version.version}",
-                    action=action,
-                )
+            name = tool_name(pack, action.key, qualified=pack not in owners)
+            found[name] = Tool(
+                name=name,
+                ref=f"{pack}/{action.key}@{version.major}",
+                pin=f"{pack}/{action.key}@{version.version}",
+                action=action,
+            )
     return found
 
 

@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import httpx2
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
+from sqlmodel import Session
+
+from api.registry import publishers
+from packs.build import build_pack
+from packs.signing import public_key_b64
 
 from .calltest import usage
-from .stack import Stack
+from .stack import ECHO_DIR, Stack, publish
 
 CLIENT = {"name": "t", "version": "0"}
 INITIALIZE = {
@@ -67,6 +75,36 @@ async def test_mcp_lists_the_echo_tools_and_calls_one_with_the_same_metering(sta
     assert used["calls"] == 2
     assert used["units"]["actions.tool_call"] == 2
     assert used["units"]["actions.publisher_microusd"] == 100
+
+
+async def test_a_tool_name_once_given_to_a_pack_is_never_given_to_another(stack: Stack) -> None:
+    # a rival namespace, first in alphabetical order, publishes a pack of the same name later
+    rival = "aaa.rival"
+    key = Ed25519PrivateKey.generate()
+    with Session(stack.engine) as session:
+        publishers.set_publisher(session, namespace=rival, org_id=stack.publisher.org_id)  # type: ignore[union-attr]
+        publishers.register_signing_key(
+            session, namespace=rival, kid=f"{rival}#k1", public_key=public_key_b64(key)
+        )
+        session.commit()
+    root = stack.root / "builds" / "rival-echo"
+    shutil.copytree(ECHO_DIR, root)
+    manifest = json.loads((root / "b3pack.json").read_text())
+    manifest.update(pack=f"{rival}/echo", version="9.0.0", pricing={"model": "free"})
+    manifest["publisher"] = {"id": rival, "name": "A rival"}
+    (root / "b3pack.json").write_text(json.dumps(manifest))
+    build_pack(root, kid=f"{rival}#k1", private_key=key, tool=True)
+    publish(stack, stack.publisher, root)  # type: ignore[arg-type]
+    stack.wait_installed("node-a", [f"{rival}/echo@9.0.0"])
+    async with mcp_session(stack, stack.org().headers) as session:
+        await session.initialize()
+        tools = {t.name: t for t in (await session.list_tools()).tools}
+        assert (tools["echo__echo"].meta or {})["b3os/ref"] == "com.example.tools/echo/echo@1"
+        assert (tools["aaa.rival__echo__echo"].meta or {})["b3os/ref"] == "aaa.rival/echo/echo@9"
+        mine = await session.call_tool("echo__echo", {"text": "hi"})
+        theirs = await session.call_tool("aaa.rival__echo__echo", {"text": "hi"})
+    assert (mine.meta or {})["b3os"]["ref"] == "com.example.tools/echo/echo@1.0.0"
+    assert (theirs.meta or {})["b3os"]["ref"] == "aaa.rival/echo/echo@9.0.0"
 
 
 async def test_mcp_calls_count_against_the_same_limits(stack: Stack) -> None:
