@@ -11,7 +11,7 @@ from api.accounts import organizations
 from api.accounts.scopes import KEYS_ADMIN, covers
 from api.deps import Principal, ReadSessionDep, SessionDep, SettingsDep, require
 from api.errors import Forbidden, NotFound, error_responses
-from api.models import ApiKeyCreate, ApiKeyCreated, ApiKeyPublic
+from api.models import ApiKey, ApiKeyCreate, ApiKeyCreated, ApiKeyPublic
 
 router = APIRouter(prefix="/v1/keys", tags=["keys"])
 Admin = Annotated[Principal, Depends(require(KEYS_ADMIN))]
@@ -32,6 +32,15 @@ def create_key(
             raise Forbidden(
                 f"A key cannot hand out the scope {scope}, which it does not hold itself.", field="scopes"
             )
+    own = session.get(ApiKey, principal.key_id)
+    cap, asked = (own.monthly_spend_cap_microusd if own else None), body.monthly_spend_cap_microusd
+    if cap is not None and (asked is None or asked > cap):
+        raise Forbidden(
+            f"A key with a monthly spend cap of {cap} micro-USD cannot create a key with "
+            + ("no cap" if asked is None else f"a cap of {asked}")
+            + f": give it a cap of at most {cap}.",
+            field="monthly_spend_cap_microusd",
+        )
     key, secret = organizations.create_api_key(
         session,
         org_id=principal.org_id,

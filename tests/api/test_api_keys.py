@@ -83,6 +83,32 @@ def test_a_key_cannot_hand_out_scopes_it_does_not_hold(
     assert r.status_code == 403 and "actions:*" in r.json()["error"]["message"]
 
 
+def test_a_capped_key_cannot_create_a_key_with_a_higher_cap_or_none(
+    client: TestClient, make_org: Callable[..., Org]
+) -> None:
+    owner = make_org(scopes=["*"])
+    capped = client.post(
+        "/v1/keys", headers=owner.headers, json={"scopes": ["*"], "monthly_spend_cap_microusd": 1}
+    ).json()["key"]
+    headers = {"Authorization": f"Bearer {capped}"}
+    for asked, says in ((None, "no cap"), (2, "a cap of 2")):
+        r = client.post(
+            "/v1/keys", headers=headers, json={"scopes": ["*"], "monthly_spend_cap_microusd": asked}
+        )
+        assert r.status_code == 403
+        error = r.json()["error"]
+        assert error["field"] == "monthly_spend_cap_microusd"
+        assert error["message"] == (
+            f"A key with a monthly spend cap of 1 micro-USD cannot create a key with {says}: "
+            "give it a cap of at most 1."
+        )
+    r = client.post("/v1/keys", headers=headers, json={"scopes": ["*"], "monthly_spend_cap_microusd": 1})
+    assert r.status_code == 201 and r.json()["monthly_spend_cap_microusd"] == 1
+    # an uncapped key gives any cap, or none
+    r = client.post("/v1/keys", headers=owner.headers, json={"scopes": ["*"]})
+    assert r.status_code == 201 and r.json()["monthly_spend_cap_microusd"] is None
+
+
 def test_bad_key_requests_name_the_field(client: TestClient, make_org: Callable[..., Org]) -> None:
     owner = make_org()
     r = client.post("/v1/keys", headers=owner.headers, json={"scopes": ["actions:call"], "colour": "red"})
