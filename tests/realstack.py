@@ -44,7 +44,7 @@ ECHO_REF = f"{ECHO}/echo@1"
 FAIL_REF = f"{ECHO}/fail@1"
 FREE_ECHO = f"{FREE}/echo@1"
 FREE_FAIL = f"{FREE}/fail@1"
-RUNNER_SCOPES = ("routines:run", "routines:read", "actions:call")
+RUNNER_SCOPES = ("routines:run", "routines:read", "actions:call", "usage:read")
 
 
 @dataclass

@@ -21,6 +21,8 @@ KEYS_ADMIN = "keys:admin"
 PUBLISHERS_ADMIN = "admin:publishers"
 CONNECTIONS_WRITE = "connections:write"
 CONNECTIONS_READ = "connections:read"
+USAGE_READ = "usage:read"
+EARNINGS_READ = "earnings:read"
 
 KNOWN_SCOPES = (
     ACTIONS_WRITE,
@@ -32,6 +34,8 @@ KNOWN_SCOPES = (
     PUBLISHERS_ADMIN,
     CONNECTIONS_WRITE,
     CONNECTIONS_READ,
+    USAGE_READ,
+    EARNINGS_READ,
 )
 BY_NAME_ONLY = frozenset({TOOLS_PUBLISH})
 

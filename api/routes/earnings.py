@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import anyio
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from sqlmodel import Session
 
+from api.accounts.scopes import EARNINGS_READ
 from api.calls.sales import earnings_report
-from api.deps import PrincipalDep
+from api.deps import Principal, require
 from api.errors import error_responses
 from api.params import Month, Namespace
 from api.registry.publishers import own_publisher
@@ -18,11 +19,11 @@ from api.routes.usage import month_or_now
 router = APIRouter(prefix="/v1/actions/publishers", tags=["earnings"])
 
 
-@router.get("/{namespace}/earnings", responses=error_responses(400, 404))
+@router.get("/{namespace}/earnings", responses=error_responses(400, 403, 404))
 async def earnings(
     request: Request,
     namespace: Namespace,
-    principal: PrincipalDep,
+    principal: Annotated[Principal, Depends(require(EARNINGS_READ))],
     month: Month = None,
 ) -> dict[str, Any]:
     """Calls, gross, B3OS's cut and net of a namespace's tools for a month, daily per tool (accrued)."""

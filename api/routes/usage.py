@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Annotated, Any
 
 import anyio
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from sqlmodel import Session
 
+from api.accounts.scopes import USAGE_READ
 from api.calls import metering
 from api.calls.earnings import month_bounds
-from api.deps import PrincipalDep
+from api.deps import Principal, require
 from api.errors import InvalidRequest, error_responses
 from api.params import MONTH_PATTERN, Month
 
@@ -31,10 +32,10 @@ def month_or_now(request: Request, month: str | None) -> str:
     return month
 
 
-@router.get("/usage", responses=error_responses(400))
+@router.get("/usage", responses=error_responses(400, 403))
 async def usage(
     request: Request,
-    principal: PrincipalDep,
+    principal: Annotated[Principal, Depends(require(USAGE_READ))],
     month: Month = None,
 ) -> dict[str, Any]:
     """Your organization's units, calls and cost in micro-USD for a month (default: this month)."""

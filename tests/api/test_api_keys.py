@@ -109,6 +109,21 @@ def test_a_capped_key_cannot_create_a_key_with_a_higher_cap_or_none(
     assert r.status_code == 201 and r.json()["monthly_spend_cap_microusd"] is None
 
 
+def test_usage_and_earnings_need_their_scopes(client: TestClient, make_org: Callable[..., Org]) -> None:
+    caller = make_org(scopes=["actions:call"], namespaces=["com.example.scoped"])
+    for path, scope in (
+        ("/v1/usage", "usage:read"),
+        ("/v1/actions/publishers/com.example.scoped/earnings", "earnings:read"),
+    ):
+        r = client.get(path, headers=caller.headers)
+        assert r.status_code == 403, r.text
+        assert r.json()["error"]["message"] == f"This key lacks the scope {scope}."
+        assert r.json()["error"]["missing_scope"] == scope
+        reader = make_org(scopes=[scope], namespaces=[] if scope == "usage:read" else ["com.example.scoped2"])
+        path = path.replace("scoped", "scoped2")
+        assert client.get(path, headers=reader.headers).status_code == 200
+
+
 def test_bad_key_requests_name_the_field(client: TestClient, make_org: Callable[..., Org]) -> None:
     owner = make_org()
     r = client.post("/v1/keys", headers=owner.headers, json={"scopes": ["actions:call"], "colour": "red"})

@@ -54,7 +54,7 @@ FREE = f"{NAMESPACE}/free"
 PROBE = f"{NAMESPACE}/probe"
 FIRST_PARTY = "io.b3os"
 FIRST_PARTY_KID = f"{FIRST_PARTY}#calls-test"
-CALLER_SCOPES = ("actions:call",)
+CALLER_SCOPES = ("actions:call", "usage:read")
 ROUTINE_ADMISSION_WAIT_S: str | None = "0"
 """A routine step's call is answered 429/503 at once here, as the tests of those answers expect (a test of
 the wait starts an api of its own); None: the api's default (bench/goals.py)."""

@@ -95,7 +95,8 @@ def test_only_the_outputs_the_action_declares_as_files_are_written(stack: Stack,
     answer = {"ref": "com.example.tools/echo/echo@1.0.0", "output": {"text": "x", "file": _file("a.txt")}}
     with B3OS(stack.url, stack.org().key) as client:
         assert declared_files(client, answer) == {"file"}
-        assert declared_files(client, {"ref": "nowhere", "output": {"text": "x"}}) == set()  # no file: no read
+        nothing = {"ref": "nowhere", "output": {"text": "x"}}
+        assert declared_files(client, nothing) == set()  # no file value: the registry is not asked
     # what a tool printed as a file in a property not declared as one is shown, never written
     output = {"file": _file("a.txt"), "note": _file("Makefile"), "more": [_file("b.txt")]}
     shown = write_files(output, tmp_path, {"file"})
@@ -180,6 +181,11 @@ def test_b3os_tool_earnings_shows_the_publisher_its_month(stack: Stack, tmp_path
     assert lines[1].startswith("rate: 0% until ")
     assert any("echo__noop" in line for line in lines[3:-1])
     assert lines[-1].startswith("total")
+    # earnings need their scope, and are only the publisher's own
     other = b3os(stack, stack.org(), "tool", "earnings", "--namespace", NAMESPACE, cwd=tmp_path)
+    assert other.returncode == 1 and "This key lacks the scope earnings:read" in other.stderr
+    other = b3os(
+        stack, stack.org(scopes=["earnings:read"]), "tool", "earnings", "--namespace", NAMESPACE, cwd=tmp_path
+    )
     assert other.returncode == 1
     assert "Your organization has no publisher namespace com.example.tools" in other.stderr
