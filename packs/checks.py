@@ -22,6 +22,7 @@ from packs.checks_util import (
     check_text,
     is_tool_pack,
     missing_or,
+    public_host_problem,
     render,
     schema_error,
 )
@@ -37,13 +38,15 @@ CHECKS: dict[int, str] = {
     4: 'publisher is {"id": <the pack\'s namespace>, "name": <1 to 100 characters>}',
     5: f'engine is a caret range ("^1.1") that admits this engine, {ENGINE_VERSION}',
     6: "the manifest has only known top-level fields",
-    7: 'egress is a list of {"host"}; connections and triggers are lists of objects with a unique key',
+    7: 'egress is a list of {"host"}, each a public DNS name under a known public suffix (no IP address, '
+    "special-use name or wildcard over a public suffix); connections and triggers are lists of objects "
+    "with a unique key",
     8: "actions is a non-empty list of objects whose keys are names and unique",
     9: "each action has a title, a description, effects.class read, write or pure, impl.kind http or vm, "
     "and only known fields",
     10: 'inputSchema and outputSchema are valid JSON Schemas (2020-12) of type "object"',
     11: "an http action's impl.request has a method and an https url whose host is written out (no ${{ }}) "
-    "and in egress",
+    "and in egress, and whose port, if any, is 1 to 65535",
     12: 'signature, when present, is {"kid", "alg": "ed25519", "hash", "value"} with a kid of the '
     "pack's namespace",
     13: 'tool.kind is "cli" and tool.base is {"name": "base"}',
@@ -215,6 +218,8 @@ def check_declarations(m: Mapping[str, Any], r: Report) -> None:
             host = item.get("host") if isinstance(item, Mapping) else None
             if not isinstance(host, str) or HOST_RE.match(host) is None or set(item) != {"host"}:
                 r.add(7, f"egress[{i}]", item, 'use {"host": "api.example.com"}, a lowercase host name')
+            elif (problem := public_host_problem(host)) is not None:
+                r.add(7, f"egress[{i}].host", host, f"{problem}; use a public name such as api.example.com")
     for field in ("connections", "triggers"):
         value = m.get(field, [])
         if not isinstance(value, list):

@@ -55,6 +55,15 @@ def _split_url(url: str) -> SplitResult | None:
         return None
 
 
+def _port(split: SplitResult) -> str | None:
+    """The URL's port as written when it is no port (0, past 65535), else None."""
+    try:
+        port = split.port
+    except ValueError:
+        return split.netloc.rpartition(":")[2]
+    return "0" if port == 0 else None
+
+
 def check_request_url(m: Mapping[str, Any], r: Report) -> None:
     egress = egress_hosts(m)
     for p, _, impl in _http_actions(m):
@@ -88,6 +97,8 @@ def check_request_url(m: Mapping[str, Any], r: Report) -> None:
             )
         elif "@" in split.netloc:
             r.add(11, field, url, "use a URL without user info: credentials come from the pack's connections")
+        elif (port := _port(split)) is not None:
+            r.add(11, field, url, f"its port {port} is not a port from 1 to 65535")
         elif not split.hostname or not host_allowed(split.hostname, egress):
             host = split.hostname or split.netloc
             r.add(11, field, url, f'its host {host} is not in egress: add {{"host": "{host}"}}')

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Protocol, TypeVar
+
+from publicsuffixlist import PublicSuffixList
 
 # Checks whose refusals are values this version does not take (hosted-tools: "checks 13 to 20").
 VERSION_REFUSALS = range(13, 21)
@@ -14,6 +17,34 @@ _MAX_RENDER = 120
 HOST_RE = re.compile(
     r"^(\*\.)?[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*$"
 )
+# Names no public service answers under: special-use (RFC 6761, 6762, 7686, 8375, 9476) and private-use
+# top-level domains, and the reverse-lookup tree. The public suffix list does not hold most of them.
+_SPECIAL_USE = ("arpa", "onion", "local", "localhost", "test", "invalid", "internal", "alt", "lan", "home")
+
+
+@functools.cache
+def _suffixes() -> PublicSuffixList:
+    """The public suffix list bundled with `publicsuffixlist` (unknown top-level domains are no suffix)."""
+    return PublicSuffixList(accept_unknown=False)
+
+
+def public_host_problem(host: str) -> str | None:
+    """Why `host` (a HOST_RE name, maybe `*.`) is not a public DNS name an egress may reach, or None.
+
+    A public name ends in a known public suffix and is not one itself (`api.example.com`, not `com`),
+    so no IP address (`127.0.0.1`, `2130706433`, `0`), special-use name (`localhost`,
+    `metadata.google.internal`) or wildcard over a public suffix (`*.com`, `*.github.io`) passes.
+    """
+    name = host.removeprefix("*.")
+    if name.rsplit(".", 1)[-1] in _SPECIAL_USE or name.endswith(".home.arpa"):
+        return "it is a special-use name that no public service answers under"
+    if _suffixes().privatesuffix(name) is None:
+        if host.startswith("*."):
+            return f"a wildcard must sit under a registered domain, and {name} is a public suffix or unknown"
+        return "it is not a public DNS name under a known public suffix (an IP address, or a private name)"
+    return None
+
+
 # An HTTP header name (an RFC 9110 token).
 HEADER_NAME_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,100}$")
 HOP_BY_HOP = (

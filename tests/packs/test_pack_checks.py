@@ -671,3 +671,47 @@ def test_docs_list_every_check_with_its_rule() -> None:
     doc = (REPO / "docs" / "packs.md").read_text()
     for n, rule in CHECKS.items():
         assert f"| {n} | {rule.replace('|', chr(92) + '|')} |" in doc, n
+
+
+PUBLIC_NAME = "use a public name such as api.example.com"
+NOT_PUBLIC = "it is not a public DNS name under a known public suffix (an IP address, or a private name)"
+SPECIAL = "it is a special-use name that no public service answers under"
+
+
+@pytest.mark.parametrize(
+    ("host", "why"),
+    [
+        ("127.0.0.1", NOT_PUBLIC),
+        ("2130706433", NOT_PUBLIC),
+        ("0", NOT_PUBLIC),
+        ("169.254.169.254", NOT_PUBLIC),
+        ("intranet", NOT_PUBLIC),
+        ("localhost", SPECIAL),
+        ("metadata.google.internal", SPECIAL),
+        ("printer.local", SPECIAL),
+        ("1.0.0.127.in-addr.arpa", SPECIAL),
+        ("*.com", "a wildcard must sit under a registered domain, and com is a public suffix or unknown"),
+        (
+            "*.github.io",
+            "a wildcard must sit under a registered domain, and github.io is a public suffix or unknown",
+        ),
+    ],
+)
+def test_an_egress_host_that_is_no_public_name_is_refused_at_publish(host: str, why: str) -> None:
+    url_host = host.replace("*.", "api.")
+    manifest = mutate(
+        OM, {"egress": [{"host": host}], "actions[0].impl.request.url": f"https://{url_host}/v1/search"}
+    )
+    assert [v.message for v in run_checks(manifest)] == [
+        f'check 7: egress[0].host "{host}" is not accepted: {why}; {PUBLIC_NAME}'
+    ]
+
+
+@pytest.mark.parametrize(("port", "shown"), [("0", "0"), ("99999", "99999"), ("00", "0")])
+def test_an_http_action_url_with_no_real_port_is_refused_at_publish(port: str, shown: str) -> None:
+    url = f"https://geocoding-api.open-meteo.com:{port}/v1/search"
+    assert [v.message for v in run_checks(mutate(OM, {"actions[0].impl.request.url": url}))] == [
+        f'check 11: actions[0].impl.request.url "{url}" is not accepted: its port {shown} is not a port from 1 to 65535'
+    ]
+    ok = mutate(OM, {"actions[0].impl.request.url": "https://geocoding-api.open-meteo.com:8443/v1/search"})
+    assert run_checks(ok) == []
