@@ -162,4 +162,5 @@ def run(args: argparse.Namespace) -> int:
         return 1
     hint = f", …{added['hint']}" if added.get("hint") else ""
     print(f"added {added['id']} {added['pack']} {added['connection']} ({added['kind']}{hint})")
+    print(f"its secret is sent only to: {', '.join(added.get('hosts') or []) or 'no host'}")
     return 0

@@ -5,7 +5,8 @@ its newest version declares the connection; `params` match the connection's `par
 (defaults filled in; no schema takes no params); `secret` has the shape of the connection's kind.
 Then the secret is sealed with `egress.sealing.seal` to the proxy's public key, bound to the
 organization and the row's id, as `{"kind", "hosts", "inject", "secret"}` (hosts and inject from
-the manifest). Only the proxy can open it. Adding one the organization already has for that
+the manifest; the hosts are also stored in the clear and shown to the organization, so it sees where its
+secret goes). Only the proxy can open it. Adding one the organization already has for that
 (pack, connection) replaces its secret and params and keeps its id.
 
 The public key is `B3OS_EGRESS_PUBLIC_KEY`, else asked once from `GET {B3OS_EGRESS_URL}/v1/egress/public-key`
@@ -307,6 +308,7 @@ def add_connection(
                 )
             row.kind = definition.kind
             row.params = checked_params
+            row.hosts = list(definition.hosts)
             row.hint = checked.hint
             row.sealed = seal(
                 public_key, {**payload, "secret": checked.value}, binding=connection_binding(org_id, row.id)

@@ -43,6 +43,9 @@ class ConnectionRecord(ConnectionBase, table=True):
     org_id: str = Field(foreign_key="organizations.id", index=True, max_length=40)
     kind: str = Field(max_length=20)
     params: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    hosts: list[str] = Field(
+        default_factory=list, sa_column=Column(JSON, nullable=False, server_default="[]")
+    )
     hint: str = Field(default="", max_length=4)
     sealed: str = Field(sa_column=Column(Text, nullable=False), description="sealed to the egress proxy")
     created_at: dt.datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
@@ -55,6 +58,9 @@ class ConnectionPublic(ConnectionBase):
     id: str
     kind: str
     params: dict[str, Any]
+    hosts: list[str] = Field(
+        description="the hosts the egress proxy sends the secret to (exact or *.), as sealed"
+    )
     hint: str = Field(description="the secret's last 4 characters when it has at least 12, else empty")
     created_at: dt.datetime
 

@@ -37,8 +37,8 @@ from egress.sealing import SealError, connection_binding, generate_key, open_sea
 from packs.signing import sign_manifest
 
 PACK = f"{NAMESPACE}/weather"
-API_HOST, AUTH_HOST = "api.weather.example", "auth.weather.example"
-PUBLIC = {"id", "pack", "connection", "kind", "params", "hint", "created_at"}
+API_HOST, AUTH_HOST = "api.weather.example.com", "auth.weather.example.com"
+PUBLIC = {"id", "pack", "connection", "kind", "params", "hosts", "hint", "created_at"}
 TEXT = "a text of 1 to 4096 characters without control characters"
 TAKES = {
     "api_key": f"secret as {TEXT}",
@@ -230,6 +230,9 @@ def test_each_kind_is_sealed_to_the_proxy_alone_and_listed(
     assert [i["connection"] for i in items] == ["api-key", "login", "oauth", "token"]
     assert all(set(i) == PUBLIC | {"updated_at"} for i in items)
     assert {i["id"]: i["hint"] for i in items} == {ids[n]: h for n, h in hints.items()}
+    # each shows the hosts its secret goes to: those sealed with it
+    assert {i["connection"]: i["hosts"] for i in items} == {n: DEFINITIONS[n]["hosts"] for n in added}
+    assert all(r.json()["hosts"] == DEFINITIONS[n]["hosts"] for n, r in added.items())
 
 
 def test_adding_it_again_replaces_the_secret_and_params_and_keeps_the_id(
@@ -632,7 +635,10 @@ def test_the_cli_adds_from_stdin_lists_and_removes(
     token, password, access = _secret(), _secret(), _secret()
     code, out, _ = b3os("connection", "add", PACK, "token", "--secret-stdin", stdin=token + "\n")
     assert code == 0
-    match = re.fullmatch(rf"added (conn_\w+) {PACK} token \(bearer, …{token[-4:]}\)\n", out)
+    match = re.fullmatch(
+        rf"added (conn_\w+) {PACK} token \(bearer, …{token[-4:]}\)\nits secret is sent only to: {API_HOST}\n",
+        out,
+    )
     assert match, out
     assert _opened(app, proxy_key, owner, match[1]) == _payload("token", token)
     code, out, _ = b3os("connection", "add", PACK, "login", "--secret-stdin", stdin=f"ann:{password}\n")
@@ -651,7 +657,9 @@ def test_the_cli_adds_from_stdin_lists_and_removes(
         '{"scope": "read"}',
         stdin=json.dumps({"access_token": access, "expires_at": 1893456000}),
     )
-    assert code == 0 and out.endswith(f"(oauth2, …{access[-4:]})\n")
+    assert code == 0 and out.endswith(
+        f"(oauth2, …{access[-4:]})\nits secret is sent only to: {API_HOST}, {AUTH_HOST}\n"
+    )
     code, out, _ = b3os(
         "connection",
         "add",
@@ -664,11 +672,20 @@ def test_the_cli_adds_from_stdin_lists_and_removes(
         "region=us",
         stdin="short",
     )
-    assert code == 0 and out.endswith(" api-key (api_key)\n")
+    assert code == 0 and " api-key (api_key)\nits secret is sent only to: " in out
 
     code, out, _ = b3os("connection", "list")
     lines = out.splitlines()
-    assert code == 0 and lines[0].split() == ["ID", "PACK", "CONNECTION", "KIND", "HINT", "UPDATED"]
+    assert code == 0 and lines[0].split() == [
+        "ID",
+        "PACK",
+        "CONNECTION",
+        "KIND",
+        "HINT",
+        "SENT",
+        "TO",
+        "UPDATED",
+    ]
     assert [line.split()[2] for line in lines[1:]] == ["api-key", "login", "oauth", "token"]
     code, out, _ = b3os("connection", "list", "--json")
     items = json.loads(out)["items"]
