@@ -17,7 +17,7 @@ from sqlmodel import Session
 
 from api.accounts.auth_limit import AuthLimiter
 from api.accounts.node_credentials import find_credential
-from api.accounts.organizations import FoundKey, find_key_of_org
+from api.accounts.organizations import FoundKey, find_key_of_org, is_key_shaped
 from api.accounts.scopes import BY_NAME_ONLY, grants
 from api.checker import Checkers
 from api.config import Settings, get_settings
@@ -94,23 +94,32 @@ R = TypeVar("R", bound=_Revocable)
 
 
 def _authenticated(
-    request: Request, token: str, find: Callable[[], R | None], *, invalid: str, revoked: Callable[[R], str]
+    request: Request,
+    token: str,
+    find: Callable[[], R | None],
+    *,
+    invalid: str,
+    revoked: Callable[[R], str],
+    shaped: Callable[[str], bool] = lambda _: False,
 ) -> R:
-    """What `find` found for `token`, each try counted by the app's auth limiter.
+    """What `find` found for `token`, each try counted by the app's auth limiter. From an address past its
+    failures, only a token `shaped` like one the api issues (or seen valid) is looked up at all.
 
     Raises:
         Unauthorized: `invalid` when nothing was found, `revoked(found)` when it was revoked.
+        RateLimited: the address is past its failures and the token is not a valid key.
     """
     limiter: AuthLimiter = request.app.state.auth_limiter
     address = request.client.host if request.client else "unknown"
-    limiter.check(address, token)
+    refusal = limiter.refusal(address, token)
+    if refusal is not None and not shaped(token):
+        raise refusal
     found = find()
-    if found is None:
+    if found is None or found.revoked_at is not None:
         limiter.failed(address)
-        raise Unauthorized(invalid)
-    if found.revoked_at is not None:
-        limiter.failed(address)
-        raise Unauthorized(revoked(found))
+        if refusal is not None:
+            raise refusal
+        raise Unauthorized(invalid if found is None else revoked(found))
     limiter.succeeded(token)
     return found
 
@@ -128,6 +137,7 @@ def _principal_for(request: Request, token: str) -> Principal:
         find,
         invalid="The API key is not valid.",
         revoked=lambda _: "This API key was revoked.",
+        shaped=is_key_shaped,
     )
     request.state.api_key = key  # the call surfaces read it again (api.calls.auth): no second lookup
     return Principal(key_id=key.id, org_id=key.org_id, scopes=tuple(key.scopes), is_operator=key.is_operator)

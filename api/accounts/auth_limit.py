@@ -3,8 +3,10 @@
 Each api process counts, per client address, the requests whose API key was not valid within a sliding
 window (`B3OS_AUTH_FAILURES_PER_MINUTE`, default 60 in 60 s). Past it, a request from that address is
 refused with `429 rate_limited` (Retry-After: when the oldest failure leaves the window) before its key
-is looked up in the database, unless its key is one this process saw valid within the last 10 minutes:
-a good key keeps working from an address that also sends bad ones. Keys are held as sha256 digests;
+is looked up in the database, unless its key is one this process saw valid within the last 10 minutes,
+or one shaped like a key the api issues (`b3_` and 40 letters and digits), which is still looked up (one
+indexed read): a good key keeps working from an address that also sends bad ones, whether or not this
+process has seen it. Keys are held as sha256 digests;
 the tables are bounded (the least recently seen addresses and keys are forgotten first).
 """
 
@@ -46,21 +48,18 @@ class AuthLimiter:
         self._good: LRUCache[str, float] = LRUCache(maxsize=MAX_GOOD_KEYS)
         self._lock = threading.Lock()  # on PostgreSQL keys are looked up in worker threads
 
-    def check(self, address: str, token: str) -> None:
-        """Refuse a request from an address past its failures, unless its key was seen valid.
-
-        Raises:
-            RateLimited: 429 with Retry-After.
-        """
+    def refusal(self, address: str, token: str) -> RateLimited | None:
+        """The refusal of a request from an address past its failures, unless its key was seen valid
+        (None: go on and look the key up)."""
         with self._lock:
             recent = self._recent(address)
             if len(recent) < self._limit:
-                return
+                return None
             seen = self._good.get(_digest(token))
             if seen is not None and seen > self._clock():
-                return
+                return None
             wait = recent[0] + WINDOW_S - self._clock()
-        raise AuthFailuresLimited(
+        return AuthFailuresLimited(
             f"Too many requests with an API key that is not valid came from this address ({len(recent)} in "
             f"{int(WINDOW_S)} s); try again later.",
             retry_after=wait,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import hmac
+import re
 import secrets
 import string
 from collections.abc import Sequence
@@ -38,6 +39,14 @@ def new_id(kind: str) -> str:
 def new_secret() -> str:
     """A fresh API key secret."""
     return KEY_PREFIX + "".join(secrets.choice(_ALPHABET) for _ in range(40))
+
+
+_KEY_SHAPE = re.compile(rf"^{KEY_PREFIX}[A-Za-z0-9]{{40}}$")
+
+
+def is_key_shaped(secret: str) -> bool:
+    """Whether `secret` has the shape of a key `new_secret` makes (no lookup: it may be no key)."""
+    return _KEY_SHAPE.match(secret) is not None
 
 
 def hash_secret(secret: str) -> str:

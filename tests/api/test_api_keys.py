@@ -197,6 +197,20 @@ def test_a_flood_of_bad_keys_meets_429s_while_a_good_key_keeps_working(
     assert client.get("/v1/keys", headers=good.headers).status_code == 200
 
 
+def test_a_flood_of_bad_keys_does_not_refuse_a_valid_key_seen_for_the_first_time(
+    client: TestClient, make_org: Callable[..., Org]
+) -> None:
+    flooded = [client.get("/v1/keys", headers={"Authorization": "Bearer b3_not-a-key"}) for _ in range(61)]
+    assert flooded[-1].status_code == 429
+    # a valid key this process never saw is looked up, and works
+    fresh = make_org()
+    assert client.get("/v1/keys", headers=fresh.headers).status_code == 200
+    # a key shaped like the api's but unknown is looked up too, and still refused 429 (Retry-After)
+    shaped = {"Authorization": "Bearer b3_" + "A" * 40}
+    refused = client.get("/v1/keys", headers=shaped)
+    assert refused.status_code == 429 and int(refused.headers["Retry-After"]) >= 1
+
+
 def test_key_creation_is_limited_per_organization_and_hour(
     app: FastAPI, client: TestClient, make_org: Callable[..., Org]
 ) -> None:
