@@ -19,9 +19,10 @@ state under .b3os/.
    worker (the same program on `B3OS_TEMPORAL_BUSY_TASK_QUEUE`, under `nice`; api.runs.lanes), unless that
    setting is empty.
 
-Every child shares the generated B3OS_WORKER_TOKEN and B3OS_EGRESS_TOKEN; the node alone gets its own
+Each child gets only the secrets it uses (`SECRETS_OF`): the api the generated B3OS_WORKER_TOKEN and
+B3OS_EGRESS_TOKEN, the worker the first, the egress proxy the second and its key file, the node its own
 credential (B3OS_NODE_ID, B3OS_NODE_CREDENTIAL, issued into the database at the first start and kept while
-it stands). All are kept in `<data dir>/dev.env` (mode 0600) and never printed. Ports default to api
+it stands), Temporal's dev server none. All are kept in `<data dir>/dev.env` (mode 0600) and never printed. Ports default to api
 8700, node 8710, egress 8720, Temporal 7233, UI 8233, from flags or B3OS_DEV_API_PORT, B3OS_DEV_NODE_PORT,
 B3OS_DEV_EGRESS_PORT, B3OS_DEV_TEMPORAL_PORT, B3OS_DEV_UI_PORT; a taken port is refused before anything
 starts (cli.stack_options).
@@ -91,6 +92,16 @@ class Embedded:
         return f"{self.ui_url}/namespaces/{NAMESPACE}/workflows/{workflow_id}"
 
 
+SECRETS_OF = {
+    "temporal": (),
+    "egress": ("B3OS_EGRESS_TOKEN", "B3OS_EGRESS_KEY_FILE"),
+    "api": ("B3OS_WORKER_TOKEN", "B3OS_EGRESS_TOKEN"),
+    "node": ("B3OS_NODE_CREDENTIAL",),
+    "worker": ("B3OS_WORKER_TOKEN",),
+}
+"""The secrets each part of the stack is given: the ones it uses, no others."""
+
+
 def api_argv(port: int) -> list[str]:
     """The command line of one api process on 127.0.0.1:`port` (uvicorn over `api.main:create_app`)."""
     return [
@@ -152,18 +163,27 @@ def start_embedded(
     )
     emb.api_key = state.api_key
     key_file = data_dir / "egress" / "egress.key"
-    env = dict(os.environ)  # the user's B3OS_* settings reach the children; the stack's own win
+    # the user's B3OS_* settings reach the children, the stack's own win, and each part gets only the
+    # secrets it uses (SECRETS_OF)
+    secrets = {
+        "B3OS_WORKER_TOKEN": state.worker_token,
+        "B3OS_EGRESS_TOKEN": state.egress_token,
+        "B3OS_EGRESS_KEY_FILE": str(key_file),
+        "B3OS_NODE_CREDENTIAL": state.node_credential,
+    }
+    env = {k: v for k, v in os.environ.items() if k not in secrets}
     env.update(
         B3OS_DATA_DIR=str(data_dir),
         B3OS_API_URL=emb.api_url,
-        B3OS_WORKER_TOKEN=state.worker_token,
         B3OS_TEMPORAL_ADDRESS=emb.temporal_address,
         B3OS_TEMPORAL_NAMESPACE=NAMESPACE,
         B3OS_EGRESS_URL=egress_url,
-        B3OS_EGRESS_TOKEN=state.egress_token,
-        B3OS_EGRESS_KEY_FILE=str(key_file),
         B3OS_EGRESS_PUBLIC_KEY=_egress_public_key(key_file),
     )
+
+    def env_of(part: str) -> dict[str, str]:
+        return {**env, **{name: secrets[name] for name in SECRETS_OF[part]}}
+
     timeout = options.ready_timeout_s
     t0 = time.monotonic()
     temporal = str(Path(sys.executable).parent / "temporal")
@@ -193,7 +213,7 @@ def start_embedded(
             "warn",
             *dev_server_args(),
         ],  # fmt: skip
-        env=env,
+        env=env_of("temporal"),
         umask=0o077,  # temporal.db: runs' inputs and outputs, readable by this user only
         ready=lambda: _temporal_serving(temporal, emb.temporal_address),
         ready_timeout_s=timeout,
@@ -202,7 +222,7 @@ def start_embedded(
     stack.start(
         "egress",
         [sys.executable, "-m", "cli", "egress", "run", "--port", str(ports["egress"])],
-        env=env,
+        env=env_of("egress"),
         cwd=REPO,
         ready=lambda: _healthy(egress_url),
         ready_timeout_s=timeout,
@@ -211,7 +231,7 @@ def start_embedded(
     stack.start(
         "api",
         api_argv(ports["api"]),
-        env=env,
+        env=env_of("api"),
         ready=lambda: _healthy(emb.api_url),
         ready_timeout_s=timeout,
     )
@@ -219,9 +239,8 @@ def start_embedded(
     emb.pins, tools = publish_examples(state, [options.examples, options.packs], data_dir / "build")
     tags = sorted(tools)
     node_env = {
-        **env,
+        **env_of("node"),
         "B3OS_NODE_ID": node_id,
-        "B3OS_NODE_CREDENTIAL": state.node_credential,
         "B3OS_HEARTBEAT_S": HEARTBEAT_S,
         "B3OS_CACHE_DIR": str(data_dir / "node" / "cache"),
     }
@@ -240,7 +259,7 @@ def start_embedded(
     stack.start(
         "worker",
         [sys.executable, "-m", "engine.worker"],
-        env=env,
+        env=env_of("worker"),
         cwd=REPO,
         ready=lambda: b"polling" in _read(worker_log),
         ready_timeout_s=timeout,
@@ -254,7 +273,7 @@ def start_embedded(
         stack.start(
             "worker-busy",
             ["nice", "-n", str(BUSY_WORKER_NICE), sys.executable, "-m", "engine.worker"],
-            env={**env, "B3OS_TEMPORAL_TASK_QUEUE": busy},
+            env={**env_of("worker"), "B3OS_TEMPORAL_TASK_QUEUE": busy},
             cwd=REPO,
             ready=lambda: b"polling" in _read(busy_log),
             ready_timeout_s=timeout,

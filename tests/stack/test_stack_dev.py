@@ -74,6 +74,35 @@ def test_dev_env_holds_the_shared_tokens_mode_0600_and_they_are_never_printed(de
     assert not any(s in printed for s in secrets)
 
 
+def test_each_part_gets_only_the_secrets_it_uses(dev: Dev) -> None:
+    secrets = ("B3OS_WORKER_TOKEN", "B3OS_EGRESS_TOKEN", "B3OS_EGRESS_KEY_FILE", "B3OS_NODE_CREDENTIAL")
+    parts = {
+        "server start-dev": "temporal",
+        "egress run": "egress",
+        "api.main:create_app": "api",
+        "node run": "node",
+        "engine.worker": "worker",
+    }
+    held: dict[str, set[str]] = {}
+    for pid in _descendants({dev.process.pid}):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        names = {line.partition(b"=")[0].decode() for line in environ}
+        for words, part in parts.items():
+            if words in cmdline and "nice" not in cmdline:
+                held.setdefault(part, set()).update(names & set(secrets))
+    assert held == {
+        "temporal": set(),
+        "egress": {"B3OS_EGRESS_TOKEN", "B3OS_EGRESS_KEY_FILE"},
+        "api": {"B3OS_WORKER_TOKEN", "B3OS_EGRESS_TOKEN"},
+        "node": {"B3OS_NODE_CREDENTIAL"},
+        "worker": {"B3OS_WORKER_TOKEN"},
+    }
+
+
 def test_the_node_installed_the_echo_tool_from_the_api_feed(dev: Dev) -> None:
     node = f"http://127.0.0.1:{dev.ports['--node-port']}"
     assert dev.dev_env["B3OS_NODE_ID"] == f"node-127.0.0.1-{dev.ports['--node-port']}"
