@@ -514,6 +514,7 @@ class BwrapDriver(VmDriver):
             self.cgroups.remove()
         self._stop_holder()
         self._remove_node_dir()
+        self.uids.close()
 
 
 def _pipe_of(data: bytes) -> int:

@@ -177,4 +177,29 @@ def test_a_uid_range_with_root_a_host_user_or_subordinate_ids_is_refused(
     with pytest.raises(VmError) as caught:
         uids.UidPool(base, 10)
     assert caught.value.reason == "no_slot" and caught.value.message.startswith(says)
-    assert uids.UidPool(base + 200_000_000, 10).take() == base + 200_000_000
+    pool = uids.UidPool(base + 200_000_000, 10, ranges_dir=tmp_path / "ranges")
+    assert pool.take() == base + 200_000_000
+    pool.close()
+
+
+def test_nodes_on_one_host_never_share_a_vm_uid(tmp_path: Path) -> None:
+    ranges = tmp_path / "ranges"
+    base = 1_950_000_000
+    first = uids.UidPool(base, 12, ranges_dir=ranges)
+    second = uids.UidPool(base + 5, 12, ranges_dir=ranges)  # overlaps the first: drawn just above it
+    third = uids.UidPool(base, 12, ranges_dir=ranges)  # the same base: above both
+    assert (first.base, second.base, third.base) == (base, base + 12, base + 24)
+    taken = [{p.take() for _ in range(12)} for p in (first, second, third)]
+    assert not (taken[0] & taken[1]) and not (taken[1] & taken[2]) and not (taken[0] & taken[2])
+    # a range given back (its node stopped or died: the lock goes with the process) is drawn again
+    first.close()
+    again = uids.UidPool(base, 12, ranges_dir=ranges)
+    assert again.base == base
+    assert sorted(p.name for p in ranges.iterdir() if not p.name.startswith(".")) == sorted(
+        f"{b}-12" for b in (base, base + 12, base + 24)
+    )
+    for pool in (second, third, again):
+        pool.close()
+    # files nobody holds are a dead node's: removed at the next draw
+    uids.UidPool(base + 1_000, 4, ranges_dir=ranges).close()
+    assert [p.name for p in ranges.iterdir() if not p.name.startswith(".")] == [f"{base + 1_000}-4"]
