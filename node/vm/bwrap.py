@@ -181,8 +181,9 @@ class BwrapDriver(VmDriver):
         for line in cleanup_stale(run_dir):
             log.warning("removed what a dead node left: %s", line)
         make_dir(self.node_dir, 0o711)
-        for sub in ("base", "nsroot", "launcher", "empty"):
+        for sub in ("base", "nsroot", "launcher", "empty", "over", "blank"):
             make_dir(self.node_dir / sub, 0o755)
+        _write_over(self.node_dir / "over")
         self._holder: subprocess.Popen[bytes] | None = None
         self._ns_fd = -1
         try:
@@ -195,7 +196,12 @@ class BwrapDriver(VmDriver):
             mounts.tmpfs(launcher_dir, size_bytes=8 << 20, uid=0, gid=0, inodes=16, mode=0o755, exec_ok=True)
             self.launcher_dir = build_launcher(launcher_dir)
             mounts.bind(self.launcher_dir, self.launcher_dir, read_only=True)
-            mounts.overlay(base_rootfs, self.node_dir / "empty", self.node_dir / "base")
+            # what a VM reads as the kernel's command line: an empty file on a tmpfs of its own
+            blank = self.node_dir / "blank"
+            mounts.tmpfs(blank, size_bytes=4096, uid=0, gid=0, inodes=4, mode=0o755)
+            (blank / "cmdline").touch(mode=0o444)
+            mounts.bind(blank, blank, read_only=True)
+            mounts.overlay(self.node_dir / "over", base_rootfs, self.node_dir / "base")
             self.cgroups = NodeCgroups.open(f"b3os-node-{os.getpid()}")
             try:
                 cap = host_share.cap_cpus(self.cgroups.cpus_above())
@@ -270,6 +276,10 @@ class BwrapDriver(VmDriver):
             "--ro-bind", str(vm_dir / "in"), "/in",
             "--bind", str(vm_dir / "out"), "/out",
             "--proc", "/proc", "--dev", "/dev",
+            # the VM's init (bwrap's pid 1, the VM user's too) hidden: its memory, its fds (the node's
+            # status pipe) are not the tool's to write; nor the host's kernel command line to read
+            "--perms", "0555", "--size", "4096", "--tmpfs", "/proc/1", "--remount-ro", "/proc/1",
+            "--ro-bind", str(self.node_dir / "blank" / "cmdline"), "/proc/cmdline",
             "--size", str(lim.shm_mb << 20), "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
             "--size", str(lim.work_mb << 20), "--tmpfs", "/work",
             "--size", str(lim.tmp_mb << 20), "--tmpfs", "/tmp",
@@ -515,6 +525,21 @@ class BwrapDriver(VmDriver):
         self._stop_holder()
         self._remove_node_dir()
         self.uids.close()
+
+
+OVER = {
+    "etc/resolv.conf": "# a VM has no network, so no resolver\n",
+    "etc/hosts": "127.0.0.1 localhost\n127.0.1.1 vm\n",
+}
+"""The node's files over the base in every VM: none names the host's resolver or addresses."""
+
+
+def _write_over(over: Path) -> None:
+    for name, text in OVER.items():
+        path = over / name
+        path.parent.mkdir(mode=0o755, exist_ok=True)
+        path.write_text(text)
+        os.chmod(path, 0o644)
 
 
 def _pipe_of(data: bytes) -> int:

@@ -125,21 +125,23 @@ def tmpfs(
     _mount("b3os-vm", target, "tmpfs", MS_NOSUID | MS_NODEV | (0 if exec_ok else MS_NOEXEC), opts)
 
 
-def overlay(source: Path, empty: Path, target: Path) -> None:
-    """Mount `source` read-only, nosuid, nodev on `target` as an overlay whose mount info names no host path.
+def overlay(top: Path, below: Path, target: Path) -> None:
+    """Mount `top` over `below` read-only, nosuid, nodev on `target`, as an overlay whose mount info names no
+    host path (a file in `top` hides the one of the same path in `below`).
 
-    An overlay without an upper layer needs two lower ones: `empty` is an empty directory.
+    An overlay without an upper layer needs two lower ones: one may be an empty directory.
 
     Raises:
         MountError: a directory cannot be opened or the mount failed.
     """
     fds: list[int] = []
     try:
-        for path in (source, empty):
+        for path in (top, below):
             fds.append(os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
         lower = ":".join(f"/proc/self/fd/{fd}" for fd in fds)
         flags = MS_RDONLY | MS_NOSUID | MS_NODEV
-        _mount("b3os", target, "overlay", flags, f"lowerdir={lower}", what=f"an overlay of {source}")
+        what = f"an overlay of {top} over {below}"
+        _mount("b3os", target, "overlay", flags, f"lowerdir={lower}", what=what)
     except OSError as exc:
         raise MountError(f"cannot open {exc.filename} for an overlay: {exc.strerror}") from exc
     finally:

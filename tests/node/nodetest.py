@@ -189,12 +189,12 @@ def leftovers(driver: BwrapDriver) -> list[str]:
     pooled = driver.pool_pids()
     problems = [f"process {pid}" for pid in vm_processes(driver) if pid not in pooled]
     problems += [f"cgroup {name}" for name in set(driver.cgroups.children()) - prepared]
-    own = prepared | {"base", "launcher", "nsroot", "empty"}
+    own = prepared | {"base", "launcher", "nsroot", "empty", "over", "blank"}
     problems += [f"directory {p.name}" for p in driver.node_dir.iterdir() if p.name not in own]
     problems += [
         f"mount {m}"
         for m in mounts.mounts_under(driver.node_dir)
-        if m not in (driver.node_dir, driver.node_dir / "base", driver.node_dir / "launcher")
+        if m not in (driver.node_dir, *(driver.node_dir / d for d in ("base", "launcher", "blank")))
         and m.parent.name not in prepared
     ]
     return problems

@@ -105,7 +105,15 @@ def test_a_tool_sees_no_host_file_no_node_secret_and_no_other_process(
     runner: Runner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("B3OS_NODE_CREDENTIAL", "node-secret-value")
-    paths = ["/etc/hostname", "/proc/self/uid_map", "/root/.b3os/base/rootfs/.b3os-base.json", __file__]
+    paths = [
+        "/etc/hostname",
+        "/proc/self/uid_map",
+        "/root/.b3os/base/rootfs/.b3os-base.json",
+        __file__,
+        "/proc/cmdline",
+        "/etc/resolv.conf",
+        "/proc/1/mem",
+    ]
     result = runner.call(hostile_call("readhost", {"paths": paths}))
     assert result.ok and result.output is not None, result.error
     out = result.output
@@ -120,7 +128,17 @@ def test_a_tool_sees_no_host_file_no_node_secret_and_no_other_process(
     assert len(out["pids"]) <= 3  # the VM's init, the tool, maybe a reaper: no host process
     # /tool is the tool's own tree (the pool's launcher under it is hidden), read-only like /in
     assert out["tool"] == ["run"]
-    assert out["writes"] == {"/tool/new-file": "EROFS", "/in/new-file": "EROFS"}
+    # the VM's init (its memory, its fds: the node's status pipe) is hidden, and the host's kernel command
+    # line and resolver are not shown
+    assert out["writes"] == {
+        "/tool/new-file": "EROFS",
+        "/in/new-file": "EROFS",
+        "/proc/1/mem": "EROFS",  # (no such file, on a read-only mount)
+        "/proc/1/fd/1": "ENOENT",
+    }
+    assert out["files"]["/proc/1/mem"] == "error: FileNotFoundError"
+    assert out["files"]["/proc/cmdline"] == ""
+    assert out["files"]["/etc/resolv.conf"] == "# a VM has no network, so no resolver\n"
     assert out["fds"] == [0, 1, 2, 3]  # stdin, stdout, stderr and the listing's own: nothing of the node
 
 
