@@ -67,7 +67,7 @@ class BwrapVm(Vm):
         self._init_lock = threading.Lock()  # a cancel's kill and the call's end close_fds run apart
 
     def start(self, fds: tuple[int, int, int, int]) -> None:
-        """With bwrap just started: put its sandbox in the cgroup, let it go on, wait until the launcher runs.
+        """With bwrap just started (in the VM's cgroup): let its sandbox go on, wait until the launcher runs.
 
         Args:
             fds: the node's ends of bwrap's status pipe, its block pipe, the launcher's ctl and err pipes.
@@ -84,12 +84,7 @@ class BwrapVm(Vm):
             os.close(block_w)
             raise SetupError("bwrap did not start the sandbox")
         self.child = child
-        self._init = exits.open_pidfd(child)
-        try:
-            self.cgroup.add(child)
-        except CgroupError as exc:
-            os.close(block_w)
-            raise SetupError(f"the VM's cgroup refused its init process: {exc}") from exc
+        self._init = exits.open_pidfd(child)  # (in the VM's cgroup already: bwrap joined it before it began)
         os.write(block_w, b"1")
         os.close(block_w)
         ready, _ = pipes.read_until(err_r, deadline, size=1)
@@ -97,7 +92,7 @@ class BwrapVm(Vm):
             raise SetupError("the VM's launcher did not start")
         if not exits.supported():
             return
-        launcher = [pid for pid in self.cgroup.pids() if pid != child]
+        launcher = self._sandboxed(exclude=child)
         if len(launcher) != 1:
             raise SetupError(f"the VM runs {len(launcher) + 1} processes before its call, not 2")
         self._cmd = exits.open_pidfd(launcher[0])
@@ -106,7 +101,13 @@ class BwrapVm(Vm):
 
     def alive(self) -> bool:
         """True while bwrap runs and the launcher still waits (init and launcher in the cgroup)."""
-        return self.proc is not None and self.proc.poll() is None and len(self.cgroup.pids()) >= 2
+        return self.proc is not None and self.proc.poll() is None and len(self._sandboxed()) >= 2
+
+    def _sandboxed(self, exclude: int | None = None) -> list[int]:
+        """The processes of the VM's cgroup inside the sandbox: all but bwrap's own outside it (which joined
+        the group before it made the sandbox, so that the VM's cgroup namespace is rooted at the group)."""
+        outside = self.proc.pid if self.proc is not None else None
+        return [pid for pid in self.cgroup.pids() if pid not in (outside, exclude)]
 
     def copy(self, tool_dir: Path, files: Sequence[InputFile]) -> None:
         try:  # readable by the VM's group only

@@ -7,8 +7,11 @@
    --clearenv/--setenv one). ERR_FD is close-on-exec: the node reads end of file when the command started,
    and the errno (4 bytes) when execve failed. An empty command (the node discards the VM) exits 0.
 
-   On the host the node also runs it as `launch --as UID GID NSFD PROGRAM ARGS...` to start bwrap as the
-   VM's user: it enters the mount namespace NSFD (when not -1), drops every group and sets the gid and uid
+   On the host the node also runs it as `launch --as UID GID NSFD CGFDS PROGRAM ARGS...` to start bwrap as
+   the VM's user: it first joins the VM's cgroup by writing 0 to each descriptor of the comma-separated
+   CGFDS (the group's cgroup.procs files, "-" for none), so that the cgroup namespace bwrap makes is rooted
+   at the VM's own group (the VM's /proc/self/cgroup names no host group); it enters the mount namespace
+   NSFD (when not -1), drops every group and sets the gid and uid
    (real, effective, saved) before execv() with PROGRAM's base name as argv[0] (no host path in the sandbox's
    /proc/1/cmdline), so the node can spawn with vfork instead of forking its whole Python process to change
    the user.
@@ -54,15 +57,26 @@ static int run_as(char **argv) {
     gid_t gid = (gid_t)strtoul(argv[3], NULL, 10);
     int ns_fd = atoi(argv[4]);
     if (uid == 0 || gid == 0) _exit(126);
+    if (strcmp(argv[5], "-") != 0) {
+        for (char *p = argv[5]; *p;) {
+            char *end;
+            long fd = strtol(p, &end, 10);
+            if (end == p || fd < 3) _exit(124);
+            if (write((int)fd, "0", 1) != 1) _exit(124);
+            close((int)fd);
+            p = *end == ',' ? end + 1 : end;
+            if (*end != ',' && *end != '\0') _exit(124);
+        }
+    }
     if (ns_fd >= 0) {
         if (setns(ns_fd, CLONE_NEWNS) != 0 || chdir("/") != 0) _exit(125);
         close(ns_fd);
     }
     if (setgroups(0, NULL) != 0 || setgid(gid) != 0 || setuid(uid) != 0) _exit(126);
     if (getuid() != uid || geteuid() != uid || getgid() != gid || getegid() != gid) _exit(126);
-    char *prog = argv[5], *base = strrchr(prog, '/');
-    if (base != NULL) argv[5] = base + 1;
-    execv(prog, argv + 5);
+    char *prog = argv[6], *base = strrchr(prog, '/');
+    if (base != NULL) argv[6] = base + 1;
+    execv(prog, argv + 6);
     _exit(127);
 }
 
@@ -125,7 +139,7 @@ static int hold(const char *node_dir) {
 }
 
 int main(int argc, char **argv) {
-    if (argc >= 6 && strcmp(argv[1], "--as") == 0) return run_as(argv);
+    if (argc >= 7 && strcmp(argv[1], "--as") == 0) return run_as(argv);
     if (argc == 3 && strcmp(argv[1], "--hold") == 0) return hold(argv[2]);
     if (argc != 3) _exit(126);
     int ctl_fd = atoi(argv[1]);

@@ -226,8 +226,9 @@ def test_a_pooled_vm_is_up_before_its_call_and_an_unused_one_leaves_nothing(driv
     vm = driver.claim(time.monotonic() + 5)
     assert isinstance(vm, BwrapVm)
     try:
-        # bwrap's sandbox init and the launcher already run in the VM's cgroup, as the VM's host uid
-        assert len(vm.cgroup.pids()) == 2
+        # bwrap (which joined the group before it made the sandbox), its sandbox's init and the launcher
+        # already run in the VM's cgroup, as the VM's host uid
+        assert vm.proc is not None and len(vm.cgroup.pids()) == 3 and vm.proc.pid in vm.cgroup.pids()
         assert set(vm.cgroup.pids()) <= set(vm_processes())
     finally:
         vm.delete()

@@ -113,6 +113,7 @@ def test_a_tool_sees_no_host_file_no_node_secret_and_no_other_process(
         "/proc/cmdline",
         "/etc/resolv.conf",
         "/proc/1/mem",
+        "/proc/self/cgroup",
     ]
     result = runner.call(hostile_call("readhost", {"paths": paths}))
     assert result.ok and result.output is not None, result.error
@@ -138,6 +139,9 @@ def test_a_tool_sees_no_host_file_no_node_secret_and_no_other_process(
     }
     assert out["files"]["/proc/1/mem"] == "error: FileNotFoundError"
     assert out["files"]["/proc/cmdline"] == ""
+    # its cgroup namespace is rooted at its own group: no host group, node pid or VM id
+    groups = out["files"]["/proc/self/cgroup"].splitlines()
+    assert groups and all(line.endswith(":/") for line in groups), groups
     assert out["files"]["/etc/resolv.conf"] == "# a VM has no network, so no resolver\n"
     assert out["fds"] == [0, 1, 2, 3]  # stdin, stdout, stderr and the listing's own: nothing of the node
 
