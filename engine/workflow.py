@@ -85,6 +85,11 @@ PATCH_RERUN = "routines-v3-rerun"
 (ordinary runs record no marker, so they still replay on older workers): a worker that predates re-runs
 and takes a later task of a re-run fails it (Temporal hands it to a newer worker)."""
 
+PATCH_CANCEL_REFUSED = "routines-v8-cancel-refused"
+"""A step whose call the api refused because the run was cancelled (403 `run_cancelled`: the cancel
+reached the api before the workflow heard of it) is `cancelled`, not `failed`. Marked only in a run where
+that happens; runs started before record it as they did."""
+
 FOREACH_PARALLEL = 4
 """Items of one foreach step in flight at once (the api allows 4 calls at once per organization)."""
 
@@ -454,6 +459,11 @@ class RoutineWorkflow:
 
     @staticmethod
     def _fail(state: StepResult, error: StepError, attempts: int) -> None:
+        if (error.code, error.reason) == ("forbidden", "run_cancelled") and workflow.patched(
+            PATCH_CANCEL_REFUSED
+        ):  # the cancel reached the api before this run did: the step was cut short by it
+            state.status, state.error, state.attempts = "cancelled", None, attempts
+            return
         state.status, state.error, state.attempts = "failed", error, attempts
 
     async def _call(

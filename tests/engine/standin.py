@@ -43,6 +43,10 @@ PACK_DIRS = [ECHO_DIR, *sorted(p for p in (REPO / "examples" / "packs").iterdir(
 PACKS = LocalPackResolver(PACK_DIRS)
 PLACES = [{"name": "Berlin", "latitude": 52.52, "longitude": 13.41, "timezone": "Europe/Berlin"}]
 
+REFUSED_AS_CANCELLED = "answer as the api does once the run was cancelled"
+"""An echo of this text is answered `403 forbidden (run_cancelled)`, as the api answers a step's call made
+after its run was cancelled (before the workflow heard of the cancel)."""
+
 SLEEPING: set[str] = set()
 """The steps (`<step id>` or `<step id>-<index>`) whose `fail` sleep is running now, in this process."""
 
@@ -120,6 +124,12 @@ async def _answer(input: CallActionInput) -> CallActionResult:
         status = ask.get("exitCode", 1)
         raise _tool_failed("exit", f"the tool exited with status {status}", attempt, exit_code=status)
     assert action == "echo", f"the stand-in does not answer {input.ref} {ask}"
+    if ask["text"] == REFUSED_AS_CANCELLED:  # what the api answers a call of a run it has cancelled
+        message = (
+            "Run x was cancelled: its steps start no new call, but for the steps whose if: calls always()"
+        )
+        body = {"error": {"code": "forbidden", "reason": "run_cancelled", "message": message}}
+        raise error_for_answer(403, body, None, attempt=attempt)
     output: dict[str, Any] = {"text": ask["text"]}
     if "file" in ask:
         name = ask["file"]["name"]

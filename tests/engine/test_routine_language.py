@@ -13,12 +13,15 @@ import uuid
 from typing import Any
 
 import pytest
-from standin import Run, run_routine
+from standin import REFUSED_AS_CANCELLED, Run, run_routine
 from temporalio.api.enums.v1 import EventType
+from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Replayer
 
 from engine.validate import RoutineError, load_routine
+from engine.workflow import PATCH_CANCEL_REFUSED, RoutineWorkflow
 
 ECHO = "com.example.tools/echo/echo@1"
 FAIL = "com.example.tools/echo/fail@1"
@@ -234,6 +237,26 @@ async def test_a_cancelled_run_runs_its_always_and_cancelled_steps_then_ends_can
     timeline = done.timeline()
     assert timeline.index(("scheduled", "cleanup")) > timeline.index(("cancelled", "slow"))
     assert done.events(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED)
+
+
+async def test_a_step_the_api_refused_because_the_run_was_cancelled_is_cancelled_not_failed(
+    time_skipping_env: WorkflowEnvironment,
+) -> None:
+    # the cancel reached the api before the workflow heard of it: the step's call is refused run_cancelled
+    done = await run(
+        time_skipping_env,
+        routine(echo("cut", REFUSED_AS_CANCELLED), echo("after", if_="${{ failure() }}", needs="[cut]")),
+    )
+    assert done.statuses == {"cut": "cancelled", "after": "skipped"}
+    assert done.progress.steps["cut"].error is None
+    marker = EventType.EVENT_TYPE_MARKER_RECORDED
+    assert any(
+        PATCH_CANCEL_REFUSED.encode() in e.marker_recorded_event_attributes.SerializeToString()
+        for e in done.events(marker)
+    )
+    await Replayer(workflows=[RoutineWorkflow], data_converter=pydantic_data_converter).replay_workflow(
+        done.history
+    )
 
 
 async def test_without_a_cancel_cancelled_is_false(time_skipping_env: WorkflowEnvironment) -> None:
