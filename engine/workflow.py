@@ -86,8 +86,8 @@ PATCH_RERUN = "routines-v3-rerun"
 and takes a later task of a re-run fails it (Temporal hands it to a newer worker)."""
 
 PATCH_CANCEL_REFUSED = "routines-v8-cancel-refused"
-"""A step whose call the api refused because the run was cancelled (403 `run_cancelled`: the cancel
-reached the api before the workflow heard of it) is `cancelled`, not `failed`. Marked only in a run where
+"""A step (no cleanup step) whose call the api refused because the run was cancelled (403
+`run_cancelled`: the cancel reached the api first) is `cancelled`, not `failed`. Marked only in a run where
 that happens; runs started before record it as they did."""
 
 FOREACH_PARALLEL = 4
@@ -407,7 +407,7 @@ class RoutineWorkflow:
         try:
             result = await self._call(step, input, scope, None)
         except _StepFailure as failure:
-            self._fail(state, failure.error, failure.attempts)
+            self._call_failed(step, state, failure.error, failure.attempts)
             return None
         state.attempts = result.attempt
         state.ref = result.ref or state.ref
@@ -444,7 +444,7 @@ class RoutineWorkflow:
         state.attempts = attempts
         self._show(state, outputs, size)
         if first is not None:
-            self._fail(state, first.error, attempts)
+            self._call_failed(step, state, first.error, attempts)
         else:
             state.status = "succeeded"
         return outputs
@@ -459,12 +459,18 @@ class RoutineWorkflow:
 
     @staticmethod
     def _fail(state: StepResult, error: StepError, attempts: int) -> None:
-        if (error.code, error.reason) == ("forbidden", "run_cancelled") and workflow.patched(
-            PATCH_CANCEL_REFUSED
-        ):  # the cancel reached the api before this run did: the step was cut short by it
+        state.status, state.error, state.attempts = "failed", error, attempts
+
+    @classmethod
+    def _call_failed(cls, step: Step, state: StepResult, error: StepError, attempts: int) -> None:
+        """A step's call failed for good: the step failed, unless the api refused the call because the run
+        was cancelled (the cancel reached the api first) and the step is no cleanup step (a cleanup step is
+        refused so once its own time after the cancel has passed: that is its failure)."""
+        refused = (error.code, error.reason) == ("forbidden", "run_cancelled")
+        if refused and not expressions.runs_after_cancel(step.if_) and workflow.patched(PATCH_CANCEL_REFUSED):
             state.status, state.error, state.attempts = "cancelled", None, attempts
             return
-        state.status, state.error, state.attempts = "failed", error, attempts
+        cls._fail(state, error, attempts)
 
     async def _call(
         self, step: Step, input: RunRoutineInput, scope: Scope, index: int | None

@@ -245,10 +245,17 @@ async def test_a_step_the_api_refused_because_the_run_was_cancelled_is_cancelled
     # the cancel reached the api before the workflow heard of it: the step's call is refused run_cancelled
     done = await run(
         time_skipping_env,
-        routine(echo("cut", REFUSED_AS_CANCELLED), echo("after", if_="${{ failure() }}", needs="[cut]")),
+        routine(
+            echo("cut", REFUSED_AS_CANCELLED),
+            echo("after", if_="${{ failure() }}", needs="[cut]"),
+            # a cleanup step refused so: its own time after the cancel had passed, which is its failure
+            echo("late", REFUSED_AS_CANCELLED, if_="${{ always() }}", needs="[cut]"),
+        ),
     )
-    assert done.statuses == {"cut": "cancelled", "after": "skipped"}
+    assert done.statuses == {"cut": "cancelled", "after": "skipped", "late": "failed"}
     assert done.progress.steps["cut"].error is None
+    late = done.progress.steps["late"].error
+    assert late is not None and (late.code, late.reason) == ("forbidden", "run_cancelled")
     marker = EventType.EVENT_TYPE_MARKER_RECORDED
     assert any(
         PATCH_CANCEL_REFUSED.encode() in e.marker_recorded_event_attributes.SerializeToString()
