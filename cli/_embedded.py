@@ -22,10 +22,10 @@ state under .b3os/.
 Each child gets only the secrets it uses (`SECRETS_OF`): the api the generated B3OS_WORKER_TOKEN and
 B3OS_EGRESS_TOKEN, the worker the first, the egress proxy the second and its key file, the node its own
 credential (B3OS_NODE_ID, B3OS_NODE_CREDENTIAL, issued into the database at the first start and kept while
-it stands), Temporal's dev server none. All are kept in `<data dir>/dev.env` (mode 0600) and never printed. Ports default to api
-8700, node 8710, egress 8720, Temporal 7233, UI 8233, from flags or B3OS_DEV_API_PORT, B3OS_DEV_NODE_PORT,
-B3OS_DEV_EGRESS_PORT, B3OS_DEV_TEMPORAL_PORT, B3OS_DEV_UI_PORT; a taken port is refused before anything
-starts (cli.stack_options).
+it stands), Temporal's dev server none. All are kept in `<data dir>/dev.env` (mode 0600) and never printed.
+Ports default to api 8700, node 8710, egress 8720, Temporal 7233, UI 8233, from flags or B3OS_DEV_API_PORT,
+B3OS_DEV_NODE_PORT, B3OS_DEV_EGRESS_PORT, B3OS_DEV_TEMPORAL_PORT, B3OS_DEV_UI_PORT; a taken port is refused
+before anything starts (cli.stack_options).
 
 The node's, the egress proxy's and the api's modules are imported inside the functions that need them, on
 purpose: every CLI command imports this module, and only one that starts the stack should pay for them.
