@@ -43,6 +43,20 @@ ECHO = "com.example.tools/echo/echo@1"
 FAIL = "com.example.tools/echo/fail@1"
 
 
+STEP_HEAVY_FOREACH = f"""\
+name: paced-steps
+inputs:
+  items: {{type: array}}
+  xs: {{type: array}}
+steps:
+  - id: each
+    uses: {ECHO}
+    foreach: ${{{{ inputs.items }}}}
+    with: {{text: "${{{{ string(inputs.xs.filter(x, x >= item).size()) }}}}"}}
+"""
+"""A foreach whose items each filter `inputs.xs`: evaluation steps, not characters, make its work."""
+
+
 @dataclass(frozen=True)
 class Case:
     """One recorded run: a routine (YAML text, or `examples/routines/<file>` for `example.yaml`), its
@@ -190,17 +204,7 @@ outputs:
     ),
     Case(
         "paced-steps",
-        f"""\
-name: paced-steps
-inputs:
-  items: {{type: array}}
-  xs: {{type: array}}
-steps:
-  - id: each
-    uses: {ECHO}
-    foreach: ${{{{ inputs.items }}}}
-    with: {{text: "${{{{ string(inputs.xs.filter(x, x >= item).size()) }}}}"}}
-""",
+        STEP_HEAVY_FOREACH,
         inputs={"items": list(range(8)), "xs": list(range(300))},
         since="v6",  # recorded by v6 too: v7 pauses where v6 did not
     ),

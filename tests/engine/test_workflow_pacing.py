@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 
+from record_histories import STEP_HEAVY_FOREACH
 from standin import Run, run_routine
 from temporalio.api.enums.v1 import EventType
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -84,25 +85,12 @@ async def test_a_foreach_whose_items_cost_steps_to_evaluate_spreads_them_over_ta
     # each of 40 items' `with:` filters a list of 300 numbers: ~1,800 evaluation steps, ~300-400 units,
     # ~10-20 ms alone. Counted at a tenth of a unit a step (before PATCH_STEP_COST), 4 items (the
     # foreach's parallel cap) shared a task.
-    source = f"""\
-name: pacing
-inputs:
-  items: {{type: array}}
-  xs: {{type: array}}
-steps:
-  - id: each
-    uses: {ECHO}
-    foreach: ${{{{ inputs.items }}}}
-    with: {{text: "${{{{ string(inputs.xs.filter(x, x >= item).size()) }}}}"}}
-outputs:
-  counts: ${{{{ steps.each.output.map(o, int(o.text)) }}}}
-"""
     items, xs = list(range(40)), list(range(300))
     run = await run_routine(
-        time_skipping_env.client, source, {"items": items, "xs": xs}, run_id=uuid.uuid4().hex[:12]
+        time_skipping_env.client, STEP_HEAVY_FOREACH, {"items": items, "xs": xs}, run_id=uuid.uuid4().hex[:12]
     )
     assert run.error is None, run.error
-    assert run.progress.outputs == {"counts": [len(xs) - i for i in items]}
+    assert run.progress.steps["each"].output == [{"text": str(len(xs) - i)} for i in items]
     assert len(run.events(EventType.EVENT_TYPE_TIMER_STARTED)) >= 10
     assert max(_scheduled_per_task(run)) <= 3  # at most ~1,000 units a task
     assert _marked(run, PATCH_STEP_COST)
