@@ -395,8 +395,10 @@ class CallService:
                 )
             # nothing the api believes ran on that node (now out of the live ones): this row ends as not
             # answered, nothing billed, and the call is placed again on another node, in the same request
-            ended = functools.partial(self._finish, caller=caller, key=None, answer=None, call=call)
-            await self.db.record(functools.partial(ended, outcome=outcome_of(execution)))
+            not_answered = functools.partial(
+                self._finish, caller=caller, key=None, answer=None, call=call, outcome=outcome_of(execution)
+            )
+            await self.db.record(not_answered)
             prepared = replace(prepared, nodes=others)
             adm = replace(adm, call_id=new_id("tcall"))
 
