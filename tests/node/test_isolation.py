@@ -56,9 +56,10 @@ def _in_background(runner: Runner, call: object) -> tuple[threading.Thread, dict
 def test_a_tool_exhausting_its_quotas_leaves_another_calls_intact(
     runner: Runner, driver: BwrapDriver
 ) -> None:
-    hog_thread, hog = _in_background(runner, hostile_call("quota", {"mode": "hog", "hold_s": 2}))
+    hog_thread, hog = _in_background(runner, hostile_call("quota", {"mode": "hog", "hold_s": 6}))
     _running_tool(driver)
-    time.sleep(0.3)  # the hog takes its inotify instances in a few ms, then holds them
+    time.sleep(0.3)  # the hog takes its inotify instances in a few ms, then holds them (6 s: a loaded
+    # machine may take seconds to start the probe's VM and call)
     probe = runner.call(hostile_call("quota", {"mode": "probe"}))
     # a pool VM may end between the listing and the read: it is then left out
     uids = {int(status["Uid"].split()[0]) for p in vm_processes(driver) if (status := _status(str(p)))}
