@@ -7,16 +7,8 @@ and every action kind.
             -> record the charge, the units and the stored answer in one transaction
             -> answer `{call_id, ref, tier, output, cost, timings}`
 
-A routine step's call (surface `routine`) that finds no free slot (429 concurrency_limited, 503
-node_busy) waits in the api for one, up to `routine_admission_wait_s`, before that answer: the worker
-would only wait out a Retry-After of whole seconds, where a slot of a short call frees in
-milliseconds. Admission stays one transaction each time; a call that ends in this process wakes the
-oldest waiters at once, and an organization's waiters together also try again on their own about
-every `ADMISSION_POLL_S` (a slot freed by another api process). A waiter's try first reads whether it
-would be refused (`limits.refusal`) and takes the database's writers' turn only when it would not.
-Before both, 80 calls of one organization waiting for its 4 slots took that turn ~160 times a
-second, and every other organization's run starts and calls waited behind them. Calls over HTTP and
-MCP are answered at once.
+A routine step's call waits in the api for a slot (api.calls.admission); calls over HTTP and MCP are
+answered at once.
 
 A call that was admitted is finished and recorded even if the client stopped waiting: the work
 runs in its own task, shielded from the request's cancellation. To stop it, cancel it
@@ -32,12 +24,10 @@ prices and its own clients), never the service.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import datetime as dt
 import functools
 import logging
-import random
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -50,16 +40,15 @@ from sqlmodel import Session
 from api import metrics
 from api.accounts.organizations import new_id
 from api.calls import cancel, idempotency, limits, metering
+from api.calls.admission import Admissions
 from api.calls.answers import Answer, answer_of, failed_outcome, outcome_of
 from api.calls.costs import action_price_microusd
 from api.calls.errors import (
     CallInvalid,
-    ConcurrencyLimited,
     IdempotencyInProgress,
     PackUnavailable,
     RefNotFound,
     RefNotOfStep,
-    ToolUnavailable,
 )
 from api.calls.executor import HTTP_LANE, Execution, Executor, Prepared
 from api.calls.http_action import HttpExecutor
@@ -79,11 +68,6 @@ from packs.resolve import Resolved, ResolveError
 log = logging.getLogger(__name__)
 
 MAINTENANCE_S = 600.0
-ADMISSION_POLL_S = 0.5
-"""About how often an organization's waiting routine calls try admission again, together, without a
-wake-up (a slot freed by another api process)."""
-WAKE_PER_FINISH = 2
-"""Waiting calls woken when a call of this process ends (its slot may suit only one of them)."""
 TWIN_FIRST_PAUSE_S = 0.05
 TWIN_LAST_PAUSE_S = 1.0
 """A request waiting on its running Idempotency-Key twin reads the key again after 50 ms, doubling up to
@@ -112,8 +96,7 @@ class CallService:
         self.settings = settings
         self.clock = clock
         self._next_maintenance = 0.0
-        self._waiting: collections.deque[asyncio.Future[None]] = collections.deque()
-        self._waiting_of: collections.Counter[str] = collections.Counter()  # waiting calls per organization
+        self._admissions = Admissions(self.db)
         self._twins: dict[tuple[str, str], asyncio.Event] = {}  # (org, key) of this process's running calls
         self._versions: catalog.KnownVersions = {}  # pack versions read (immutable: never invalidated)
         prices = settings.unit_prices()
@@ -208,7 +191,7 @@ class CallService:
             raise
         await self.db.record(lambda s: self._finish(s, caller, key, answer, call, outcome))
         if call is not None:
-            self._wake(WAKE_PER_FINISH)
+            self._admissions.wake()
         await self._maintain()
         return metrics.answered(caller.surface, answer, started)
 
@@ -217,58 +200,6 @@ class CallService:
         if self._twins.get(twin) is ended:
             del self._twins[twin]
         ended.set()
-
-    def _wake(self, count: int) -> None:
-        """Wake the `count` oldest calls waiting for a slot."""
-        while count > 0 and self._waiting:
-            waiter = self._waiting.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                count -= 1
-
-    async def _admit(
-        self, caller: Caller, admit: Callable[[Session], ActionCall], refusal: Callable[[Session], None]
-    ) -> ActionCall:
-        """Admit the call; a routine step's call waits for a slot up to `routine_admission_wait_s`, each
-        try after the first reading `refusal` before it writes."""
-        wait_s = self.settings.routine_admission_wait_s if caller.surface == "routine" else 0.0
-        give_up = time.monotonic() + wait_s
-        org = caller.org_id
-        waited = False
-        try:
-            while True:
-                try:
-                    if waited:
-                        await self.db.read(refusal)
-                    call: ActionCall = await self.db.write(admit)
-                    return call
-                except (ConcurrencyLimited, ToolUnavailable) as exc:
-                    left = give_up - time.monotonic()
-                    if left <= 0 or (isinstance(exc, ToolUnavailable) and exc.reason != "node_busy"):
-                        raise
-                if not waited:
-                    waited = True
-                    self._waiting_of[org] += 1
-                await self._wait_for_slot(org, left)
-        finally:
-            if waited:
-                self._waiting_of[org] -= 1
-                if self._waiting_of[org] <= 0:
-                    del self._waiting_of[org]
-
-    async def _wait_for_slot(self, org: str, left: float) -> None:
-        """Until a call of this process ends and wakes this one, or about `ADMISSION_POLL_S` times the
-        organization's waiting calls: together they try about as often as one (spread, not in step)."""
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiting.append(waiter)
-        try:
-            poll_s = ADMISSION_POLL_S * self._waiting_of[org] * (0.5 + random.random())
-            await asyncio.wait_for(asyncio.shield(waiter), timeout=min(left, poll_s))
-        except TimeoutError:
-            pass
-        finally:
-            if not waiter.done():
-                waiter.cancel()  # stays in the queue until a wake-up pops it
 
     async def _maintain(self) -> None:
         """Now and then: drop stored answers past their 24 h and mark the rows of lost calls."""
@@ -384,7 +315,8 @@ class CallService:
             limits.refusal(session, adm=adm, nodes=prepared.nodes, settings=self.settings, now=self.clock())
 
         while True:
-            call = await self._admit(caller, admit, refusal)
+            wait_s = self.settings.routine_admission_wait_s if caller.surface == "routine" else 0.0
+            call = await self._admissions.admit(caller.org_id, admit, refusal, wait_s=wait_s)
             execution = await self._execute_on(caller, executor, call, prepared)
             others = [n for n in prepared.nodes if n.node_id != call.node_id]
             if not execution.elsewhere or not others:

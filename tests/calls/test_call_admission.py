@@ -6,18 +6,14 @@ import asyncio
 import datetime as dt
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine
 from sqlmodel import Session, col, func, select
 
 from api.accounts.organizations import new_id
-from api.calls import limits
-from api.calls import service as service_module
+from api.calls import admission, limits
 from api.calls.errors import ConcurrencyLimited
-from api.calls.request import Caller
-from api.calls.service import CallService
 from api.calls.settings import CallSettings
 from api.calls.tables import ActionCall
 from api.db import make_engine, read_session
@@ -187,15 +183,11 @@ def test_an_expired_lease_holds_no_slot_and_is_marked_lost(engine: Engine) -> No
 
 
 async def test_an_organizations_waiting_calls_try_again_together_about_as_often_as_one(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """20 routine calls of one organization wait 2 s for a slot that never frees: besides their first
     tries, they try about every ADMISSION_POLL_S between them (each alone would try every 0.1 s: ~400)."""
-    monkeypatch.setattr(service_module, "ADMISSION_POLL_S", 0.1)
-    service = CallService(
-        engine=make_engine(f"sqlite:///{tmp_path}/calls.db"),
-        settings=CallSettings(routine_admission_wait_s=2),
-    )
+    monkeypatch.setattr(admission, "ADMISSION_POLL_S", 0.1)
     tries = {"read": 0, "write": 0}
 
     class Full:
@@ -207,9 +199,8 @@ async def test_an_organizations_waiting_calls_try_again_together_about_as_often_
             tries["write"] += 1
             raise ConcurrencyLimited("full", retry_after=1)
 
-    service.db = Full()  # type: ignore[assignment]
-    caller = Caller(org_id="org-a", key_id="k", surface="routine")
-    waits = [service._admit(caller, lambda s: None, lambda s: None) for _ in range(20)]  # type: ignore[arg-type, return-value]
+    admissions = admission.Admissions(Full())  # type: ignore[arg-type]
+    waits = [admissions.admit("org-a", lambda s: None, lambda s: None, wait_s=2) for _ in range(20)]  # type: ignore[arg-type, return-value]
     answers = await asyncio.gather(*waits, return_exceptions=True)
     assert all(isinstance(a, ConcurrencyLimited) for a in answers)
     assert tries["write"] == 20  # the first try writes; every later one reads that it would be refused
