@@ -39,7 +39,8 @@ from node.runner import InvalidCall, Runner
 from node.sync import RegistrySync
 from node.template import rootfs_path
 from node.vm.base import VmDriver
-from node.vm.bwrap import BwrapDriver, HostShare, VmLimits
+from node.vm.bwrap import BwrapDriver, HostShare
+from node.vm.sandbox import VmLimits
 from telemetry import logs, tracing
 from telemetry.config import TelemetrySettings
 from telemetry.scrape import install_metrics

@@ -15,9 +15,10 @@ gid. bwrap gets its options through a pipe (`--args`), so `ps` shows no VM path,
 the tool's tree are overlays named by descriptors (`mounts.overlay`), so the sandbox's mount table names no
 host path either.
 
-Each VM gets its own cgroup (memory with swap, CFS CPU quota, pids) under the node's own cgroup. bwrap is
-started with `--block-fd`: its sandbox init (pid 1 of the VM) waits until the node has moved it into the
-VM's cgroup, so every process of the VM is in the group from its first instruction.
+Each VM gets its own cgroup (memory with swap, CFS CPU quota, pids) under the node's own cgroup. bwrap joins
+it before it starts (the launcher's `--as` mode), so every process of the VM is in the group from its first
+instruction and the VM's cgroup namespace is rooted at the group. What the sandbox is made of (its root,
+bwrap's options) is `node/vm/sandbox.py`.
 
 The pool starts VMs ahead of calls: a prepared VM is its directory (tmpfs `in/` and `out/`, and `tool/`, a
 read-only bind of the launcher's directory made a shared mount), its cgroup with limits, and its bwrap with
@@ -29,8 +30,8 @@ shell. After the command, every process of the VM is killed at once; its mounts,
 removed by a background thread. A VM is still used for one call only. `FILLERS` threads refill the pool.
 
 bwrap is spawned (with vfork) through the launcher's `--as` mode, which enters the node's own small mount
-namespace (held by `launch --hold`, see `launcher.c`) and drops to the VM's user: bwrap copies the mount
-table of the namespace it starts in, and the host's can be large. The node's directory is a shared mount,
+namespace (`node/vm/holder.py`) and drops to the VM's user: bwrap copies the mount table of the namespace
+it starts in, and the host's can be large. The node's directory is a shared mount,
 so the VMs' mounts made under it later reach that namespace and the sandboxes.
 
 How the command ended comes from the kernel (`node/vm/exits.py`): the command's own exit status, through a
@@ -54,21 +55,21 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
-from node.vm import mounts, pipes
+from node.vm import mounts, sandbox
 from node.vm.base import Vm, VmDriver, VmError
 from node.vm.bwrap_vm import SETUP_S, BwrapVm, SetupError, make_dir
 from node.vm.cgroups import CgroupError, CgroupLimits, NodeCgroups
+from node.vm.holder import hold_namespace, stop_holder
 from node.vm.launcher import NAME as LAUNCHER_NAME
 from node.vm.launcher import VM_PATH, LauncherError, build_launcher
+from node.vm.sandbox import VmLimits
 from node.vm.seccomp import FilterError, build_filter
 from node.vm.stale import cleanup_stale
 from node.vm.uids import UidPool
 
 log = logging.getLogger("b3os.node.vm")
 
-SANDBOX_UID = 1000
 UID_BASE = 1_900_000_000  # the first host uid of the VMs (B3OS_VM_UID_BASE; see node/vm/uids.py)
-SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 FILLERS = 2  # VMs prepared at once in the background
 MAX_REMOVING = 16  # VMs whose processes are dead but whose mounts and cgroup the reaper still removes
 
@@ -105,20 +106,6 @@ class HostShare:
                 f"give at most {cpus - 0.1:g} (0: no cap)"
             )
         return cpus - self.reserve_cpus
-
-
-@dataclass(frozen=True)
-class VmLimits:
-    """The size of one VM."""
-
-    memory_mb: int = 512
-    vcpu: int = 1
-    pids_max: int = 64
-    work_mb: int = 64
-    tmp_mb: int = 16
-    shm_mb: int = 16
-    out_kb: int = 1024
-    in_kb: int = 2048
 
 
 class BwrapDriver(VmDriver):
@@ -181,9 +168,8 @@ class BwrapDriver(VmDriver):
         for line in cleanup_stale(run_dir):
             log.warning("removed what a dead node left: %s", line)
         make_dir(self.node_dir, 0o711)
-        for sub in ("base", "nsroot", "launcher", "empty", "over", "blank"):
+        for sub in ("base", "nsroot", "launcher", "empty"):
             make_dir(self.node_dir / sub, 0o755)
-        _write_over(self.node_dir / "over")
         self._holder: subprocess.Popen[bytes] | None = None
         self._ns_fd = -1
         try:
@@ -196,12 +182,7 @@ class BwrapDriver(VmDriver):
             mounts.tmpfs(launcher_dir, size_bytes=8 << 20, uid=0, gid=0, inodes=16, mode=0o755, exec_ok=True)
             self.launcher_dir = build_launcher(launcher_dir)
             mounts.bind(self.launcher_dir, self.launcher_dir, read_only=True)
-            # what a VM reads as the kernel's command line: an empty file on a tmpfs of its own
-            blank = self.node_dir / "blank"
-            mounts.tmpfs(blank, size_bytes=4096, uid=0, gid=0, inodes=4, mode=0o755)
-            (blank / "cmdline").touch(mode=0o444)
-            mounts.bind(blank, blank, read_only=True)
-            mounts.overlay(self.node_dir / "over", base_rootfs, self.node_dir / "base")
+            sandbox.make_root(self.node_dir, base_rootfs)
             self.cgroups = NodeCgroups.open(f"b3os-node-{os.getpid()}")
             try:
                 cap = host_share.cap_cpus(self.cgroups.cpus_above())
@@ -227,66 +208,20 @@ class BwrapDriver(VmDriver):
             thread.start()
 
     def _hold_namespace(self) -> None:
-        """Start the process that holds the small mount namespace VMs are spawned in, and open it.
-
-        bwrap copies (and then detaches) the whole mount table of the namespace it starts in: with the
-        host's (hundreds of mounts on a busy machine) that is most of a VM's cost.
+        """Start the process that holds the small mount namespace VMs are spawned in (node.vm.holder).
 
         Raises:
             SetupError: the namespace could not be made.
         """
-        self._holder = subprocess.Popen(
-            [str(self.launcher_dir / LAUNCHER_NAME), "--hold", str(self.node_dir)],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-            cwd="/",
-            env={},
-        )
-        assert self._holder.stdout is not None and self._holder.stderr is not None
-        ready, _ = pipes.read_until(self._holder.stdout.fileno(), time.monotonic() + SETUP_S, size=1)
-        if ready != b"R":
-            self._holder.kill()
-            why = self._holder.stderr.read().decode(errors="replace").strip()
-            raise SetupError(f"the VMs' mount namespace could not be made: {why or 'no answer'}")
-        self._ns_fd = os.open(f"/proc/{self._holder.pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+        self._holder, self._ns_fd = hold_namespace(self.launcher_dir / LAUNCHER_NAME, self.node_dir)
 
     def _stop_holder(self) -> None:
-        if self._ns_fd >= 0:
-            os.close(self._ns_fd)
-            self._ns_fd = -1
-        if self._holder is not None:
-            with contextlib.suppress(ProcessLookupError):
-                self._holder.kill()
-            self._holder.wait()
-            for stream in (self._holder.stdout, self._holder.stderr):
-                if stream is not None:
-                    stream.close()
-            self._holder = None
+        stop_holder(self._holder, self._ns_fd)
+        self._holder, self._ns_fd = None, -1
 
     def bwrap_args(self, vm_dir: Path, status_fd: int, block_fd: int, seccomp_fd: int) -> list[str]:
         """bwrap's options for one VM (given to it through `--args`, so that `ps` does not show them)."""
-        lim = self.limits
-        return [
-            "--unshare-all", "--unshare-user", "--disable-userns",
-            "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--hostname", "vm",
-            "--ro-bind", str(self.node_dir / "base"), "/",
-            "--ro-bind", str(vm_dir / "tool"), "/tool",
-            "--ro-bind", str(vm_dir / "in"), "/in",
-            "--bind", str(vm_dir / "out"), "/out",
-            "--proc", "/proc", "--dev", "/dev",
-            # the VM's init (bwrap's pid 1, the VM user's too) hidden: its memory, its fds (the node's
-            # status pipe) are not the tool's to write; nor the host's kernel command line to read
-            "--perms", "0555", "--size", "4096", "--tmpfs", "/proc/1", "--remount-ro", "/proc/1",
-            "--ro-bind", str(self.node_dir / "blank" / "cmdline"), "/proc/cmdline",
-            "--size", str(lim.shm_mb << 20), "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
-            "--size", str(lim.work_mb << 20), "--tmpfs", "/work",
-            "--size", str(lim.tmp_mb << 20), "--tmpfs", "/tmp",
-            "--chdir", "/work", "--die-with-parent", "--new-session", "--clearenv",
-            "--setenv", "PATH", SANDBOX_PATH, "--setenv", "HOME", "/work", "--setenv", "LANG", "C.UTF-8",
-            "--json-status-fd", str(status_fd), "--block-fd", str(block_fd), "--seccomp", str(seccomp_fd),
-        ]  # fmt: skip
+        return sandbox.bwrap_args(self.node_dir, vm_dir, self.limits, status_fd, block_fd, seccomp_fd)
 
     def pool_ready(self) -> int:
         """VMs prepared ahead and waiting for a call."""
@@ -528,21 +463,6 @@ class BwrapDriver(VmDriver):
         self._stop_holder()
         self._remove_node_dir()
         self.uids.close()
-
-
-OVER = {
-    "etc/resolv.conf": "# a VM has no network, so no resolver\n",
-    "etc/hosts": "127.0.0.1 localhost\n127.0.1.1 vm\n",
-}
-"""The node's files over the base in every VM: none names the host's resolver or addresses."""
-
-
-def _write_over(over: Path) -> None:
-    for name, text in OVER.items():
-        path = over / name
-        path.parent.mkdir(mode=0o755, exist_ok=True)
-        path.write_text(text)
-        os.chmod(path, 0o644)
 
 
 def _pipe_of(data: bytes) -> int:
