@@ -51,9 +51,8 @@ import httpx
 from cli._http import ApiConfig, CliError
 from cli.dev_state import live_stack, prepare, publish_examples
 from cli.stack import Stack, StackError
-from cli.stack_options import REPO, Options, check_ports, resolve_ports
+from cli.stack_options import REPO, SECRETS_OF, Options, api_argv, check_ports, resolve_ports
 from engine.temporal_server import dev_server_args, durable_args
-from http1.server import SERVER_PROTOCOL
 
 HEARTBEAT_S = "1"
 NAMESPACE = "default"
@@ -90,24 +89,6 @@ class Embedded:
     def workflow_url(self, workflow_id: str) -> str:
         """The Temporal UI page of one workflow (a routine run)."""
         return f"{self.ui_url}/namespaces/{NAMESPACE}/workflows/{workflow_id}"
-
-
-SECRETS_OF = {
-    "temporal": (),
-    "egress": ("B3OS_EGRESS_TOKEN", "B3OS_EGRESS_KEY_FILE"),
-    "api": ("B3OS_WORKER_TOKEN", "B3OS_EGRESS_TOKEN"),
-    "node": ("B3OS_NODE_CREDENTIAL",),
-    "worker": ("B3OS_WORKER_TOKEN",),
-}
-"""The secrets each part of the stack is given: the ones it uses, no others."""
-
-
-def api_argv(port: int) -> list[str]:
-    """The command line of one api process on 127.0.0.1:`port` (uvicorn over `api.main:create_app`)."""
-    return [
-        sys.executable, "-m", "uvicorn", "--factory", "api.main:create_app", "--http", SERVER_PROTOCOL,
-        "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
-    ]  # fmt: skip
 
 
 def check_node_can_run() -> None:

@@ -1,16 +1,19 @@
 """Where the embedded stack starts: its ports (flags, then B3OS_DEV_*_PORT, then the defaults, each refused
 with a sentence when it is no port or taken), its data dir and the example packs it publishes; the flags
-every command that starts it takes (`b3os dev`, `b3os demo`)."""
+every command that starts it takes (`b3os dev`, `b3os demo`); the api's command line and the secrets each
+part is given."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from cli.stack import StackError, port_taken
+from http1.server import SERVER_PROTOCOL
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_PORTS = {"api": 8700, "node": 8710, "egress": 8720, "temporal": 7233, "ui": 8233}
@@ -125,3 +128,21 @@ def check_ports(ports: Mapping[str, int]) -> None:
                 "is a stack already running (b3os dev)? "
                 f"Stop what uses it, or choose another port with {PORT_FLAGS[name]} or {PORT_ENV[name]}."
             )
+
+
+SECRETS_OF = {
+    "temporal": (),
+    "egress": ("B3OS_EGRESS_TOKEN", "B3OS_EGRESS_KEY_FILE"),
+    "api": ("B3OS_WORKER_TOKEN", "B3OS_EGRESS_TOKEN"),
+    "node": ("B3OS_NODE_CREDENTIAL",),
+    "worker": ("B3OS_WORKER_TOKEN",),
+}
+"""The secrets each part of the stack is given: the ones it uses, no others."""
+
+
+def api_argv(port: int) -> list[str]:
+    """The command line of one api process on 127.0.0.1:`port` (uvicorn over `api.main:create_app`)."""
+    return [
+        sys.executable, "-m", "uvicorn", "--factory", "api.main:create_app", "--http", SERVER_PROTOCOL,
+        "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
+    ]  # fmt: skip

@@ -27,7 +27,7 @@ from api.accounts import node_credentials, organizations
 from api.accounts.scopes import OWNER_SCOPES
 from api.db import make_engine
 from api.registry import publishers
-from cli._embedded import api_argv
+from cli.stack_options import api_argv
 
 REPO = Path(__file__).resolve().parents[2]
 WORKER_TOKEN = "worker-token-live-api"

@@ -21,8 +21,8 @@ from fastapi.testclient import TestClient
 from workers import PATIENCE_S, free_port
 
 from b3os import B3OS, RateLimited
-from cli._embedded import api_argv
 from cli.main import main
+from cli.stack_options import api_argv
 from packs.hashing import BundleFile
 from packs.loader import load_built_bundle
 

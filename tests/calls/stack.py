@@ -32,7 +32,7 @@ from api.db import make_engine
 from api.models import Node
 from api.registry import publishers
 from b3os import B3OS
-from cli._embedded import api_argv
+from cli.stack_options import api_argv
 from cli.tool_publish import publish_dir
 from node.config import Settings as NodeSettings
 from node.template import build_base
