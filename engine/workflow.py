@@ -46,13 +46,10 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy as TemporalRetryPolicy
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
-    CancelledError,
     TemporalError,
-    TimeoutError,
     is_cancelled_exception,
 )
 from temporalio.workflow import ActivityCancellationType
@@ -73,6 +70,7 @@ with workflow.unsafe.imports_passed_through():
         StepResult,
     )
     from engine.scope import Scope
+    from engine.step_calls import retry_policy, step_error
     from engine.steps import CALL_ACTION, CallActionInput, CallActionResult
 
 PATCH_NEEDS = "routines-v2-needs"
@@ -112,34 +110,7 @@ TIMEOUT_SLACK = timedelta(seconds=10)
 """Added to a step's `timeout` for the attempt, so the api's own timeout answer arrives first."""
 
 HEARTBEAT_TIMEOUT = timedelta(seconds=5)
-WAITS_PER_STEP = 100  # 429/503 refusals a call may wait out beyond its max-attempts before the step fails
 """An attempt that stops heartbeating (its worker died) is retried after this long."""
-
-
-def retry_policy(policy: RetryPolicy | None) -> TemporalRetryPolicy:
-    """The Temporal retry policy of a step (the routine's defaults when the step sets none).
-
-    Raises:
-        ValueError: a policy Temporal would refuse (the sentence says which value).
-    """
-    p = policy or RetryPolicy()
-    backoff, longest = p.backoff_timedelta, p.max_backoff_timedelta
-    if p.max_attempts < 1:
-        raise ValueError(f"max-attempts is {p.max_attempts}; it must be at least 1")
-    if backoff <= timedelta(0):
-        raise ValueError("backoff must be longer than 0")
-    if longest < backoff:
-        raise ValueError(f"max-backoff ({longest}) is shorter than backoff ({backoff})")
-    if p.backoff_coefficient < 1:
-        raise ValueError(f"backoff-coefficient is {p.backoff_coefficient}; it must be at least 1")
-    return TemporalRetryPolicy(
-        # the step's max-attempts is counted by the activity (activities.call_action.Ledger), where a
-        # 429/503 that asks to wait is not a failure; Temporal's own bound only stops endless waiting
-        maximum_attempts=p.max_attempts + WAITS_PER_STEP,
-        initial_interval=backoff,
-        backoff_coefficient=p.backoff_coefficient,
-        maximum_interval=longest,
-    )
 
 
 class _StepFailure(Exception):
@@ -520,7 +491,7 @@ class RoutineWorkflow:
         except ActivityError as exc:
             if is_cancelled_exception(exc):
                 raise
-            raise _StepFailure(*_step_error(exc, policy)) from None
+            raise _StepFailure(*step_error(exc, policy)) from None
 
 
 def _check_history(adding: int, reason: str) -> None:
@@ -563,24 +534,3 @@ def _sentence(exc: Exception) -> str:
     if isinstance(exc, expressions.ExpressionError):
         return str(exc)
     return f"the evaluation failed: {type(exc).__name__}: {exc}"
-
-
-def _step_error(exc: ActivityError, policy: TemporalRetryPolicy) -> tuple[StepError, int]:
-    """The code, reason and sentence of an activity that failed for good, and its attempts."""
-    cause = exc.cause
-    if isinstance(cause, ApplicationError) and cause.details and isinstance(cause.details[0], dict):
-        fields = dict(cause.details[0])
-        attempts = int(fields.pop("attempt", 0) or 0)
-        for name in ("status", "idempotency_key"):
-            fields.pop(name, None)
-        fields.setdefault("code", cause.type or "activity_failed")
-        fields.setdefault("message", cause.message)
-        return StepError.model_validate(fields), attempts
-    if isinstance(cause, TimeoutError):
-        kind = cause.type.name.lower() if cause.type is not None else "timeout"
-        message = f"the step's call did not finish in time ({kind})"
-        return StepError(code="step_timed_out", reason=kind, message=message), policy.maximum_attempts
-    if isinstance(cause, CancelledError):
-        return StepError(code="cancelled", reason=None, message="the step's call was cancelled"), 0
-    text = str(cause) if cause is not None else str(exc)
-    return StepError(code="activity_failed", reason=type(cause).__name__ if cause else None, message=text), 0

@@ -31,9 +31,10 @@ from test_workflow import _sleepers
 from engine import workflow as workflow_module
 from engine.routine import RetryPolicy
 from engine.runs import RunRoutineInput
+from engine.step_calls import retry_policy
 from engine.steps import CallActionInput, CallActionResult
 from engine.validate import RoutineError, load_routine
-from engine.workflow import RoutineWorkflow, retry_policy
+from engine.workflow import RoutineWorkflow
 
 PLUS_300 = "+".join(["1"] * 300)
 PARENS_100 = "(" * 100 + "1" + ")" * 100
