@@ -1,0 +1,162 @@
+"""How cost grows (issue 36, item 3): the same work at two sizes, side by side in one stack.
+
+Starts the routine tests' stack (bench/routinestack.py) with the per-organization limits raised so that
+only the engine's own cost is measured (`GROWTH_SETTINGS`), then, small size first:
+
+- **runs**: 100 and then 1,000 one-step runs (the free echo's `noop`) of 25 organizations, started at
+  once; the time per run is the wall time until the last has ended, over the runs;
+- **foreach**: one run whose step has a foreach of 100 and then 1,000 items (the most a foreach takes,
+  `engine.runs.FOREACH_MAX_ITEMS`), each a call of the free `noop`; the time per item, with the run's
+  history size (events and bytes: Temporal refuses a history past 51,200 events or 50 MB);
+- **steps**: a routine of 20 and then 200 steps, each needing the one before; the time per step, with
+  the history size;
+
+and the RSS of the api processes, the workers and the node at rest before, after the small sizes, after
+the large ones and after the large ones twice more: memory is flat when the later large rounds leave it
+where the first did (the first may raise it: bounded caches filled, the allocator's high-water mark). The
+goal: the time per run, item or step at the large size within 1.5x of the small. Run:
+`.venv/bin/python -m bench growth [--only runs|foreach|steps]` (root; needs the node's base template).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from typing import Any
+
+from bench.goals import rss_mib
+from bench.routinestack import REPO, routine_stack
+
+GROWTH_SETTINGS = {
+    "B3OS_RUNS_PER_ORG": "1000",
+    "B3OS_RUN_STARTS_PER_MINUTE": "1000",
+    "B3OS_STARTS_PER_MINUTE": "100000",
+}
+"""The per-organization limits lifted for the bench: it measures what the engine costs, not the limits."""
+
+SIZES = {"runs": (100, 1000), "foreach": (100, 1000), "steps": (20, 200)}
+GOAL_RATIO = 1.5
+
+
+def _one_step(free: str) -> str:
+    return f"name: one\nsteps:\n  - id: a\n    uses: {free}/noop@1\n    with: {{}}\n"
+
+
+def _foreach(free: str) -> str:
+    return (
+        "name: many\ninputs:\n  items: {type: array}\nsteps:\n  - id: each\n"
+        f"    uses: {free}/noop@1\n    foreach: ${{{{ inputs.items }}}}\n    with: {{}}\n"
+    )
+
+
+def _steps(free: str, count: int) -> str:
+    steps = "".join(f"  - id: s{i}\n    uses: {free}/noop@1\n    with: {{}}\n" for i in range(count))
+    return f"name: long-{count}\nsteps:\n{steps}"
+
+
+def _rss(stack: Any) -> dict[str, float]:
+    kinds = ("api-", "worker", "node-")
+    used: dict[str, float] = {}
+    for proc in stack.procs:
+        kind = next((k.rstrip("-") for k in kinds if proc.name.startswith(k)), None)
+        if kind is not None and proc.popen.poll() is None:
+            used[kind] = used.get(kind, 0.0) + rss_mib(proc.popen.pid)
+    return used
+
+
+async def _history_size(stack: Any, run_id: str, name: str) -> tuple[int, int]:
+    events = await stack.history(f"routine-{name}-{run_id}")
+    return len(events), sum(e.ByteSize() for e in events)
+
+
+async def _runs(stack: Any, count: int) -> float:
+    """Seconds per run of `count` one-step runs of 25 organizations started at once."""
+    from calls.stack import FREE
+
+    orgs = [stack.runner() for _ in range(25)]
+    for org in orgs:
+        assert (await stack.store(org, _one_step(FREE))).status_code == 201
+    began = time.perf_counter()
+    run_ids = await asyncio.gather(*(stack.start_run(orgs[i % 25], "one") for i in range(count)))
+    ends = await asyncio.gather(
+        *(stack.final(orgs[i % 25], r, timeout_s=1800) for i, r in enumerate(run_ids))
+    )
+    took = time.perf_counter() - began
+    assert all(run["status"] == "succeeded" for run in ends), [r for r in ends if r["status"] != "succeeded"]
+    return took / count
+
+
+async def _one_run(stack: Any, source: str, name: str, inputs: dict[str, Any]) -> tuple[float, int, int]:
+    """Seconds of one run of `source` to its end, and its history's events and bytes."""
+    org = stack.runner()
+    assert (await stack.store(org, source)).status_code == 201
+    began = time.perf_counter()
+    run_id = await stack.start_run(org, name, inputs)
+    run = await stack.final(org, run_id, timeout_s=3600)
+    took = time.perf_counter() - began
+    assert run["status"] == "succeeded", run
+    return (took, *await _history_size(stack, run_id, name))
+
+
+async def _bench(stack: Any, only: set[str]) -> None:
+    from calls.stack import FREE
+
+    print(f"RSS MiB at rest: {_rss(stack)}")
+    rows: list[str] = []
+    rss: dict[str, dict[str, float]] = {}
+    for round_name, size in (("small", 0), ("large", 1), ("large 2", 1), ("large 3", 1)):
+        if "runs" in only:
+            count = SIZES["runs"][size]
+            per = await _runs(stack, count)
+            rows.append(f"runs {count}: {per * 1000:.1f} ms a run")
+        if "foreach" in only:
+            count = SIZES["foreach"][size]
+            took, events, size_b = await _one_run(
+                stack, _foreach(FREE), "many", {"items": list(range(count))}
+            )
+            rows.append(
+                f"foreach {count}: {took / count * 1000:.1f} ms an item; history {events} events, "
+                f"{size_b / 1024:.0f} KiB"
+            )
+        if "steps" in only:
+            count = SIZES["steps"][size]
+            took, events, size_b = await _one_run(stack, _steps(FREE, count), f"long-{count}", {})
+            rows.append(
+                f"steps {count}: {took / count * 1000:.1f} ms a step; history {events} events, "
+                f"{size_b / 1024:.0f} KiB"
+            )
+        await asyncio.sleep(5)  # the processes settle (their last calls' answers sent, runs forgotten)
+        rss[round_name] = _rss(stack)
+        print("\n".join(rows[-len(only) :]), flush=True)
+    print("\n".join(rows))
+    for kind in rss["small"]:
+        print(f"RSS {kind}, MiB after each round: " + ", ".join(f"{r} {m[kind]:.0f}" for r, m in rss.items()))
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="bench growth")
+    parser.add_argument("--only", action="append", choices=sorted(SIZES), help="a part (repeatable)")
+    args = parser.parse_args(argv)
+    sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "engine")]
+
+    from realstack import RoutineStack
+
+    stack_env = RoutineStack.env
+
+    def env(self: Any, **extra: str) -> dict[str, str]:
+        return stack_env(self, **{**GROWTH_SETTINGS, **extra})
+
+    RoutineStack.env = env  # type: ignore[method-assign]
+
+    async def run() -> None:
+        async with routine_stack("growth") as stack:
+            await _bench(stack, set(args.only or SIZES))
+
+    asyncio.run(run())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
