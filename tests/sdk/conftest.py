@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from realstack import RoutineStack
 
-from .typescript_sdk import build
+from .typescript_sdk import build, install
 
 
 @pytest.fixture(scope="session")
@@ -21,3 +21,9 @@ def stack(routine_stack: RoutineStack) -> RoutineStack:
 def typescript_sdk() -> Path:
     """`sdk/typescript`, its dependencies installed and built (tests/sdk/typescript_sdk.py)."""
     return build()
+
+
+@pytest.fixture(scope="session")
+def typescript_tools() -> Path:
+    """`sdk/typescript` with its dev dependencies (tsc, openapi-typescript) installed."""
+    return install()

@@ -15,7 +15,7 @@ from typing import Any
 
 from realstack import FREE_ECHO, RoutineStack
 
-from .typescript_sdk import openapi_text, run_typescript
+from .typescript_sdk import SDK, openapi_text, run_typescript
 from .upstreams import PUBLIC, SEARCH, geo_answers, json_reply, scripted
 
 SEED_SNIPPET = """\
@@ -40,19 +40,19 @@ def _lines(done: subprocess.CompletedProcess[str]) -> list[Any]:
     return [json.loads(line) for line in done.stdout.splitlines()]
 
 
-def test_the_committed_openapi_document_is_the_one_the_server_makes(typescript_sdk: Path) -> None:
-    assert (typescript_sdk / "openapi.json").read_text() == openapi_text(), STALE
+def test_the_committed_openapi_document_is_the_one_the_server_makes() -> None:
+    assert (SDK / "openapi.json").read_text() == openapi_text(), STALE
 
 
 def test_the_committed_types_are_what_openapi_typescript_makes_of_the_servers_document(
-    typescript_sdk: Path, tmp_path: Path
+    typescript_tools: Path, tmp_path: Path
 ) -> None:
     (tmp_path / "openapi.json").write_text(openapi_text())
-    generator = typescript_sdk / "node_modules" / ".bin" / "openapi-typescript"
+    generator = typescript_tools / "node_modules" / ".bin" / "openapi-typescript"
     generate = [generator, "openapi.json", "-o", "schema.ts"]
     done = subprocess.run(generate, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert (typescript_sdk / "src" / "schema.ts").read_text() == (tmp_path / "schema.ts").read_text(), STALE
+    assert (typescript_tools / "src" / "schema.ts").read_text() == (tmp_path / "schema.ts").read_text(), STALE
 
 
 def test_the_seed_snippet_runs_as_written(stack: RoutineStack, typescript_sdk: Path, tmp_path: Path) -> None:

@@ -13,7 +13,8 @@ import json
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -40,19 +41,33 @@ def _newest(*paths: Path) -> float:
     return max(f.stat().st_mtime for f in files)
 
 
-def build() -> Path:
-    """`npm ci` when node_modules is absent or older than the lock file, `npm run build` when dist is absent
-    or older than the sources; one process at a time (a lock on package.json). Returns the SDK's folder."""
-    with (SDK / "package.json").open("rb") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)
+def install() -> Path:
+    """`npm ci` when node_modules is absent or older than the lock file. Returns the SDK's folder."""
+    with _held():
         installed = SDK / "node_modules" / ".package-lock.json"
         if not installed.exists() or installed.stat().st_mtime < _newest(SDK / "package-lock.json"):
-            _npm("ci")
+            _npm("ci", "--no-audit", "--no-fund")
+    return SDK
+
+
+def build() -> Path:
+    """`install()`, then `npm run build` when dist is absent or older than the sources. Returns the SDK's
+    folder."""
+    install()
+    with _held():
         built = SDK / "dist" / "index.js"
         sources = (SDK / "src", SDK / "test", SDK / "tsconfig.json", SDK / "package.json")
         if not built.exists() or built.stat().st_mtime < _newest(*sources):
             _npm("run", "build")
     return SDK
+
+
+@contextmanager
+def _held() -> Iterator[None]:
+    """One process at a time installs or builds (xdist workers share the checkout): a lock on package.json."""
+    with (SDK / "package.json").open("rb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        yield
 
 
 def _npm(*argv: str) -> None:
