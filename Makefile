@@ -61,9 +61,10 @@ sdk-types: setup $(TS_SDK)/node_modules/.package-lock.json
 	$(BIN)/python -m tests.sdk.typescript_sdk $(TS_SDK)/openapi.json
 	cd $(TS_SDK) && npm run --silent generate
 
-lint: setup
+lint: setup $(TS_SDK)/node_modules/.package-lock.json
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	cd $(TS_SDK) && npm run --silent lint
 
 typecheck: setup
 	$(BIN)/mypy .

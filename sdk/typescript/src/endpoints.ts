@@ -46,7 +46,8 @@ export async function call(ref: string, input: Record<string, unknown> | undefin
 }
 
 /** Which call to cancel: exactly one of its id and its Idempotency-Key. */
-export type CancelTarget = { callId: string; idempotencyKey?: undefined } | { idempotencyKey: string; callId?: undefined };
+export type CancelTarget =
+  { callId: string; idempotencyKey?: undefined } | { idempotencyKey: string; callId?: undefined };
 
 export function cancelCall(target: CancelTarget) {
   if ((target.callId === undefined) === (target.idempotencyKey === undefined)) {

@@ -53,7 +53,9 @@ export class ConnectionFailed extends B3OSError {
 
   constructor(url: string, why: string, options: { idempotencyKey: string | null; timedOut: boolean; cause: unknown }) {
     super(
-      options.timedOut ? `The api at ${url} did not answer in time (${why})` : `Cannot reach the api at ${url} (${why})`,
+      options.timedOut
+        ? `The api at ${url} did not answer in time (${why})`
+        : `Cannot reach the api at ${url} (${why})`,
       { cause: options.cause },
     );
     this.url = url;
@@ -192,7 +194,15 @@ export function apiError(
   if (retryAfter === null && typeof fromBody === "number") retryAfter = Math.max(fromBody, 0);
   const code = text("code");
   const Class = errorClass(status, code);
-  return new Class(status, { code, message, reason: text("reason"), retryAfter, body: detail, headers, idempotencyKey });
+  return new Class(status, {
+    code,
+    message,
+    reason: text("reason"),
+    retryAfter,
+    body: detail,
+    headers,
+    idempotencyKey,
+  });
 }
 
 function isObject(value: unknown): value is Record<string, unknown> {

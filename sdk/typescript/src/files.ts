@@ -42,8 +42,13 @@ export async function fileValue(field: string, value: FileInput): Promise<FileVa
   } else if (typeof fields["name"] === "string" && fields["data"] instanceof Uint8Array) {
     [name, data] = [fields["name"], fields["data"]];
   } else {
-    const what = typeof value === "object" && value !== null ? `an object with ${JSON.stringify(Object.keys(value))}` : typeof value;
-    throw new TypeError(`files[${JSON.stringify(field)}] must be a Uint8Array, a Blob, { path } or { name, data }, not ${what}`);
+    const what =
+      typeof value === "object" && value !== null
+        ? `an object with ${JSON.stringify(Object.keys(value))}`
+        : typeof value;
+    throw new TypeError(
+      `files[${JSON.stringify(field)}] must be a Uint8Array, a Blob, { path } or { name, data }, not ${what}`,
+    );
   }
   return { $bytes: Buffer.from(data.buffer, data.byteOffset, data.byteLength).toString("base64"), name };
 }

@@ -62,7 +62,8 @@ export function settingsOf(options: ClientOptions, env: Record<string, string | 
   const apiUrl = (options.apiUrl || env["B3OS_API_URL"] || "").trim().replace(/\/+$/, "");
   const apiKey = (options.apiKey || env["B3OS_API_KEY"] || "").trim();
   if (!apiUrl) throw new ConfigError("No api URL: pass apiUrl or set B3OS_API_URL (such as http://127.0.0.1:8700).");
-  if (!/^https?:\/\//i.test(apiUrl)) throw new ConfigError(`The api URL ${JSON.stringify(apiUrl)} is not http:// or https://.`);
+  if (!/^https?:\/\//i.test(apiUrl))
+    throw new ConfigError(`The api URL ${JSON.stringify(apiUrl)} is not http:// or https://.`);
   if (!apiKey) throw new ConfigError("No API key: pass apiKey or set B3OS_API_KEY.");
   const settings: Settings = {
     apiUrl,

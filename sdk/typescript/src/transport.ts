@@ -40,10 +40,21 @@ export async function send<T>(settings: Settings, request: ApiRequest<T>): Promi
 }
 
 /** What an answer means: the request's value, or a wait before it goes again; an error is thrown. */
-export function judge<T>(settings: Settings, request: ApiRequest<T>, answer: Answer, retries: number): { value: unknown } | Retry {
+export function judge<T>(
+  settings: Settings,
+  request: ApiRequest<T>,
+  answer: Answer,
+  retries: number,
+): { value: unknown } | Retry {
   const { status } = answer;
   if (status >= 200 && status < 300) return { value: answer.text ? JSON.parse(answer.text) : undefined };
-  const error = apiError(status, answer.statusText, answer.headers, jsonOrUndefined(answer.text), request.idempotencyKey);
+  const error = apiError(
+    status,
+    answer.statusText,
+    answer.headers,
+    jsonOrUndefined(answer.text),
+    request.idempotencyKey,
+  );
   const waitS = error.retryAfter;
   const retried = RETRIED_STATUSES.includes(status) || (status === 409 && error.code === "idempotency_in_progress");
   if (!retried || waitS === null || retries >= settings.maxRetries || waitS > settings.maxRetryWaitS) throw error;
@@ -73,13 +84,27 @@ async function exchange<T>(settings: Settings, request: ApiRequest<T>): Promise<
   }
   const signal = AbortSignal.timeout(settings.timeoutMs);
   try {
-    const response = await settings.fetch(url(settings.apiUrl, request), { method: request.method, headers, body, signal });
+    const response = await settings.fetch(url(settings.apiUrl, request), {
+      method: request.method,
+      headers,
+      body,
+      signal,
+    });
     const text = await response.text();
-    return { status: response.status, statusText: response.statusText, headers: Object.fromEntries(response.headers), text };
+    return {
+      status: response.status,
+      statusText: response.statusText,
+      headers: Object.fromEntries(response.headers),
+      text,
+    };
   } catch (error) {
     const timedOut = signal.aborted;
     const why = timedOut ? `no answer in ${settings.timeoutMs} ms` : causeOf(error);
-    throw new ConnectionFailed(settings.apiUrl, why, { idempotencyKey: request.idempotencyKey, timedOut, cause: error });
+    throw new ConnectionFailed(settings.apiUrl, why, {
+      idempotencyKey: request.idempotencyKey,
+      timedOut,
+      cause: error,
+    });
   }
 }
 

@@ -52,7 +52,10 @@ test("each error answer is its class, carrying the api's code, reason, sentence 
       assert.ok(thrown instanceof Class, `${status} ${code}: ${String(thrown)}`);
       assert.ok(thrown instanceof APIError && thrown instanceof B3OSError && thrown instanceof Error);
       assert.equal(thrown.name, Class.name);
-      assert.deepEqual([thrown.status, thrown.code, thrown.reason, thrown.message], [status, code, "why", `sentence ${n}`]);
+      assert.deepEqual(
+        [thrown.status, thrown.code, thrown.reason, thrown.message],
+        [status, code, "why", `sentence ${n}`],
+      );
       assert.deepEqual(thrown.body, { code, message: `sentence ${n}`, reason: "why", field: "input.name" });
       assert.equal(String(thrown), `sentence ${n} (${status} ${code})`);
       assert.equal(thrown.retryAfter, null);
@@ -84,7 +87,9 @@ test("an answer that is not the api's error shape still throws by status, with a
 
 test("a call whose connection broke is a ConnectionFailed with the key to send it again safely", async () => {
   const api = await serve((_, n) =>
-    n === 0 ? "drop" : { status: 200, json: { call_id: "tcall_1", ref: "x", tier: "vm", output: {}, cost: {}, timings: {} } },
+    n === 0
+      ? "drop"
+      : { status: 200, json: { call_id: "tcall_1", ref: "x", tier: "vm", output: {}, cost: {}, timings: {} } },
   );
   try {
     const b3os = new B3OS({ apiUrl: api.url, apiKey: "b3_test" });
@@ -144,18 +149,26 @@ test("no settings are errors that say so; options override the environment; the 
       assert.equal(fromEnv.apiUrl, api.url);
       await fromEnv.usage("2026-12");
       await new B3OS({ apiKey: "b3_given" }).usage();
-      assert.deepEqual(api.seen.map((s) => [s.url, s.headers["authorization"]]), [
-        ["/v1/usage?month=2026-12", "Bearer b3_from_env"],
-        ["/v1/usage", "Bearer b3_given"],
-      ]);
+      assert.deepEqual(
+        api.seen.map((s) => [s.url, s.headers["authorization"]]),
+        [
+          ["/v1/usage?month=2026-12", "Bearer b3_from_env"],
+          ["/v1/usage", "Bearer b3_given"],
+        ],
+      );
       assert.match(String(api.seen[0]?.headers["user-agent"]), /^b3os-typescript\/0\.1\.0$/);
       assert.ok(!inspect(fromEnv, { depth: 5, showHidden: true }).includes("b3_from_env"));
-      assert.throws(() => new B3OS({ maxRetries: -1 }), { message: "maxRetries must be a whole number, 0 or more, not -1." });
+      assert.throws(() => new B3OS({ maxRetries: -1 }), {
+        message: "maxRetries must be a whole number, 0 or more, not -1.",
+      });
     } finally {
       await api.close();
     }
   } finally {
-    for (const [name, value] of [["B3OS_API_URL", saved.url], ["B3OS_API_KEY", saved.key]] as const) {
+    for (const [name, value] of [
+      ["B3OS_API_URL", saved.url],
+      ["B3OS_API_KEY", saved.key],
+    ] as const) {
       if (value === undefined) delete process.env[name];
       else process.env[name] = value;
     }

@@ -12,8 +12,13 @@ const ECHO = "com.example.tools/echo/echo@1";
 const base64 = (text: string) => Buffer.from(text).toString("base64");
 
 test("file inputs travel as $bytes and a name: bytes, a File, a Blob, a path and a name with data", async () => {
-  const output = { text: "hi", file: { $bytes: base64("\u0000binary"), name: "out.bin", bytes: 7, contentType: "application/octet-stream" } };
-  const api = await serve([{ status: 200, json: { call_id: "tcall_1", ref: `${ECHO}.0.0`, tier: "vm", output, cost: {}, timings: {} } }]);
+  const output = {
+    text: "hi",
+    file: { $bytes: base64("\u0000binary"), name: "out.bin", bytes: 7, contentType: "application/octet-stream" },
+  };
+  const api = await serve([
+    { status: 200, json: { call_id: "tcall_1", ref: `${ECHO}.0.0`, tier: "vm", output, cost: {}, timings: {} } },
+  ]);
   try {
     const dir = await mkdtemp(join(tmpdir(), "b3os-sdk-"));
     await writeFile(join(dir, "notes.txt"), "from a path\n");
@@ -59,7 +64,9 @@ test("a file value of no known form is refused naming its field, and nothing is 
       name: "TypeError",
       message: 'files["doc"] must be a Uint8Array, a Blob, { path } or { name, data }, not string',
     });
-    await assert.rejects(b3os.actions.call(ECHO, {}, { files: { doc: { path: "/no/such/file" } } }), { code: "ENOENT" });
+    await assert.rejects(b3os.actions.call(ECHO, {}, { files: { doc: { path: "/no/such/file" } } }), {
+      code: "ENOENT",
+    });
     assert.equal(api.seen.length, 0);
   } finally {
     await api.close();

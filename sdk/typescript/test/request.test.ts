@@ -16,17 +16,22 @@ test("path segments are encoded so that no value changes the path, and absent qu
     await b3os.actions.resolve("io.b3os/open-meteo/search-places@1");
     await b3os.actions.cancel({ callId: "tcall_1" });
     await b3os.actions.cancel({ idempotencyKey: "k 1" });
-    assert.deepEqual(api.seen.map((s) => `${s.method} ${s.url} ${s.body}`), [
-      "GET /v1/actions/packs/io.b3os/a%2Fb%3Fc%23d ",
-      "GET /v1/actions/packs/io.b3os/open-meteo/tools ",
-      "GET /v1/actions/packs/io.b3os/open-meteo/tools?version=1.0.0 ",
-      "GET /v1/actions/packs/io.b3os/open-meteo/versions/1.0.0%2Bbuild/manifest ",
-      "GET /v1/actions/resolve?ref=io.b3os%2Fopen-meteo%2Fsearch-places%401 ",
-      "POST /v1/actions/calls/tcall_1/cancel ",
-      'POST /v1/actions/call/cancel {"idempotency_key":"k 1"}',
-    ]);
+    assert.deepEqual(
+      api.seen.map((s) => `${s.method} ${s.url} ${s.body}`),
+      [
+        "GET /v1/actions/packs/io.b3os/a%2Fb%3Fc%23d ",
+        "GET /v1/actions/packs/io.b3os/open-meteo/tools ",
+        "GET /v1/actions/packs/io.b3os/open-meteo/tools?version=1.0.0 ",
+        "GET /v1/actions/packs/io.b3os/open-meteo/versions/1.0.0%2Bbuild/manifest ",
+        "GET /v1/actions/resolve?ref=io.b3os%2Fopen-meteo%2Fsearch-places%401 ",
+        "POST /v1/actions/calls/tcall_1/cancel ",
+        'POST /v1/actions/call/cancel {"idempotency_key":"k 1"}',
+      ],
+    );
     await assert.rejects(b3os.runs.get(".."), { name: "RangeError", message: 'run_id may not be ".."' });
-    await assert.rejects(b3os.actions.cancel({} as never), { message: "cancel takes exactly one of callId and idempotencyKey" });
+    await assert.rejects(b3os.actions.cancel({} as never), {
+      message: "cancel takes exactly one of callId and idempotencyKey",
+    });
   } finally {
     await api.close();
   }
@@ -34,7 +39,14 @@ test("path segments are encoded so that no value changes the path, and absent qu
 
 test("Retry-After is read as delay-seconds or an HTTP date, never negative", () => {
   const now = 1_790_000_000_000;
-  for (const [value, seconds] of [["2", 2], [" 1 ", 1], ["1.5", 1.5], ["0", 0], ["-3", 0], ["120", 120]] as const) {
+  for (const [value, seconds] of [
+    ["2", 2],
+    [" 1 ", 1],
+    ["1.5", 1.5],
+    ["0", 0],
+    ["-3", 0],
+    ["120", 120],
+  ] as const) {
     assert.equal(retryAfterSeconds(value), seconds, value);
   }
   assert.equal(retryAfterSeconds(new Date(now + 30_000).toUTCString(), now), 30);

@@ -6,7 +6,10 @@ import { B3OS, Conflict, RateLimited, type Retry, Unavailable } from "@b3os/sdk"
 import { error, serve } from "./server.js";
 
 const ECHO = "com.example.tools/echo/echo@1";
-const OK = { status: 200, json: { call_id: "tcall_1", ref: `${ECHO}.0.0`, tier: "vm", output: { text: "hi" }, cost: {}, timings: {} } };
+const OK = {
+  status: 200,
+  json: { call_id: "tcall_1", ref: `${ECHO}.0.0`, tier: "vm", output: { text: "hi" }, cost: {}, timings: {} },
+};
 
 /** A client of `url` whose waits are recorded, not slept. */
 function recording(url: string, options: { maxRetries?: number; maxRetryWaitS?: number } = {}) {
@@ -23,7 +26,10 @@ function recording(url: string, options: { maxRetries?: number; maxRetryWaitS?: 
 }
 
 test("a 429 is sent again after exactly its Retry-After with the same Idempotency-Key", async () => {
-  const api = await serve([error(429, "rate_limited", "slow down", { reason: "upstream" }, { "Retry-After": "1.5" }), OK]);
+  const api = await serve([
+    error(429, "rate_limited", "slow down", { reason: "upstream" }, { "Retry-After": "1.5" }),
+    OK,
+  ]);
   try {
     const { b3os, waits, retries } = recording(api.url);
     const answer = await b3os.actions.call(ECHO, { text: "hi" });
@@ -68,11 +74,17 @@ test("a given key is the one every retry sends, and 503s and in-progress 409s ar
     const { b3os, waits, retries } = recording(api.url);
     await b3os.actions.call(ECHO, {}, { idempotencyKey: "mine-1" });
     assert.deepEqual(waits, [2, 1]);
-    assert.deepEqual(api.seen.map((s) => s.headers["idempotency-key"]), ["mine-1", "mine-1", "mine-1"]);
-    assert.deepEqual(retries.map((r) => [r.attempt, r.idempotencyKey, r.error.code]), [
-      [1, "mine-1", "action_unavailable"],
-      [2, "mine-1", "idempotency_in_progress"],
-    ]);
+    assert.deepEqual(
+      api.seen.map((s) => s.headers["idempotency-key"]),
+      ["mine-1", "mine-1", "mine-1"],
+    );
+    assert.deepEqual(
+      retries.map((r) => [r.attempt, r.idempotencyKey, r.error.code]),
+      [
+        [1, "mine-1", "action_unavailable"],
+        [2, "mine-1", "idempotency_in_progress"],
+      ],
+    );
     assert.ok(retries[0]?.error instanceof Unavailable && retries[1]?.error instanceof Conflict);
   } finally {
     await api.close();
@@ -123,12 +135,15 @@ test("reads carry no key, and a routine's start and a re-run carry one made for 
     assert.match(String(keys[2]), /^b3os-sdk-/);
     assert.notEqual(keys[1], keys[2]);
     assert.equal(keys[3], "again-1");
-    assert.deepEqual(api.seen.map((s) => [s.method, s.url, s.body]), [
-      ["GET", "/v1/runs/run_1", ""],
-      ["POST", "/v1/routines/hello/runs", '{"inputs":{"name":"ann"}}'],
-      ["POST", "/v1/runs/run_1/rerun", '{"from":"greet"}'],
-      ["POST", "/v1/runs/run_1/rerun", "{}"],
-    ]);
+    assert.deepEqual(
+      api.seen.map((s) => [s.method, s.url, s.body]),
+      [
+        ["GET", "/v1/runs/run_1", ""],
+        ["POST", "/v1/routines/hello/runs", '{"inputs":{"name":"ann"}}'],
+        ["POST", "/v1/runs/run_1/rerun", '{"from":"greet"}'],
+        ["POST", "/v1/runs/run_1/rerun", "{}"],
+      ],
+    );
   } finally {
     await api.close();
   }

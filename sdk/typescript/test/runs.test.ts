@@ -5,7 +5,14 @@ import { B3OS, type Step, WaitTimedOut } from "@b3os/sdk";
 
 import { serve } from "./server.js";
 
-const BASE = { run_id: "run_1", routine: "greet", routine_version: 1, workflow_id: "w", inputs: {}, created_at: "2026-12-04T00:00:00Z" };
+const BASE = {
+  run_id: "run_1",
+  routine: "greet",
+  routine_version: 1,
+  workflow_id: "w",
+  inputs: {},
+  created_at: "2026-12-04T00:00:00Z",
+};
 const done = (output: string): Step => ({ status: "succeeded", attempts: 1, output: { text: output } });
 const pending: Step = { status: "pending", attempts: 0 };
 
@@ -14,7 +21,11 @@ test("wait tells each step once as it finishes, in the run's order, and returns 
     { status: "running", steps: { greet: { status: "running", attempts: 1 }, twice: pending, loud: pending } },
     { status: "running", steps: { greet: done("hello"), twice: { status: "running", attempts: 1 }, loud: pending } },
     { status: "running", steps: { greet: done("hello"), twice: done("hello!"), loud: pending } },
-    { status: "succeeded", outputs: { said: "hello!" }, steps: { greet: done("hello"), twice: done("hello!"), loud: { status: "skipped", attempts: 0 } } },
+    {
+      status: "succeeded",
+      outputs: { said: "hello!" },
+      steps: { greet: done("hello"), twice: done("hello!"), loud: { status: "skipped", attempts: 0 } },
+    },
   ];
   const api = await serve((_, n) => ({ status: 200, json: { ...BASE, ...states[Math.min(n, states.length - 1)] } }));
   try {
@@ -28,9 +39,16 @@ test("wait tells each step once as it finishes, in the run's order, and returns 
     });
     assert.equal(run.status, "succeeded");
     assert.deepEqual(run.outputs, { said: "hello!" });
-    assert.deepEqual(seen, ['greet:succeeded:{"text":"hello"}', 'twice:succeeded:{"text":"hello!"}', "loud:skipped:null"]);
+    assert.deepEqual(seen, [
+      'greet:succeeded:{"text":"hello"}',
+      'twice:succeeded:{"text":"hello!"}',
+      "loud:skipped:null",
+    ]);
     // the first read answers at once; each later one asks the api to wait for the end
-    assert.deepEqual(api.seen.map((s) => s.url), ["/v1/runs/run_1", ...Array(3).fill("/v1/runs/run_1?wait_s=0.05")]);
+    assert.deepEqual(
+      api.seen.map((s) => s.url),
+      ["/v1/runs/run_1", ...Array(3).fill("/v1/runs/run_1?wait_s=0.05")],
+    );
   } finally {
     await api.close();
   }

@@ -14,7 +14,8 @@ export interface Seen {
 }
 
 /** An answer: JSON with a status and headers; `drop` closes the connection, `hang` never answers. */
-export type Reply = { status: number; headers?: Record<string, string>; json?: unknown; text?: string } | "drop" | "hang";
+export type Reply =
+  { status: number; headers?: Record<string, string>; json?: unknown; text?: string } | "drop" | "hang";
 
 export interface Server {
   url: string;
@@ -32,7 +33,13 @@ export async function serve(replies: Reply[] | ((seen: Seen, n: number) => Reply
     const chunks: Buffer[] = [];
     req.on("data", (chunk: Buffer) => chunks.push(chunk));
     req.on("end", () => {
-      const request = { method: req.method ?? "", url: req.url ?? "", headers: req.headers, body: Buffer.concat(chunks).toString(), at: performance.now() };
+      const request = {
+        method: req.method ?? "",
+        url: req.url ?? "",
+        headers: req.headers,
+        body: Buffer.concat(chunks).toString(),
+        at: performance.now(),
+      };
       seen.push(request);
       const n = seen.length - 1;
       const reply = typeof replies === "function" ? replies(request, n) : replies[Math.min(n, replies.length - 1)];
@@ -60,7 +67,13 @@ export async function serve(replies: Reply[] | ((seen: Seen, n: number) => Reply
 }
 
 /** The api's one error body. */
-export function error(status: number, code: string, message: string, extra: Record<string, unknown> = {}, headers: Record<string, string> = {}): Reply {
+export function error(
+  status: number,
+  code: string,
+  message: string,
+  extra: Record<string, unknown> = {},
+  headers: Record<string, string> = {},
+): Reply {
   return { status, headers, json: { error: { code, message, ...extra } } };
 }
 
