@@ -125,18 +125,21 @@ def check_input(schema: dict[str, Any], value: Any) -> CheckedInput:
         The checked input.
 
     Raises:
-        CallInvalid: naming the first failing field and value, with every failure in `errors`.
+        CallInvalid: naming the first failing field and value (`field`, its path), with every failure in
+            `errors`.
     """
     if not isinstance(value, dict):
         raise CallInvalid(
             f"input must be a JSON object, not {type(value).__name__}",
-            details={"errors": [{"path": "input", "message": "must be an object"}]},
+            details={"field": "input", "errors": [{"path": "input", "message": "must be an object"}]},
         )
     filled = fill_defaults(schema, value)
     errors = schema_errors(schema, filled, "input")
     if errors:
         first = errors[0]
-        raise CallInvalid(f"{first['path']}: {first['message']}", details={"errors": errors})
+        raise CallInvalid(
+            f"{first['path']}: {first['message']}", details={"field": first["path"], "errors": errors}
+        )
     files: list[FileValue] = []
     for name, accept in file_fields(schema, "accept").items():
         if name not in filled:
@@ -144,8 +147,9 @@ def check_input(schema: dict[str, Any], value: Any) -> CheckedInput:
         try:
             files.append(parse_input_file(name, without_size(name, filled[name]), accept))
         except FileValueError as exc:
+            path = f"input.{name}"
             raise CallInvalid(
-                str(exc), details={"errors": [{"path": f"input.{name}", "message": str(exc)}]}
+                str(exc), details={"field": path, "errors": [{"path": path, "message": str(exc)}]}
             ) from None
     plain = {k: v for k, v in filled.items() if k not in {f.field for f in files}}
     return CheckedInput(value=plain, files=files)

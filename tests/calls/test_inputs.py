@@ -96,7 +96,9 @@ def test_bad_input_is_refused_with_a_sentence_naming_the_field(value: dict[str, 
     assert info.value.status == 400
     assert info.value.body()["error"]["code"] == "invalid_request"
     assert info.value.message.startswith(sentence), info.value.message
-    assert info.value.body()["error"]["errors"][0]["path"].startswith("input")
+    error = info.value.body()["error"]
+    assert error["errors"][0]["path"].startswith("input")
+    assert error["field"] == error["errors"][0]["path"]  # what the SDKs' InvalidRequest names
 
 
 def test_a_long_value_is_cut_in_the_sentence() -> None:
@@ -167,3 +169,4 @@ def test_an_input_file_whose_bytes_is_not_its_decoded_length_is_refused(size: ob
         check_input(ECHO_IN, {"text": "x", "file": value})
     assert str(info.value) == f"input.file.bytes says {size!r} but the file has 6 bytes"
     assert info.value.detail["errors"] == [{"path": "input.file", "message": str(info.value)}]
+    assert info.value.detail["field"] == "input.file"
