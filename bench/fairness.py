@@ -78,6 +78,9 @@ def _line(label: str, samples: list[float], alone: list[float] | None = None) ->
     slowest = sorted(samples)[-max(1, len(samples) // 10) :]
     text += f"\n    the slowest tenth, medians: {_phase_text([PHASES[ms] for ms in slowest])}"
     text += f"\n    the slowest one: {_phase_text([PHASES[slowest[-1]]])}"
+    text += "\n    the slowest starts' parts (Server-Timing, ms): " + "; ".join(
+        STARTS[ms] for ms in sorted(samples, key=lambda ms: -PHASES[ms][0])[:3]
+    )
     return text
 
 
@@ -91,11 +94,15 @@ SMALL_EVERY_S = 1.1
 PHASES: dict[float, list[float]] = {}
 """Where each small run's time went (bench/hostile_routines.py PHASES), by its latency."""
 
+STARTS: dict[float, str] = {}
+"""Where each small run's start went in the api (its answer's Server-Timing), by its latency."""
+
 
 async def _small_run(stack: Any, org: Any) -> float:
     began = time.monotonic()
     ms, run = await _timed_run(stack, org, "small", {})
     PHASES[ms] = await _phases(stack, org, run)
+    STARTS[ms] = run["start_timing"].replace(";dur=", " ")
     await asyncio.sleep(max(0.0, began + SMALL_EVERY_S - time.monotonic()))
     return ms
 

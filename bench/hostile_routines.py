@@ -130,10 +130,13 @@ async def _timed_run(stack: Any, org: Any, name: str, inputs: dict[str, Any]) ->
     last event (the polling's 100 ms steps left out), and the run as read."""
     sent_at = time.time()
     began = time.perf_counter()
-    run_id = await stack.start_run(org, name, inputs)
+    async with httpx.AsyncClient(base_url=stack.url, timeout=30) as http:
+        started = await http.post(f"/v1/routines/{name}/runs", json={"inputs": inputs}, headers=org.headers)
     answered = (time.perf_counter() - began) * 1000
-    run = await stack.final(org, run_id, timeout_s=120)
+    assert started.status_code == 201, started.text
+    run = await stack.final(org, started.json()["run_id"], timeout_s=120)
     run["start_answered_ms"] = answered
+    run["start_timing"] = started.headers.get("Server-Timing", "")  # where the start's time went, ms
     events = await stack.history(run["workflow_id"])
     return events[-1].event_time.ToMicroseconds() / 1000 - sent_at * 1000, run
 

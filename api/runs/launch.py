@@ -27,6 +27,7 @@ from api.routines.store import RoutineStore
 from api.runs import grants
 from api.runs.limits import RunLimits
 from api.runs.tables import RunRecord
+from api.server_timing import phase
 from engine import expressions, payloads
 from engine.routine import Routine
 from engine.runs import RunRoutineInput, StepResult, routine_workflow_id
@@ -123,7 +124,8 @@ class Launches:
             step.id: grants.GrantStep(ref=pins.get(step.uses, step.uses), foreach=step.foreach is not None)
             for step in routine.steps
         }
-        grant = self._mint_grant(row, self._lasts, steps, cleanup)
+        with phase("grant"):  # a write: it waits for the database's writers' turn
+            grant = self._mint_grant(row, self._lasts, steps, cleanup)
         try:
             # the converter of every b3os Temporal client (engine.worker.connect)
             payload = pydantic_data_converter.payload_converter.to_payload(

@@ -46,6 +46,7 @@ from api.runs.limits import RunLimits, run_priority
 from api.runs.reads import FINAL, RunReads
 from api.runs.rerun import kept_steps, rerun_point
 from api.runs.tables import RunRecord
+from api.server_timing import phase
 from api.temporal import Temporal
 from engine.routine import Routine
 from engine.runs import (
@@ -181,17 +182,19 @@ class RunStarts:
             run_id = "run_" + hashlib.sha256(f"{org_id}\n{idempotency_key}".encode()).hexdigest()[:20]
         else:
             run_id = new_id("run")
-        launch = await in_thread(
-            self._launches.ready,
-            StartRequest(
-                org_id, key_id, run_id, idempotency_key, request, reused or {}, rerun_of, schedule_id
-            ),
-            version,
-        )
+        with phase("ready"):
+            launch = await in_thread(
+                self._launches.ready,
+                StartRequest(
+                    org_id, key_id, run_id, idempotency_key, request, reused or {}, rerun_of, schedule_id
+                ),
+                version,
+            )
         if isinstance(launch, RunRecord):  # the Idempotency-Key's earlier run (Temporal not asked)
             return _same_request(launch, request, idempotency_key or ""), False
         execution_id = await self._start_workflow(launch)
-        stored, created = await in_thread(self._launches.insert_run, launch.row, execution_id)
+        with phase("insert"):
+            stored, created = await in_thread(self._launches.insert_run, launch.row, execution_id)
         if not created:
             return _same_request(stored, request, idempotency_key or ""), False
         stored.result = _at_start(launch.routine).model_dump(mode="json")  # answered, not stored
@@ -214,20 +217,24 @@ class RunStarts:
         with self.limits.starting(org) as starting:
             try:
                 client = await self._temporal.client()
-                running = await self.limits.check_running(client, org)
+                with phase("count"):
+                    running = await self.limits.check_running(client, org)
                 priority = run_priority(running + starting)
-                handle = await client.start_workflow(
-                    WORKFLOW_TYPE,
-                    RawValue(launch.payload),
-                    id=row.workflow_id,
-                    task_queue=await self.lanes.queue(client, priority),
-                    search_attributes=TypedSearchAttributes(_search_attributes(row)),
-                    id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-                    id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                    execution_timeout=launch.lasts,
-                    static_summary=f"{row.routine_name} · {row.id}",
-                    priority=Priority(priority_key=priority),
-                )
+                with phase("lane"):
+                    queue = await self.lanes.queue(client, priority)
+                with phase("temporal"):
+                    handle = await client.start_workflow(
+                        WORKFLOW_TYPE,
+                        RawValue(launch.payload),
+                        id=row.workflow_id,
+                        task_queue=queue,
+                        search_attributes=TypedSearchAttributes(_search_attributes(row)),
+                        id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                        execution_timeout=launch.lasts,
+                        static_summary=f"{row.routine_name} · {row.id}",
+                        priority=Priority(priority_key=priority),
+                    )
                 started = True
                 self.limits.started(org)
                 return handle.result_run_id

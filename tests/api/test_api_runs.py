@@ -209,6 +209,25 @@ async def test_the_same_idempotency_key_gives_the_same_run(routine_stack: Routin
     await routine_stack.final(org, first.json()["run_id"])
 
 
+async def test_a_start_says_where_its_time_went_in_server_timing(routine_stack: RoutineStack) -> None:
+    org = routine_stack.runner()
+    await routine_stack.store(org, HELLO)
+    headers = {**org.headers, "Idempotency-Key": "timed-1"}
+    started = _post(routine_stack, "/v1/routines/hello/runs", headers, {"inputs": {"who": "a"}})
+    again = _post(routine_stack, "/v1/routines/hello/runs", headers, {"inputs": {"who": "a"}})
+
+    def parts(answer: httpx.Response) -> dict[str, float]:
+        named = [part.split(";dur=") for part in answer.headers["Server-Timing"].split(", ")]
+        return {name: float(ms) for name, ms in named}
+
+    assert started.status_code == 201, started.text
+    timed = parts(started)
+    assert list(timed) == ["grant", "ready", "count", "lane", "temporal", "insert"]
+    assert all(ms >= 0 for ms in timed.values()) and timed["grant"] <= timed["ready"]
+    assert list(parts(again)) == ["ready"]  # the key's run, read: Temporal not asked
+    await routine_stack.final(org, started.json()["run_id"])
+
+
 async def test_a_failed_step_fails_the_run_with_its_code_reason_and_sentence(
     routine_stack: RoutineStack,
 ) -> None:
