@@ -135,7 +135,12 @@ class PublisherBase(SQLModel):
 
 class PublisherCreate(SQLModel):
     model_config = _FORBID  # type: ignore[assignment]
-    org_id: str = Field(max_length=40)
+    org_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=40,
+        description="the organization to give it to; default the caller's own",
+    )
 
 
 class Publisher(PublisherBase, table=True):
