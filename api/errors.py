@@ -240,12 +240,16 @@ async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
     return error_response(InvalidRequest(message, field=field))
 
 
-def _allowed_methods(request: Request) -> str:
-    """Every method the API documents for the request's path (Starlette's 405 names one route's only)."""
+def _allowed_methods(request: Request, route_allows: str) -> str:
+    """Every method the API documents for the request's path (Starlette's 405 names one route's only), else
+    those of the route (`route_allows`: a page outside the document, such as /docs); HEAD wherever GET is
+    (api.head answers it)."""
     methods: set[str] = set()
     for template, operations in request.app.openapi().get("paths", {}).items():
         if compile_path(template)[0].match(request.url.path):
             methods |= {method.upper() for method in operations}
+    if not methods:
+        methods = {method.strip().upper() for method in route_allows.split(",") if method.strip()}
     if "GET" in methods:
         methods.add("HEAD")
     return ", ".join(sorted(methods))
@@ -259,7 +263,7 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
         message = "There is no such endpoint."
     elif exc.status_code == 405:
         message = "This endpoint does not accept that method."
-        headers["Allow"] = _allowed_methods(request) or headers.get("Allow", "")
+        headers["Allow"] = _allowed_methods(request, headers.get("Allow", ""))
     else:
         message = str(exc.detail) if exc.detail else "The request was refused."
     if not message.endswith("."):

@@ -66,7 +66,8 @@ def _field(path: list[str | int]) -> str:
         return "body"
     parts = []
     for part in path:
-        text = str(part).encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace")
+        # a lone surrogate (which no UTF-8 carries) as its escape, `\\udaac`; every other character as it is
+        text = str(part).encode("utf-8", "backslashreplace").decode("utf-8")
         parts.append(text if len(text) <= _KEY_CHARS else text[:_KEY_CHARS] + "...")
     field = ".".join(parts)
     return field if len(field) <= _FIELD_CHARS else field[:_FIELD_CHARS] + "..."

@@ -24,6 +24,7 @@ from api.config import Settings
 from api.db import engine_from_settings
 from api.docs import install_docs
 from api.errors import ERROR_RESPONSES, install_error_handlers
+from api.head import HeadAsGet
 from api.jsonbody import JsonGuard
 from api.metrics import REGISTRY
 from api.migrations import migrate
@@ -101,6 +102,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     blob_dir = settings.resolved_blob_dir()
     app.state.blobs = open_blob_store(settings.blob_store, blob_dir=blob_dir, engine=engine)
     install_error_handlers(app, refused=metrics.refused_request)
+    app.add_middleware(HeadAsGet, routes=app.router.routes)  # innermost: only the routes see GET
     app.add_middleware(JsonGuard, exempt_prefixes=(BLOB_PREFIX,))  # inside BodyLimit: sizes are checked first
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, exempt_prefixes=(BLOB_PREFIX,))
     app.include_router(health.router)

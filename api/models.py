@@ -17,6 +17,7 @@ from sqlalchemy import JSON, BigInteger, Column, DateTime, LargeBinary, TypeDeco
 from sqlmodel import Field, SQLModel
 
 from api.accounts.scopes import KNOWN_SCOPES, SCOPE_PATTERN, is_known
+from api.numbers import Integral, integral
 
 
 def utcnow() -> dt.datetime:
@@ -86,6 +87,7 @@ class ApiKeyCreate(ApiKeyBase):
         max_length=50,
         schema_extra={"json_schema_extra": {"items": {"type": "string", "pattern": SCOPE_PATTERN.pattern}}},
     )
+    _cap_integral = field_validator("monthly_spend_cap_microusd", mode="before")(integral)
 
     @field_validator("scopes")
     @classmethod
@@ -133,7 +135,12 @@ class PublisherBase(SQLModel):
 
 class PublisherCreate(SQLModel):
     model_config = _FORBID  # type: ignore[assignment]
-    org_id: str = Field(max_length=40)
+    org_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=40,
+        description="the organization to give it to; default the caller's own",
+    )
 
 
 class Publisher(PublisherBase, table=True):
@@ -255,8 +262,8 @@ refused, so that no node can draw more calls than a node can run."""
 class NodeHeartbeat(NodeBase):
     model_config = _FORBID_STRICT  # type: ignore[assignment]
 
-    slots_total: int = Field(ge=1, le=NODE_SLOTS_MAX)
-    slots_free: int = Field(ge=0, le=NODE_SLOTS_MAX)
+    slots_total: Integral = Field(ge=1, le=NODE_SLOTS_MAX)
+    slots_free: Integral = Field(ge=0, le=NODE_SLOTS_MAX)
 
     @model_validator(mode="after")
     def _free_within_total(self) -> NodeHeartbeat:

@@ -2,7 +2,7 @@
 
 Talks to the database named by B3OS_DATABASE_URL / DATABASE_URL (default SQLite under .b3os/),
 applying pending migrations first. The first organization is the operator: its keys edit the
-publisher list (PUT /v1/admin/publishers/{namespace}). --publisher gives it namespaces at once;
+publisher list (`b3os publisher add`). --publisher gives it namespaces at once;
 --additional makes a further, non-operator organization.
 """
 

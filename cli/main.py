@@ -14,6 +14,8 @@ import os
 import sys
 from typing import Any
 
+from cli._exits import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED
+
 # (group, command) -> module; a group of None is a top-level command.
 COMMANDS: dict[tuple[str | None, str], str] = {
     ("keys", "generate"): "cli.keys_generate",
@@ -40,22 +42,26 @@ COMMANDS: dict[tuple[str | None, str], str] = {
     ("connection", "add"): "cli.connection_add",
     ("connection", "list"): "cli.connection_list",
     ("connection", "remove"): "cli.connection_remove",
+    ("publisher", "add"): "cli.publisher_add",
+    ("publisher", "key"): "cli.publisher_key",
     (None, "call"): "cli.call",
     (None, "dev"): "cli.dev",
     (None, "demo"): "cli.demo",
 }
 
 GROUP_HELP = {
-    "keys": "manage signing keys in the key directory",
-    "tool": "build, publish and read earnings of hosted tools",
-    "pack": "build, publish and verify packs",
-    "admin": "administer a b3os installation",
-    "node": "run a node worker, build its base template, clean what dead nodes left, issue node credentials",
-    "routine": "validate, describe, run and schedule routines",
-    "run": "show and re-run routine runs",
-    "egress": "run the egress proxy of declarative actions",
-    "connection": "add, list and remove credentials of declarative packs",
+    "keys": "signing keys in the key directory",
+    "tool": "hosted tools",
+    "pack": "packs",
+    "admin": "a b3os installation",
+    "node": "node workers",
+    "routine": "routines",
+    "run": "routine runs",
+    "egress": "the egress proxy of declarative actions",
+    "connection": "credentials of declarative packs",
+    "publisher": "publisher namespaces and their signing keys",
 }
+"""What each group is about; `b3os --help` adds the group's commands, so it names only commands that exist."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,15 +69,15 @@ def build_parser() -> argparse.ArgumentParser:
     top = parser.add_subparsers(dest="command", metavar="COMMAND")
     top.required = True
     groups: dict[str, argparse._SubParsersAction] = {}
-    for (group, name), module_name in COMMANDS.items():
-        if importlib.util.find_spec(module_name) is None:
-            continue
+    found = {key: name for key, name in COMMANDS.items() if importlib.util.find_spec(name) is not None}
+    for (group, name), module_name in found.items():
         module = importlib.import_module(module_name)
         if group is None:
             sub = top.add_parser(name, help=_first_line(module.__doc__), description=module.__doc__)
         else:
             if group not in groups:
-                gp = top.add_parser(group, help=GROUP_HELP.get(group))
+                commands = ", ".join(n for g, n in found if g == group)
+                gp = top.add_parser(group, help=f"{GROUP_HELP.get(group, group)}: {commands}")
                 groups[group] = gp.add_subparsers(dest="subcommand", metavar="SUBCOMMAND")
                 groups[group].required = True
             sub = groups[group].add_parser(name, help=_first_line(module.__doc__), description=module.__doc__)
@@ -90,9 +96,26 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         with safe_streams(), _traced(args):
-            return int(args._run(args) or 0)
+            code = int(args._run(args) or 0)
+            sys.stdout.flush()  # here, where a reader that went away is a BrokenPipeError caught below
+            return code
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        _discard_stdout()
+        return EXIT_BROKEN_PIPE
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null: what is still buffered would fail again when Python exits, with a
+    traceback ("Exception ignored ... BrokenPipeError")."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # a stdout without a descriptor (a test's capture): nothing to flush
+        pass
+    finally:
+        os.close(devnull)
 
 
 SERVICES = frozenset({("dev", None), ("demo", None), ("node", "run"), ("egress", "run")})

@@ -5,7 +5,9 @@ b3pack.json, and for a tool pack .b3os-build/tool.tar. Each bundle file (the arc
 fixtures/**) is uploaded (PUT /v1/actions/registry/blobs/sha256:<hex>) only when HEAD says the registry
 does not have it; then POST /v1/actions/packs publishes the version, and the exact pin of each action is
 printed, one a line. A declarative pack needs a key with actions:write; a tool pack also needs
-actions:tools:publish (by name). The key comes from B3OS_API_KEY or .b3os/dev.env.
+actions:tools:publish (by name). The key comes from B3OS_API_KEY or .b3os/dev.env. A pack of a namespace
+that is not your organization's, or signed with a kid not registered for it, is refused with the command
+that sets it up (`b3os publisher add`, `b3os publisher key add`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from b3os import B3OS
+from b3os import B3OS, Forbidden
 from cli._args import add_api_arguments
 from cli._http import ApiConfig, CliError, api, as_cli_errors
 
@@ -49,7 +51,35 @@ def publish_dir(client: B3OS, root: Path, *, say: Any = print) -> dict[str, Any]
                 continue
             client.actions.upload_blob(data)
             say(f"{path}: uploaded {record.bytes} bytes")
-        return client.actions.publish(manifest, records)
+        try:
+            return client.actions.publish(manifest, records)
+        except Forbidden as exc:
+            hint = publisher_hint(exc, manifest)
+            if hint is None:
+                raise
+            raise CliError(f"{hint} ({exc.status} {exc.code})") from exc
+
+
+def publisher_hint(refused: Forbidden, manifest: dict[str, Any]) -> str | None:
+    """The sentence of a publish refused for want of the namespace or of its kid, naming the command that
+    sets it up (the api's own names the endpoint); None for any other refusal."""
+    pack = manifest.get("pack")
+    namespace = pack.partition("/")[0] if isinstance(pack, str) else "NAMESPACE"
+    signature = manifest.get("signature")
+    kid = signature.get("kid") if isinstance(signature, dict) else None
+    reason = refused.body.get("reason")
+    if reason == "namespace":
+        return (
+            f"The namespace {namespace} is not your organization's in the publisher list: an operator gives "
+            f"it to your organization with `b3os publisher add {namespace} --org <your organization id>` "
+            f"(or `b3os publisher add {namespace}` with a key of the operator organization)"
+        )
+    if reason == "kid_unknown" and isinstance(kid, str):
+        return (
+            f"The kid {kid[:300]} is not registered for the namespace {namespace}: register its public key "
+            f"with `b3os publisher key add {namespace} --kid {kid[:300]}`"
+        )
+    return None
 
 
 def publish_command(args: argparse.Namespace, command: str, *, client: B3OS | None = None) -> int:

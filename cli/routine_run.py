@@ -5,7 +5,10 @@ The file is validated, stored as the organization's routine of its name (POST /v
 [1,2], {"a":1}), else they are text. `--json` prints one object at the end:
 {"run_id", "status", "outputs", "steps": {id: {"status", "attempts", "ref", "output" | "error"}}}
 (`ref`: the exact version the step called).
-Ctrl-C cancels the run. Exits 0 when the run succeeded, 1 when it failed or was cancelled.
+A file with problems is not run: each is printed as `b3os routine validate` prints it (the same list,
+its `uses:` resolved in the registry of the api the run would use). Ctrl-C cancels the run.
+Exits 0 when the run succeeded, 1 when the file has problems or the run failed or was cancelled
+elsewhere, 130 when Ctrl-C cancelled it (128 + SIGINT, as shells report an interrupted command).
 With no --api-url, no B3OS_API_URL and no live stack in .b3os/dev.env, it starts the embedded stack
 (as `b3os dev` does) in the background for the length of the command and stops it at the end.
 """
@@ -62,8 +65,22 @@ def parse_inputs(pairs: list[str]) -> dict[str, Any]:
     return inputs
 
 
+def _problems(name: str, settings: tuple[str, str] | None) -> list[str]:
+    """The file's problems as `b3os routine validate` lists them, `uses:` resolved in the api `settings`
+    names (None: not resolved, as validate does when no api is set)."""
+    from cli.routine_validate import problems
+    from engine.resolvers import RegistryResolver
+
+    if settings is None:
+        return problems(name, None)
+    with RegistryResolver(*settings) as registry:
+        return problems(name, registry)
+
+
 def run(args: argparse.Namespace) -> int:
+    from cli._exits import EXIT_INTERRUPTED
     from cli._http import ApiConfig, CliError, api
+    from cli.routine_validate import api_settings
     from engine.validate import RoutineError, load_routine_file
 
     try:
@@ -73,8 +90,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         routine = load_routine_file(args.file)
-    except RoutineError as exc:
-        print(str(exc), file=sys.stderr)
+    except RoutineError:  # the whole list, `uses:` too, in the api given (none is started to say it)
+        print("\n".join(_problems(args.file, api_settings(args.api_url, args.api_key))), file=sys.stderr)
         return 1
     with open(args.file, encoding="utf-8") as handle:
         source = handle.read()
@@ -83,8 +100,13 @@ def run(args: argparse.Namespace) -> int:
     try:
         with (
             stack_for_command(args.api_url) as embedded,
-            api(embedded or ApiConfig.load(url=args.api_url, key=args.api_key)) as client,
+            api(config := embedded or ApiConfig.load(url=args.api_url, key=args.api_key)) as client,
         ):
+            assert config.key is not None  # api() refused a config without one
+            unresolved = _problems(args.file, (config.url, config.key))
+            if unresolved:
+                print("\n".join(unresolved), file=sys.stderr)
+                return 1
 
             def start() -> dict[str, Any]:
                 client.routines.put(source)
@@ -96,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
     except CliError as exc:
         print(f"b3os routine run: {exc}", file=sys.stderr)
         return 1
-    return 130 if final is None else report(final, as_json=args.json)
+    return EXIT_INTERRUPTED if final is None else report(final, as_json=args.json)
 
 
 def follow_new_run(
@@ -126,7 +148,7 @@ def follow_new_run(
         answer = start()
         run_id = answer["run_id"]
         if not quiet:
-            print(started(answer))
+            print(started(answer), flush=True)  # at once, also into a pipe
         return follow(client, run_id, quiet=quiet)
     except KeyboardInterrupt:
         if run_id is not None:

@@ -11,6 +11,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from engine.resolvers import ActionResolver
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,20 +29,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--offline", action="store_true", help="do not resolve uses: at all")
 
 
-def api_settings() -> tuple[str, str] | None:
-    """(api url, api key) from the environment, else from .b3os/dev.env, else None."""
+def api_settings(url: str | None = None, key: str | None = None) -> tuple[str, str] | None:
+    """(api url, api key) of the registry `uses:` resolve in: the arguments (`b3os routine run`'s flags),
+    else the environment, else .b3os/dev.env; None when no URL or no key is set."""
     from cli._http import DEV_ENV, read_env_file
 
-    url, key = os.environ.get("B3OS_API_URL"), os.environ.get("B3OS_API_KEY")
+    url, key = url or os.environ.get("B3OS_API_URL"), key or os.environ.get("B3OS_API_KEY")
     if not (url and key):
         env = read_env_file(DEV_ENV)
         url, key = url or env.get("B3OS_API_URL"), key or env.get("B3OS_API_KEY")
     return (url, key) if url and key else None
 
 
-def run(args: argparse.Namespace) -> int:
-    from engine.resolvers import ActionResolver, LocalPackResolver, RegistryResolver, ResolveError
+def problems(name: str, resolver: ActionResolver | None) -> list[str]:
+    """Every problem of a routine file as `file:line:column: message` ([] when it has none), each `uses:`
+    resolved by `resolver` (None: not resolved). `b3os routine run` reports a file's problems with it too,
+    in the registry of the api it runs on, so that both commands give the same list."""
     from engine.validate import RoutineError, load_routine_file
+
+    try:
+        load_routine_file(name, resolver)
+    except RoutineError as exc:
+        return exc.lines()
+    return []
+
+
+def run(args: argparse.Namespace) -> int:
+    from engine.resolvers import LocalPackResolver, RegistryResolver, ResolveError
 
     resolver: ActionResolver | None = None
     registry: RegistryResolver | None = None
@@ -56,14 +73,9 @@ def run(args: argparse.Namespace) -> int:
     failed = False
     try:
         for name in args.files:
-            try:
-                load_routine_file(name, resolver)
-            except RoutineError as exc:
-                failed = True
-                for line in exc.lines():
-                    print(line)
-            else:
-                print(f"{name}: ok")
+            lines = problems(name, resolver)
+            print("\n".join(lines) if lines else f"{name}: ok")
+            failed = failed or bool(lines)
     finally:
         if registry is not None:
             registry.close()

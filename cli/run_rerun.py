@@ -4,7 +4,8 @@ A new run of the same routine version, with the same inputs and pins, keeps the 
 before the point (succeeded or skipped there, and not needing the point; shown `= step (kept ...)`)
 without calling them, and runs the point and everything after it. The point is `--from STEP`, or
 else the run's first failed step. Prints as `b3os routine run` does (`--json`: one object at the end,
-with `rerun_of`). Ctrl-C cancels the new run. Exits 0 when it succeeded, 1 when it failed.
+with `rerun_of`). Ctrl-C cancels the new run. Exits 0 when it succeeded, 1 when it failed, 130 when
+Ctrl-C cancelled it (128 + SIGINT).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from cli._exits import EXIT_INTERRUPTED
     from cli._http import ApiConfig, CliError, api
     from cli.routine_run import follow_new_run, report
 
@@ -37,4 +39,4 @@ def run(args: argparse.Namespace) -> int:
     except CliError as exc:
         print(f"b3os run rerun: {exc}", file=sys.stderr)
         return 1
-    return 130 if final is None else report(final, as_json=args.json)
+    return EXIT_INTERRUPTED if final is None else report(final, as_json=args.json)

@@ -69,3 +69,25 @@ def test_a_dev_env_left_in_the_checkout_does_not_reach_the_cli_under_test(
             assert code == 1 and "Traceback" not in err
             assert "No API key" in err and dead not in err
     assert Path.cwd() == checkout and os.environ["B3OS_NODE_CREDENTIAL"] == "exported-by-the-callers-shell"
+
+
+def test_b3os_help_names_only_commands_that_exist() -> None:
+    """Each group's line in `b3os --help` lists its commands, and each one it lists answers `--help`."""
+    from cli.main import GROUP_HELP
+
+    out = subprocess.run([sys.executable, "-m", "cli", "--help"], capture_output=True, text=True, check=True)
+    text = " ".join(out.stdout.split())
+    assert "describe" not in text
+    assert "routine routines: validate, schema, run, schedule, schedules" in text
+    for group, about in GROUP_HELP.items():
+        listed = text.split(f" {group} {about}: ", 1)[1].split(" ")[0:20]
+        names = []
+        for word in listed:
+            names.append(word.rstrip(","))
+            if not word.endswith(","):
+                break
+        assert names, group
+        for name in names:
+            with pytest.raises(SystemExit) as shown:
+                main([group, name, "--help"])
+            assert shown.value.code == 0, (group, name)

@@ -9,12 +9,13 @@ helps, the value sent; never a 5xx.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
 from api.calls.errors import CallInvalid
 from api.calls.idempotency import MAX_KEY_LENGTH, check_key
+from api.numbers import integral
 from packs.refs import MAX_REF_LENGTH, REF_PATTERN, ActionRef
 from packs.resolve import ResolveError
 from packs.resolve import parse_ref as parse_action_ref
@@ -54,8 +55,8 @@ class CallBody(BaseModel):
     input: dict[str, Any] = Field(
         default_factory=dict, description="checked against the action's inputSchema"
     )
-    timeout_ms: StrictInt | None = Field(
-        default=None, ge=1, description="the caller's time limit in milliseconds"
+    timeout_ms: Annotated[StrictInt, Field(ge=1), BeforeValidator(integral)] | None = Field(
+        default=None, description="the caller's time limit in milliseconds"
     )
 
     def canonical(self) -> dict[str, Any]:

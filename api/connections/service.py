@@ -40,16 +40,16 @@ from sqlmodel import Session, col, select
 from api.accounts.organizations import new_id
 from api.calls.inputs import fill_defaults, schema_errors
 from api.config import Settings
-from api.connections.tables import ConnectionRecord
+from api.connections.tables import SECRET_MAX_CHARS, ConnectionRecord
 from api.errors import InvalidRequest, NotFound, ServiceUnavailable
 from api.models import utcnow
+from api.numbers import integral
 from api.registry import catalog
 from egress.sealing import PREFIX, SealError, connection_binding, load_public_key, seal
 from packs.manifest import Connection
 
 log = logging.getLogger("b3os.api.connections")
 
-SECRET_MAX_CHARS = 4096
 HINT_MIN_CHARS = 12
 PUBLIC_KEY_PATH = "/v1/egress/public-key"
 FETCH_TIMEOUT_S = 5.0
@@ -153,6 +153,7 @@ def _text(kind: str, value: Any, name: str) -> str:
 
 
 def _expires_at(kind: str, value: Any) -> int:
+    value = integral(value)  # 1767225600.0 is the integer the schema declares (api.numbers)
     if isinstance(value, int) and not isinstance(value, bool):
         if not 0 <= value < 2**53:
             raise _refuse(kind, "secret.expires_at is out of range")

@@ -15,7 +15,53 @@ from pydantic import ConfigDict
 from sqlalchemy import JSON, Column, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
+from api.jsonbody import MAX_SAFE_INTEGER
 from api.models import UTCDateTime, utcnow
+
+SECRET_MAX_CHARS = 4096
+_TEXT: dict[str, Any] = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": SECRET_MAX_CHARS,
+    "pattern": r"^[^\x00-\x1f\x7f-\x9f]*$",  # no control character (api.connections.service)
+}
+SECRET_SCHEMA: dict[str, Any] = {
+    "anyOf": [
+        {**_TEXT, "title": "api_key or bearer"},
+        {
+            "title": "basic",
+            "type": "object",
+            "properties": {
+                "username": {**_TEXT, "pattern": r"^[^:\x00-\x1f\x7f-\x9f]*$"},
+                "password": _TEXT,
+            },
+            "required": ["username", "password"],
+            "additionalProperties": False,
+        },
+        {
+            "title": "oauth2",
+            "type": "object",
+            "properties": {
+                "access_token": _TEXT,
+                "refresh_token": _TEXT,
+                "token_url": {**_TEXT, "pattern": "^https://[^/?#]", "description": "an https URL"},
+                "client_id": _TEXT,
+                "client_secret": _TEXT,
+                "expires_at": {
+                    "anyOf": [
+                        {"type": "integer", "minimum": 0, "maximum": MAX_SAFE_INTEGER},
+                        {"type": "string", "format": "date-time"},
+                    ],
+                    "description": "unix seconds, or an RFC 3339 date and time",
+                },
+            },
+            "required": ["access_token"],
+            "additionalProperties": False,
+        },
+    ]
+}
+"""The shapes a secret takes, one per connection kind, as `api.connections.service.check_secret` checks
+them (which one a connection takes is the pack's declaration, which no OpenAPI document can hold)."""
 
 
 class ConnectionBase(SQLModel):
@@ -30,7 +76,8 @@ class ConnectionCreate(ConnectionBase):
     params: dict[str, Any] | None = Field(default=None, description="the non-secret params; default {}")
     secret: Any = Field(
         description='a text (api_key, bearer), {"username", "password"} (basic), or {"access_token", '
-        '"refresh_token"?, "expires_at"?, "token_url"?, "client_id"?, "client_secret"?} (oauth2)'
+        '"refresh_token"?, "expires_at"?, "token_url"?, "client_id"?, "client_secret"?} (oauth2)',
+        schema_extra={"json_schema_extra": SECRET_SCHEMA},
     )
 
 

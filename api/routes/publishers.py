@@ -43,9 +43,10 @@ def _operator(principal: Principal) -> None:
 def put_publisher(
     namespace: Namespace, body: PublisherCreate, principal: PublishersAdmin, session: SessionDep
 ) -> Publisher:
-    """Give a namespace to an organization (operator only)."""
+    """Give a namespace to an organization, by default the caller's (operator only)."""
     _operator(principal)
-    publisher = publishers.set_publisher(session, namespace=namespace, org_id=body.org_id)
+    org_id = principal.org_id if body.org_id is None else body.org_id
+    publisher = publishers.set_publisher(session, namespace=namespace, org_id=org_id)
     session.commit()
     return publisher
 

@@ -15,6 +15,7 @@ from api.accounts.scopes import ACTIONS_WRITE, TOOLS_PUBLISH
 from api.deps import CheckersDep, Principal, PrincipalDep, ReadSessionDep, SessionDep, require
 from api.errors import InvalidRequest, NotFound, error_responses
 from api.models import PackVersion
+from api.numbers import Integral
 from api.params import Namespace, PackName, Version
 from api.registry import catalog
 from api.registry.publishing import publish
@@ -37,7 +38,7 @@ class FileRecord(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     path: str = Field(min_length=1, max_length=1000)
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
-    bytes: int = Field(ge=0, le=64 * 1024 * 1024)
+    bytes: Integral = Field(ge=0, le=64 * 1024 * 1024)
 
 
 class PublishRequest(BaseModel):

@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from engine.routine import STEP_ID_PATTERN
 from engine.runs import StepResult
 
 _FORBID = ConfigDict(extra="forbid")
@@ -26,7 +27,9 @@ class RerunCreate(BaseModel):
     from_: str | None = Field(
         default=None,
         alias="from",
+        min_length=1,
         max_length=64,
+        pattern=STEP_ID_PATTERN,
         description="the step to re-run from; the steps before it that succeeded are kept, not called",
     )
 
@@ -67,6 +70,8 @@ class RunSummary(BaseModel):
 
     run_id: str
     routine: str
+    rerun_of: str | None = Field(default=None, description="the run this run re-ran, for a re-run")
+    schedule_id: str | None = Field(default=None, description="the schedule that started this run")
     status: str
     created_at: dt.datetime
     finished_at: dt.datetime | None = None

@@ -107,6 +107,8 @@ class RunReads:
             RunSummary(
                 run_id=r.id,
                 routine=r.routine_name,
+                rerun_of=r.rerun_of,
+                schedule_id=r.schedule_id,
                 status=r.status,
                 created_at=r.created_at,
                 finished_at=r.finished_at,

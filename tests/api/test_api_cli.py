@@ -300,3 +300,75 @@ def _check_dev(process: subprocess.Popen[str], port: int, tmp_path: Path) -> Non
     assert process.wait(timeout=20) == 0
     with pytest.raises(httpx.ConnectError):
         loopback.get(f"{dev['B3OS_API_URL']}/healthz", timeout=2)
+
+
+def test_a_publisher_is_set_up_with_the_cli_and_pack_publish_names_those_commands(
+    server: str, b3os_cli: Callable[..., Ran], tmp_path: Path
+) -> None:
+    init = b3os_cli("admin", "init", "--org", "Tools")  # no --publisher: the namespace comes later
+    assert init.returncode == 0, init.stderr
+    key = next(ln.split("=", 1)[1] for ln in init.stdout.splitlines() if ln.startswith("B3OS_API_KEY="))
+    org_id = init.stdout.split()[1]
+    cli_env = {"B3OS_API_URL": server, "B3OS_API_KEY": key}
+    kid = f"{NAMESPACE}#cli"
+    assert b3os_cli("keys", "generate", "--kid", kid).returncode == 0
+    built = b3os_cli("tool", "build", str(ECHO), "--kid", kid, "--out", str(tmp_path / "echo"))
+    assert built.returncode == 0, built.stderr
+
+    refused = b3os_cli("pack", "publish", str(tmp_path / "echo"), extra_env=cli_env)
+    assert refused.returncode == 1
+    assert refused.stderr.strip() == (
+        f"b3os pack publish: The namespace {NAMESPACE} is not your organization's in the publisher list: "
+        f"an operator gives it to your organization with `b3os publisher add {NAMESPACE} --org <your "
+        f"organization id>` (or `b3os publisher add {NAMESPACE}` with a key of the operator organization) "
+        "(403 forbidden)"
+    )
+    added = b3os_cli("publisher", "add", NAMESPACE, extra_env=cli_env)
+    assert added.returncode == 0, added.stderr
+    assert added.stdout.splitlines()[0] == f"publisher {NAMESPACE} is organization {org_id}'s"
+
+    refused = b3os_cli("pack", "publish", str(tmp_path / "echo"), extra_env=cli_env)
+    assert refused.returncode == 1
+    assert refused.stderr.strip() == (
+        f"b3os pack publish: The kid {kid} is not registered for the namespace {NAMESPACE}: register its "
+        f"public key with `b3os publisher key add {NAMESPACE} --kid {kid}` (403 forbidden)"
+    )
+    registered = b3os_cli("publisher", "key", "add", NAMESPACE, "--kid", kid, extra_env=cli_env)
+    assert registered.returncode == 0, registered.stderr
+    assert registered.stdout.strip() == (
+        f"kid {kid} registered for {NAMESPACE}: packs signed with it can be published"
+    )
+    again = b3os_cli("publisher", "key", "add", NAMESPACE, "--kid", kid, extra_env=cli_env)
+    assert again.returncode == 0, again.stderr  # the same key again is a no-op
+
+    published = b3os_cli("pack", "publish", str(tmp_path / "echo"), extra_env=cli_env)
+    assert published.returncode == 0, published.stderr
+    assert published.stdout.splitlines()[-3:] == PINS
+
+
+def test_publisher_commands_refuse_with_the_apis_sentence(
+    server: str, b3os_cli: Callable[..., Ran], tmp_path: Path
+) -> None:
+    _init(b3os_cli)
+    other = b3os_cli("admin", "init", "--additional", "--org", "Other")
+    other_key = next(x.split("=", 1)[1] for x in other.stdout.splitlines() if x.startswith("B3OS_API_KEY="))
+    other_env = {"B3OS_API_URL": server, "B3OS_API_KEY": other_key}
+    not_operator = b3os_cli("publisher", "add", "com.other.tools", extra_env=other_env)
+    assert not_operator.returncode == 1 and "Traceback" not in not_operator.stderr
+    assert not_operator.stderr.startswith(
+        "b3os publisher add: Only a key of the operator organization (made by b3os admin init) edits the "
+        "publisher list. (403 forbidden)"
+    )
+    kid = f"{NAMESPACE}#elsewhere"
+    (tmp_path / "key.pub").write_text("not base64 of a key\n")
+    bad_key = b3os_cli(
+        "publisher", "key", "add", NAMESPACE, "--kid", kid, "--public-key", str(tmp_path / "key.pub"),
+        extra_env=other_env,
+    )  # fmt: skip
+    assert bad_key.returncode == 1
+    assert bad_key.stderr.startswith("b3os publisher key add: Your organization has no publisher namespace")
+    no_file = b3os_cli("publisher", "key", "add", NAMESPACE, "--kid", kid, extra_env=other_env)
+    assert no_file.returncode == 1 and no_file.stderr.startswith(
+        f"b3os publisher key add: no public key for {kid} in "
+    )
+    assert no_file.stderr.rstrip().endswith(": pass it with --public-key or generate the key")

@@ -432,5 +432,6 @@ def test_a_declarative_pack_in_another_orgs_namespace_is_refused(
     with pytest.raises(CliError) as refused:
         publish_dir(api, github, say=lambda _: None)
     assert str(refused.value).startswith(
-        "The namespace io.b3os is not your organization's in the publisher list."
-    )
+        "The namespace io.b3os is not your organization's in the publisher list: an operator gives it to "
+        "your organization with `b3os publisher add io.b3os --org <your organization id>`"
+    )  # the command, where the api's sentence stops

@@ -89,6 +89,9 @@ async def test_a_rerun_keeps_the_succeeded_priced_steps_and_charges_only_the_ste
         assert step_idempotency_key(new["workflow_id"], step, None) not in keys
     described = await routine_stack.temporal_client.get_workflow_handle(new["workflow_id"]).describe()
     assert described.search_attributes["B3osRerunOf"] == [old["run_id"]]
+    listed = {r["run_id"]: r for r in _get(routine_stack, "/v1/runs", org.headers).json()["runs"]}
+    assert (listed[new["run_id"]]["rerun_of"], listed[new["run_id"]]["schedule_id"]) == (old["run_id"], None)
+    assert listed[old["run_id"]]["rerun_of"] is None
 
     # from: b keeps a alone: b, c and d run again (b and d charged)
     answer = _post(routine_stack, f"/v1/runs/{old['run_id']}/rerun", org.headers, {"from": "b"})

@@ -110,6 +110,7 @@ async def test_a_schedule_is_created_listed_triggered_paused_and_deleted(routine
     triggered = _call(routine_stack, "POST", f"/v1/routines/greet/schedules/{sid}/trigger", org.headers)
     assert triggered.status_code == 202, triggered.text
     (summary,) = await _runs_of(routine_stack, org.headers, "greet", 1)
+    assert (summary["schedule_id"], summary["rerun_of"]) == (sid, None)  # the list says it too
     run = await routine_stack.final(org, summary["run_id"])
     assert run["status"] == "succeeded" and run["outputs"] == {"text": "hello ann"}
     assert run["schedule_id"] == sid and run["inputs"] == {"who": "ann"}

@@ -6,10 +6,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import loopback
 import pytest
 from realstack import RoutineStack
 
@@ -185,3 +188,94 @@ def test_the_cli_streams_escape_what_a_terminal_would_obey() -> None:
     assert clean("a\tb\nc") == "a\tb\nc"
     assert clean("\x1b[2J\x7f\u0085\u2066") == "\\u001b[2J\\u007f\\u0085\\u2066"
     assert json.loads(clean(json.dumps({"t": "\u009b\u202e"}, ensure_ascii=False))) == {"t": "\u009b\u202e"}
+
+
+SLOW = """\
+name: slow
+steps:
+  - id: nap
+    uses: com.example.tools/free/fail@1
+    with: {mode: sleep, seconds: 20}
+"""
+
+
+async def test_ctrl_c_cancels_the_run_and_exits_130_as_the_help_says(api: Api, tmp_path: Path) -> None:
+    (tmp_path / "slow.yaml").write_text(SLOW)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("B3OS_")}
+    env.update(B3OS_API_URL=api.url, B3OS_API_KEY=api.key)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "cli", "routine", "run", "slow.yaml", cwd=tmp_path, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    started = (await asyncio.wait_for(proc.stdout.readline(), timeout=60)).decode()
+    assert started.startswith("run run_") and started.rstrip().endswith(" of slow started"), started
+    run_id = started.split()[1]
+    proc.send_signal(signal.SIGINT)
+    _, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+    assert proc.returncode == 130, err
+    assert err.decode().strip() == f"run {run_id} cancelled"
+    headers = {"Authorization": f"Bearer {api.key}"}
+    ended = loopback.get(f"{api.url}/v1/runs/{run_id}?wait_s=30", headers=headers, timeout=60).json()
+    assert ended["status"] == "cancelled"
+    code, out, _ = await b3os(api, tmp_path, "routine", "run", "--help")
+    assert code == 0 and "130 when Ctrl-C cancelled it" in " ".join(out.split())
+
+
+async def test_output_into_a_reader_that_went_away_ends_quietly(api: Api, tmp_path: Path) -> None:
+    """`b3os run show RUN | head -1`: the reader closes the pipe; no traceback, the shell's SIGPIPE status."""
+    (tmp_path / "greet.yaml").write_text(ROUTINE)
+    code, out, err = await b3os(api, tmp_path, "routine", "run", "greet.yaml", "-i", "who=ann", "--json")
+    assert code == 0, err
+    run_id = json.loads(out)["run_id"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("B3OS_")}
+    env.update(B3OS_API_URL=api.url, B3OS_API_KEY=api.key)
+    for args in (["run", "show", run_id], ["run", "show", run_id, "--json"], ["routine", "schema"]):
+        read, write = os.pipe()
+        os.close(read)  # the reader is gone before the command writes its first byte
+        try:
+            done = subprocess.run(
+                [sys.executable, "-m", "cli", *args], cwd=tmp_path, env=env, stdout=write,
+                stderr=subprocess.PIPE, text=True, timeout=60,
+            )  # fmt: skip
+        finally:
+            os.close(write)
+        assert (done.returncode, done.stderr) == (141, ""), args
+
+
+PROBLEMS = """\
+name: Not_A_Name
+steps:
+  - id: a
+    uses: com.example.tools/free/echo@1
+    with: {text: 42, colour: red}
+  - id: b
+    uses: com.example.tools/free/shout@1
+  - id: c
+    uses: com.example.tools/free/echo@1
+    timeout: soon
+    with: {text: "${{ steps.nope.output }}"}
+"""
+UNRESOLVED = """\
+name: unresolved
+steps:
+  - id: a
+    uses: com.example.tools/free/echo@1
+    with: {text: 42, colour: red}
+  - id: b
+    uses: com.example.tools/free/shout@1
+"""
+
+
+@pytest.mark.parametrize("source", [PROBLEMS, UNRESOLVED], ids=["with-local-problems", "unresolved-only"])
+async def test_routine_run_reports_every_problem_routine_validate_reports(
+    api: Api, tmp_path: Path, source: str
+) -> None:
+    (tmp_path / "bad.yaml").write_text(source)
+    code, listed, _ = await b3os(api, tmp_path, "routine", "validate", "bad.yaml")
+    assert code == 1
+    problems = listed.splitlines()
+    assert len(problems) >= 3 and all(line.startswith("bad.yaml:") for line in problems), listed
+    assert any("shout" in line for line in problems)  # resolved in the registry, not only read
+    code, _, err = await b3os(api, tmp_path, "routine", "run", "bad.yaml")
+    assert code == 1 and err.splitlines() == problems

@@ -4,6 +4,7 @@ retry_after; a 429 sent again after exactly its Retry-After with the same Idempo
 from __future__ import annotations
 
 import socket
+import time
 
 import pytest
 from realstack import RoutineStack
@@ -25,7 +26,7 @@ from b3os import (
     Unavailable,
 )
 
-from .upstreams import PUBLIC, SEARCH, geo_answers, json_reply, scripted
+from .upstreams import PUBLIC, SEARCH, Recorded, Reply, geo_answers, json_reply, scripted
 
 
 def test_a_429_is_sent_again_after_exactly_its_retry_after_with_the_same_key_and_charged_once(
@@ -52,6 +53,30 @@ def test_a_429_is_sent_again_after_exactly_its_retry_after_with_the_same_key_and
     assert retry.idempotency_key is not None and retry.idempotency_key.startswith("b3os-sdk-")
     assert stack.stored_keys(org) == {retry.idempotency_key: answer["call_id"]}
     assert usage["units"]["actions.call"] == 1 and usage["cost"]["total"] == 210  # the floor and the price
+
+
+def test_a_call_that_timed_out_is_sent_again_with_the_key_its_error_carries_and_runs_once(
+    stack: RoutineStack,
+) -> None:
+    arrived: list[float] = []
+
+    def slow(_: Recorded) -> Reply:
+        arrived.append(time.monotonic())
+        time.sleep(3)  # longer than the client waits below
+        return json_reply({"ok": True})
+
+    stack.upstreams["api.example.com"].on("/public/sdk-slow", slow)
+    org = stack.org()
+    with B3OS(stack.url, org.key, timeout=1.0) as hasty, pytest.raises(ConnectionFailed) as timed_out:
+        hasty.actions.call(PUBLIC, {"path": "sdk-slow"})
+    key = timed_out.value.idempotency_key
+    assert timed_out.value.cause == "ReadTimeout" and key is not None and key.startswith("b3os-sdk-")
+    with B3OS(stack.url, org.key) as b3os:  # the same request again: answered from the first, never re-run
+        answer = b3os.actions.call(PUBLIC, {"path": "sdk-slow"}, idempotency_key=key)
+        usage = b3os.usage()
+    assert answer["output"] == {"ok": True} and len(arrived) == 1
+    assert stack.stored_keys(org) == {key: answer["call_id"]}
+    assert usage["units"]["actions.call"] == 1
 
 
 def test_a_given_key_is_the_one_every_retry_sends(stack: RoutineStack) -> None:

@@ -66,6 +66,16 @@ def earnings(namespace: str, month: str | None) -> ApiRequest:
     return ApiRequest("GET", path, params={"month": month})
 
 
+def add_publisher(namespace: str, org_id: str | None) -> ApiRequest:
+    body = {} if org_id is None else {"org_id": org_id}
+    return ApiRequest("PUT", f"/v1/admin/publishers/{segment(namespace)}", json=body)
+
+
+def add_signing_key(namespace: str, kid: str, public_key: str) -> ApiRequest:
+    path = f"/v1/actions/publishers/{segment(namespace)}/keys"
+    return ApiRequest("POST", path, json={"kid": kid, "public_key": public_key})
+
+
 # --- calls --------------------------------------------------------------------------------------------
 
 

@@ -184,9 +184,9 @@ def http_arguments(options: Options, request: ApiRequest) -> dict[str, Any]:
     return arguments
 
 
-def connection_failed(options: Options, exc: httpx.TransportError) -> ConnectionFailed:
-    """The error of a request that never got an answer."""
-    return ConnectionFailed(options.api_url, type(exc).__name__)
+def connection_failed(options: Options, request: ApiRequest, exc: httpx.TransportError) -> ConnectionFailed:
+    """The error of a request that never got an answer (with the Idempotency-Key it was sent with)."""
+    return ConnectionFailed(options.api_url, type(exc).__name__, idempotency_key=request.idempotency_key)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""`client.actions`: the pack registry, resolving a ref, calling an action, publishing, earnings.
+"""`client.actions`: the pack registry, resolving a ref, calling an action, publishing (and the publisher
+list and signing keys it needs), earnings.
 
 Every method returns the api's JSON answer as plain dicts and lists (the list methods return the list
 itself); `docs/api.md` and `docs/calls.md` describe each shape.
@@ -120,6 +121,26 @@ class Actions:
         """What a namespace's tools earned in a month (`YYYY-MM`, default this month), in micro-USD."""
         return self._send(endpoints.earnings(namespace, month))
 
+    def add_publisher(self, namespace: str, org_id: str | None = None) -> dict[str, Any]:
+        """Give a namespace to an organization, by default the caller's: `{"namespace", "org_id",
+        "created_at"}` (a key of the operator organization with `admin:publishers`).
+
+        Raises:
+            Forbidden: the key is not the operator organization's, or lacks the scope.
+            NotFound: there is no such organization.
+        """
+        return self._send(endpoints.add_publisher(namespace, org_id))
+
+    def add_signing_key(self, namespace: str, kid: str, public_key: str) -> dict[str, Any]:
+        """Register the Ed25519 public key (base64 of its raw 32 bytes) that signs the namespace's packs
+        under `kid` (`<namespace>#<name>`); the same key again is a no-op (`actions:tools:publish`).
+
+        Raises:
+            NotFound: the namespace is not your organization's.
+            Conflict: the kid names another key, or the key has another kid.
+        """
+        return self._send(endpoints.add_signing_key(namespace, kid, public_key))
+
 
 class AsyncActions:
     """The registry and the call path of an `AsyncB3OS` client (the methods of `Actions`, awaited)."""
@@ -189,3 +210,11 @@ class AsyncActions:
     async def earnings(self, namespace: str, month: str | None = None) -> dict[str, Any]:
         """As `Actions.earnings`."""
         return await self._send(endpoints.earnings(namespace, month))
+
+    async def add_publisher(self, namespace: str, org_id: str | None = None) -> dict[str, Any]:
+        """As `Actions.add_publisher`."""
+        return await self._send(endpoints.add_publisher(namespace, org_id))
+
+    async def add_signing_key(self, namespace: str, kid: str, public_key: str) -> dict[str, Any]:
+        """As `Actions.add_signing_key`."""
+        return await self._send(endpoints.add_signing_key(namespace, kid, public_key))

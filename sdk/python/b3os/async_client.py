@@ -165,7 +165,7 @@ class AsyncB3OS:
             try:
                 response = await self._http.request(**http_arguments(self._options, request))
             except httpx.TransportError as exc:
-                raise connection_failed(self._options, exc) from exc
+                raise connection_failed(self._options, request, exc) from exc
             verdict = judge(self._options, request, response, retries)
             if isinstance(verdict, Done):
                 return verdict.value

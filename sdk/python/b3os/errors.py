@@ -3,7 +3,8 @@
 ```
 B3OSError
 ├── ConfigError               no api URL or no API key (argument or B3OS_API_URL / B3OS_API_KEY)
-├── ConnectionFailed          the api could not be reached, or did not answer in time (`url`, `cause`)
+├── ConnectionFailed          the api could not be reached, or did not answer in time (`url`, `cause`,
+│                             `idempotency_key`)
 ├── WaitTimedOut              `runs.wait` gave up before the run ended (`run_id`, `run`)
 └── APIError                  the api answered an error: status, code, reason, message, retry_after, body
     ├── InvalidRequest        400 invalid_request (`field` names what is wrong)
@@ -45,14 +46,21 @@ class ConfigError(B3OSError):
 class ConnectionFailed(B3OSError):
     """The api could not be reached, or did not answer in time; nothing was read from it.
 
+    After a timeout the api may have done what was asked (run a call, started a run): send the request
+    again with `idempotency_key` (`actions.call(..., idempotency_key=exc.idempotency_key)`) and it is the
+    same request, answered from the first one, run and billed once.
+
     Attributes:
         url: The api's base URL.
         cause: The transport error's class name (`ConnectError`, `ReadTimeout`, ...).
+        idempotency_key: The `Idempotency-Key` the request was sent with (given, or the one the client
+            made for it), or None for a request that carries none.
     """
 
-    def __init__(self, url: str, cause: str) -> None:
+    def __init__(self, url: str, cause: str, *, idempotency_key: str | None = None) -> None:
         self.url = url
         self.cause = cause
+        self.idempotency_key = idempotency_key
         if cause.endswith("Timeout") and cause not in ("ConnectTimeout", "PoolTimeout"):
             super().__init__(f"The api at {url} did not answer in time ({cause})")
         else:
