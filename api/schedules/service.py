@@ -1,8 +1,10 @@
 """Schedules of routines, on Temporal Schedules: create, list, pause, unpause, trigger, delete, and the
 scheduled run start.
 
-A schedule is a row of `routine_schedules` and a Temporal Schedule `routine-schedule-<id>` (the Temporal
-UI's Schedules page shows it) whose cron spec, timezone and overlap policy are the schedule's. Its
+A schedule is a row of `routine_schedules` and a Temporal Schedule `routine-schedule-<routine>-<id>` (the
+Temporal UI's Schedules page lists it by that id, so it names the routine; one made before revision 0012
+keeps `routine-schedule-<id>`: the row's `temporal_id`) whose cron spec, timezone and overlap policy are
+the schedule's. Its
 action starts the `routine-schedule-tick` workflow (engine.schedule_workflow) with the schedule's id
 and its **schedule grant**: a random secret (`b3sch_` + 43 url-safe characters) minted when the
 schedule is created, of which only the sha256 is kept. The tick's activity sends the grant with the
