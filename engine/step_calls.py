@@ -15,8 +15,9 @@ WAITS_PER_STEP = 100
 """429/503 refusals a call may wait out beyond its max-attempts before the step fails."""
 
 SUMMARY_BYTES = 256
-"""The longest activity summary (UTF-8 bytes): Temporal refuses a command whose summary passes its limit
-(400 bytes by default), which would fail the workflow task."""
+"""The longest activity summary (UTF-8 bytes; a longer `name:` is cut): the Temporal server limits a
+summary's size (its MaxUserMetadataSummarySize), and a workflow command it refuses would fail the run's
+workflow task."""
 
 
 def summary(step_id: str, name: str | None, index: int | None, ref: str) -> str:
