@@ -22,6 +22,7 @@ from temporalio.worker import Replayer, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from engine.converter import DATA_CONVERTER
+from engine.step_calls import SUMMARY_BYTES, summary
 from engine.worker import workflow_runner
 from engine.workflow import RoutineWorkflow
 
@@ -68,3 +69,11 @@ async def test_a_history_recorded_with_other_activity_summaries_replays() -> Non
     replayer = Replayer(workflows=[RoutineWorkflow], data_converter=DATA_CONVERTER)
     result = await replayer.replay_workflow(WorkflowHistory.from_json("replay-summaries", history))
     assert result.replay_failure is None
+
+
+def test_a_steps_summary_names_it_and_stays_within_its_bound() -> None:
+    ref = "com.example.tools/echo/echo@1.0.0"
+    assert summary("greet", "Say hello", None, ref) == f"Say hello (greet) · {ref}"
+    assert summary("each", None, 2, ref) == f"each[2] · {ref}"
+    long = summary("greet", "é" * 1000, None, ref)  # cut to whole characters within SUMMARY_BYTES
+    assert long.startswith("éé") and len(long.encode()) <= SUMMARY_BYTES
