@@ -724,9 +724,9 @@ def main(argv: list[str]) -> int:
 
     calls.stack.ROUTINE_ADMISSION_WAIT_S = None  # the api's default, not the tests' 429-at-once
     from temporalio.common import SearchAttributeKey
-    from temporalio.contrib.pydantic import pydantic_data_converter
     from temporalio.testing import WorkflowEnvironment
 
+    from engine.converter import DATA_CONVERTER
     from engine.temporal_server import dev_server_args, durable_args
 
     results: dict[str, Any] = {
@@ -741,7 +741,7 @@ def main(argv: list[str]) -> int:
         durable = durable_args(str(root / "temporal.db"))  # as `b3os dev` keeps its runs
         env = await WorkflowEnvironment.start_local(
             dev_server_existing_path=temporal,
-            data_converter=pydantic_data_converter,
+            data_converter=DATA_CONVERTER,
             search_attributes=[SearchAttributeKey.for_keyword(n) for n in ("B3osRoutine", "B3osOrg")],
             dev_server_extra_args=["--metrics-port", str(metrics_port), *durable, *dev_server_args()],
         )

@@ -25,10 +25,10 @@ async def routine_stack(name: str, *, api_admission_wait: bool = True) -> AsyncI
     import calls.stack
     from realstack import start_routine_stack
     from temporalio.common import SearchAttributeKey
-    from temporalio.contrib.pydantic import pydantic_data_converter
     from temporalio.testing import WorkflowEnvironment
 
     from cli._embedded import BUSY_WORKER_NICE
+    from engine.converter import DATA_CONVERTER
     from engine.temporal_server import dev_server_args, durable_args
 
     if api_admission_wait:
@@ -37,7 +37,7 @@ async def routine_stack(name: str, *, api_admission_wait: bool = True) -> AsyncI
     root = Path(tempfile.mkdtemp(prefix=f"b3os-bench-{name}-"))
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal,
-        data_converter=pydantic_data_converter,
+        data_converter=DATA_CONVERTER,
         search_attributes=[SearchAttributeKey.for_keyword(n) for n in ("B3osRoutine", "B3osOrg")],
         dev_server_extra_args=[*durable_args(str(root / "temporal.db")), *dev_server_args()],
     )

@@ -202,7 +202,7 @@ def follow(client: Any, run_id: str, *, quiet: bool) -> dict[str, Any]:
                 seen = (step_id, (retrying or {}).get("item"), (retrying or {}).get("attempt", 0))
                 if retrying and step.get("status") == "running" and seen not in retries:
                     retries.add(seen)
-                    print(retry_line(step_id, retrying), flush=True)
+                    print(retry_line(step_title(step_id, step), retrying), flush=True)
             for step_id, step in newly_finished(run, finished):
                 _print_step(step_id, step)
         if run.get("status") != "running":
@@ -220,9 +220,15 @@ def retry_line(step_id: str, retrying: dict[str, Any]) -> str:
     return f"… {step_id}{item}: attempt {retrying.get('attempt')} after {why} ({when})"
 
 
+def step_title(step_id: str, step: dict[str, Any]) -> str:
+    """How a line names a step: `Fetch the weather (weather)` when it has a `name:`, else its id."""
+    return f"{step['name']} ({step_id})" if step.get("name") else step_id
+
+
 def step_line(step_id: str, step: dict[str, Any]) -> str:
     """One finished step as a line: status, attempts, and its output or error (a kept step says so)."""
     status = step["status"]
+    step_id = step_title(step_id, step)
     if step.get("reused"):
         kept = "skipped" if status == "skipped" else json.dumps(step.get("output"), ensure_ascii=False)
         return f"= {step_id} (kept from the run re-run, not called): {kept}"
@@ -246,6 +252,8 @@ def summary(run: dict[str, Any]) -> dict[str, Any]:
     steps: dict[str, Any] = {}
     for step_id, step in run["steps"].items():
         entry: dict[str, Any] = {"status": step["status"], "attempts": step.get("attempts", 0)}
+        if step.get("name"):
+            entry["name"] = step["name"]
         if step.get("ref"):
             entry["ref"] = step["ref"]
         if step.get("reused"):

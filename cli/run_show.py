@@ -1,4 +1,5 @@
-"""Show a run: its routine and version, status, each step (status, attempts, output or error), outputs.
+"""Show a run: its routine and version, status, each step (its `name:` and id, status, attempts, output or
+error), outputs.
 
 A re-run names the run it re-ran, and a scheduled run its schedule. `--json` prints the run as
 `b3os routine run --json` does. Exits 0 when the run succeeded, 1 otherwise (2 while it runs).
@@ -21,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from cli._http import ApiConfig, CliError, api
-    from cli.routine_run import report, step_line, summary
+    from cli.routine_run import report, step_line, step_title, summary
 
     try:
         with api(ApiConfig.load(url=args.api_url, key=args.api_key)) as client:
@@ -40,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
                 print(f"{label} {found[name]}")
         for step_id, step in (found.get("steps") or {}).items():
             if step.get("status") in ("pending", "running"):
-                print(f"… {step_id}: {step['status']}")
+                print(f"… {step_title(step_id, step)}: {step['status']}")
             else:
                 print(step_line(step_id, step))
         if found["status"] == "running":

@@ -111,6 +111,11 @@ class StepRetry(BaseModel):
 class StepResult(BaseModel):
     """One step of a run as the API and CLI show it."""
 
+    name: str | None = Field(
+        default=None,
+        exclude_if=_absent,
+        description="the step's name: (its title for run views), when it has one",
+    )
     status: StepStatus = "pending"
     attempts: int = 0
     ref: str | None = None

@@ -1,5 +1,5 @@
-"""A step's call as Temporal retries it (`retry_policy`) and as its run reads it once it failed for good
-(`step_error`). Workflow code: deterministic, no I/O."""
+"""A step's call as Temporal retries it (`retry_policy`), as the Temporal UI names it (`summary`) and as its
+run reads it once it failed for good (`step_error`). Workflow code: deterministic, no I/O."""
 
 from __future__ import annotations
 
@@ -13,6 +13,22 @@ from engine.runs import StepError
 
 WAITS_PER_STEP = 100
 """429/503 refusals a call may wait out beyond its max-attempts before the step fails."""
+
+SUMMARY_BYTES = 256
+"""The longest activity summary (UTF-8 bytes; a longer `name:` is cut): the Temporal server limits a
+summary's size (its MaxUserMetadataSummarySize), and a workflow command it refuses would fail the run's
+workflow task."""
+
+
+def summary(step_id: str, name: str | None, index: int | None, ref: str) -> str:
+    """What the Temporal UI shows for a step's call: `Fetch the weather (weather) · ns/pack/action@1`,
+    `weather[2] · ...` for an item of a foreach, the step's id alone when it has no `name:`.
+
+    Temporal keeps it in the command's user metadata, which replay does not compare (a run recorded with
+    another summary replays: tests/engine/test_history_replay.py)."""
+    label = step_id if index is None else f"{step_id}[{index}]"
+    text = f"{name} ({label}) · {ref}" if name else f"{label} · {ref}"
+    return text.encode()[:SUMMARY_BYTES].decode(errors="ignore")
 
 
 def retry_policy(policy: RetryPolicy | None) -> TemporalRetryPolicy:

@@ -1,6 +1,6 @@
 """What a schedule's Temporal action takes and gives: the models of the `routine-schedule-tick` workflow.
 
-A routine's schedule is a Temporal Schedule (`routine-schedule-<schedule id>`) whose action starts a
+A routine's schedule is a Temporal Schedule (`routine-schedule-<routine>-<schedule id>`) whose action starts a
 `routine-schedule-tick` workflow (engine.schedule_workflow) on the routine workers' task queue. The
 tick asks the api for an ordinary run (activity `start_scheduled_run`: the worker token and the
 schedule's grant, api.schedules.service), then waits until that run has ended (activity
@@ -17,9 +17,12 @@ SCHEDULE_WORKFLOW_TYPE = "routine-schedule-tick"
 """The registered name of the workflow a schedule's action starts."""
 
 
-def temporal_schedule_id(schedule_id: str) -> str:
-    """The Temporal Schedule of a b3os schedule: `routine-schedule-<schedule id>`."""
-    return f"routine-schedule-{schedule_id}"
+def temporal_schedule_id(schedule_id: str, routine: str | None = None) -> str:
+    """The Temporal Schedule of a b3os schedule: `routine-schedule-<routine>-<schedule id>`, the routine's
+    name first, so that the Temporal UI's Schedules list (which shows a schedule by its id) names the
+    routine; `routine-schedule-<schedule id>` without `routine` (schedules made before it, which keep
+    theirs: api.schedules.tables.RoutineSchedule.temporal_id)."""
+    return f"routine-schedule-{routine}-{schedule_id}" if routine else f"routine-schedule-{schedule_id}"
 
 
 class ScheduleTickInput(BaseModel):

@@ -28,7 +28,6 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.service import RPCError, TLSConfig
 from temporalio.worker import Worker
@@ -38,6 +37,7 @@ from activities.call_action import ActionActivities
 from activities.config import ActivitySettings
 from activities.schedule_run import ScheduleActivities
 from engine import expressions
+from engine.converter import DATA_CONVERTER
 from engine.runs import ROUTINES_TASK_QUEUE, SEARCH_ATTRIBUTES
 from engine.schedule_workflow import ScheduleTickWorkflow
 from engine.stuck import HUNG_S, GuardedRunner, StuckRuns
@@ -149,7 +149,7 @@ def tls_config(
 async def connect(
     address: str, namespace: str = "default", tls: TLSConfig | None = None, *, runtime: Runtime | None = None
 ) -> Client:
-    """A Temporal client with the pydantic data converter every b3os process uses.
+    """A Temporal client with the data converter every b3os process uses (engine.converter).
 
     With tracing on (telemetry.tracing), the client carries temporalio's TracingInterceptor: a workflow
     started with it, its activities and what they call are one trace (a worker built on the client
@@ -167,7 +167,7 @@ async def connect(
     return await Client.connect(
         address,
         namespace=namespace,
-        data_converter=pydantic_data_converter,
+        data_converter=DATA_CONVERTER,
         tls=tls or False,
         interceptors=tracing.temporal_interceptors(),
         runtime=runtime,

@@ -70,7 +70,7 @@ with workflow.unsafe.imports_passed_through():
         StepResult,
     )
     from engine.scope import Scope
-    from engine.step_calls import retry_policy, step_error
+    from engine.step_calls import retry_policy, step_error, summary
     from engine.steps import CALL_ACTION, CallActionInput, CallActionResult
 
 PATCH_NEEDS = "routines-v2-needs"
@@ -172,7 +172,7 @@ class RoutineWorkflow:
 
     async def _run(self, input: RunRoutineInput) -> RunRoutineResult:
         routine = input.routine
-        self._result = RunRoutineResult(steps={step.id: StepResult() for step in routine.steps})
+        self._result = RunRoutineResult(steps={s.id: StepResult(name=s.name) for s in routine.steps})
         scope = Scope({"inputs": input.inputs, "steps": {}})
         # Before the first command: a run started by a v1 worker replays without the marker.
         v2 = workflow.patched(PATCH_NEEDS)
@@ -281,7 +281,9 @@ class RoutineWorkflow:
         kept = input.reused.get(step.id)
         if kept is None or kept.status not in ("succeeded", "skipped"):
             return False
-        state = StepResult(status=kept.status, attempts=kept.attempts, ref=kept.ref, reused=True)
+        state = StepResult(
+            name=step.name, status=kept.status, attempts=kept.attempts, ref=kept.ref, reused=True
+        )
         self._result.steps[step.id] = state
         output = kept.output if kept.status == "succeeded" else None
         if kept.status == "succeeded":
@@ -447,7 +449,6 @@ class RoutineWorkflow:
         self, step: Step, input: RunRoutineInput, scope: Scope, index: int | None
     ) -> CallActionResult:
         """Run one call of a step as an activity; a failure for good becomes `_StepFailure`."""
-        label = step.id if index is None else f"{step.id}[{index}]"
         with_ = "with:" if index is None else f"with: of item {index}"
         ref = input.pins.get(step.uses, step.uses)
         fields = dict(step.with_)
@@ -481,7 +482,7 @@ class RoutineWorkflow:
                 ),
                 result_type=CallActionResult,
                 activity_id=step.id if index is None else f"{step.id}-{index}",
-                summary=f"{label} · {ref}",
+                summary=summary(step.id, step.name, index, ref),
                 start_to_close_timeout=timeout + TIMEOUT_SLACK if timeout else DEFAULT_ATTEMPT_TIMEOUT,
                 heartbeat_timeout=HEARTBEAT_TIMEOUT,
                 retry_policy=policy,

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from hermetic import hermetic
 from temporalio.common import SearchAttributeKey
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
+from engine.converter import DATA_CONVERTER
 from engine.runs import SEARCH_ATTRIBUTES
 from engine.temporal_server import dev_server_args
 
@@ -46,7 +46,7 @@ async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
     binary = shutil.which("temporal") or str(Path(sys.executable).parent / "temporal")
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=binary,
-        data_converter=pydantic_data_converter,
+        data_converter=DATA_CONVERTER,
         search_attributes=[SearchAttributeKey.for_keyword(n) for n in SEARCH_ATTRIBUTES],
         dev_server_extra_args=dev_server_args(),  # the server as `b3os dev` starts it
     )
@@ -60,7 +60,7 @@ async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
     retry backoffs take no wall time while a test waits on a workflow's result."""
     binary = shutil.which("temporal-test-server") or str(Path(sys.executable).parent / "temporal-test-server")
     env = await WorkflowEnvironment.start_time_skipping(
-        test_server_existing_path=binary, data_converter=pydantic_data_converter
+        test_server_existing_path=binary, data_converter=DATA_CONVERTER
     )
     yield env
     await env.shutdown()

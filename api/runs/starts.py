@@ -271,4 +271,4 @@ def _search_attributes(row: RunRecord) -> list[SearchAttributePair[str]]:
 
 def _at_start(routine: Routine) -> RunRoutineResult:
     """A run's progress as its workflow begins it (engine.workflow: every step pending)."""
-    return RunRoutineResult(steps={step.id: StepResult() for step in routine.steps})
+    return RunRoutineResult(steps={step.id: StepResult(name=step.name) for step in routine.steps})

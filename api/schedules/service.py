@@ -1,8 +1,10 @@
 """Schedules of routines, on Temporal Schedules: create, list, pause, unpause, trigger, delete, and the
 scheduled run start.
 
-A schedule is a row of `routine_schedules` and a Temporal Schedule `routine-schedule-<id>` (the Temporal
-UI's Schedules page shows it) whose cron spec, timezone and overlap policy are the schedule's. Its
+A schedule is a row of `routine_schedules` and a Temporal Schedule `routine-schedule-<routine>-<id>` (the
+Temporal UI's Schedules page lists it by that id, so it names the routine; one made before revision 0012
+keeps `routine-schedule-<id>`: the row's `temporal_id`) whose cron spec, timezone and overlap policy are
+the schedule's. Its
 action starts the `routine-schedule-tick` workflow (engine.schedule_workflow) with the schedule's id
 and its **schedule grant**: a random secret (`b3sch_` + 43 url-safe characters) minted when the
 schedule is created, of which only the sha256 is kept. The tick's activity sends the grant with the
@@ -96,6 +98,7 @@ class SchedulesService:
         # in a worker thread: the inputs' schemas are checked against the body's inputs (CPU work)
         row = await in_thread(lambda: check_schedule(Routine.model_validate(record.routine), body))
         row.org_id, row.routine_name, row.key_id, row.declared = org_id, name, key_id, declared
+        row.temporal_id = temporal_schedule_id(row.id, name)
         secret = GRANT_PREFIX + secrets.token_urlsafe(32)
         row.grant_hash = hash_secret(secret)
         await in_thread(self._insert, row)
@@ -162,7 +165,7 @@ class SchedulesService:
             state=ScheduleState(note=f"routine {row.routine_name} of {row.org_id}", paused=row.paused),
         )
         try:
-            await client.create_schedule(temporal_schedule_id(row.id), schedule)
+            await client.create_schedule(row.temporal_schedule_id, schedule)
         except ScheduleAlreadyRunningError:
             pass
         except RPCError as exc:
@@ -201,12 +204,12 @@ class SchedulesService:
         """Delete a schedule: its row (its grant starts nothing more), then its Temporal Schedule."""
         row: RoutineSchedule = await in_thread(self._get, org_id, name, schedule_id)
         await in_thread(self._delete_row, row.id)
-        await self._delete_temporal(row.id)
+        await self._delete_temporal(row)
 
-    async def _delete_temporal(self, schedule_id: str) -> None:
+    async def _delete_temporal(self, row: RoutineSchedule) -> None:
         client = await self._temporal.client()
         try:
-            await client.get_schedule_handle(temporal_schedule_id(schedule_id)).delete()
+            await client.get_schedule_handle(row.temporal_schedule_id).delete()
         except RPCError as exc:
             if exc.status != RPCStatusCode.NOT_FOUND:
                 raise ServiceUnavailable(
@@ -218,7 +221,7 @@ class SchedulesService:
         old: list[RoutineSchedule] = await in_thread(self._rows, org_id, routine.name, declared=True)
         for row in old:
             await in_thread(self._delete_row, row.id)
-            await self._delete_temporal(row.id)
+            await self._delete_temporal(row)
         created = []
         for trigger in routine.on.schedule if routine.on else []:
             body = ScheduleCreate.model_validate(trigger.model_dump())
@@ -232,7 +235,7 @@ class SchedulesService:
     async def pause(self, *, org_id: str, name: str, schedule_id: str, paused: bool) -> SchedulePublic:
         """Pause (no run starts on its own) or unpause a schedule."""
         row: RoutineSchedule = await in_thread(self._get, org_id, name, schedule_id)
-        handle = await self._handle(row.id)
+        handle = await self._handle(row)
         try:
             if paused:
                 await handle.pause(note="paused over the b3os api")
@@ -257,7 +260,7 @@ class SchedulesService:
     async def trigger(self, *, org_id: str, name: str, schedule_id: str) -> SchedulePublic:
         """Fire the schedule now (a run starts even while another runs, and while it is paused)."""
         row: RoutineSchedule = await in_thread(self._get, org_id, name, schedule_id)
-        handle = await self._handle(row.id)
+        handle = await self._handle(row)
         try:
             await handle.trigger(overlap=ScheduleOverlapPolicy.ALLOW_ALL)
         except RPCError as exc:
@@ -266,14 +269,14 @@ class SchedulesService:
             ) from exc
         return await self._public(row)
 
-    async def _handle(self, schedule_id: str) -> ScheduleHandle:
-        return (await self._temporal.client()).get_schedule_handle(temporal_schedule_id(schedule_id))
+    async def _handle(self, row: RoutineSchedule) -> ScheduleHandle:
+        return (await self._temporal.client()).get_schedule_handle(row.temporal_schedule_id)
 
     async def _public(self, row: RoutineSchedule) -> SchedulePublic:
         """The schedule as the api shows it, with its next times from Temporal (none when unreachable)."""
         next_runs: list[Any] = []
         try:
-            described = await (await self._handle(row.id)).describe()
+            described = await (await self._handle(row)).describe()
             next_runs = list(described.info.next_action_times[:3])
         except (RPCError, ServiceUnavailable):
             pass
@@ -286,7 +289,7 @@ class SchedulesService:
             overlap=row.overlap,  # type: ignore[arg-type]
             paused=row.paused,
             declared=row.declared,
-            temporal_schedule_id=temporal_schedule_id(row.id),
+            temporal_schedule_id=row.temporal_schedule_id,
             next_runs=next_runs,
             created_at=row.created_at,
         )
@@ -307,7 +310,7 @@ class SchedulesService:
                 did not start that tick.
         """
         row, key = await in_thread(self._granted, schedule_id, secret)
-        await check_tick(await self._temporal.client(), row.id, tick, execution)
+        await check_tick(await self._temporal.client(), row.id, row.temporal_schedule_id, tick, execution)
         if key is None or key.revoked_at is not None or not scope_grants(key.scopes, ACTIONS_CALL):
             raise Forbidden(
                 f"The key that created schedule {row.id} was revoked or lacks {ACTIONS_CALL}: its runs are "

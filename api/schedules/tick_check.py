@@ -17,7 +17,6 @@ from temporalio.client import Client, ScheduleActionExecutionStartWorkflow
 from temporalio.service import RPCError
 
 from api.errors import Forbidden, ServiceUnavailable
-from engine.ticks import temporal_schedule_id
 
 TICK_HEADER = "X-B3OS-Tick"
 EXECUTION_HEADER = "X-B3OS-Run-Execution"
@@ -25,13 +24,14 @@ CHECKS = 4
 CHECK_EVERY_S = 0.5
 
 
-async def check_tick(client: Client, schedule_id: str, tick: str, execution: str) -> None:
-    """Refuse a run start whose tick (`tick`, Temporal run `execution`) the schedule did not start.
+async def check_tick(client: Client, schedule_id: str, temporal_id: str, tick: str, execution: str) -> None:
+    """Refuse a run start whose tick (`tick`, Temporal run `execution`) the schedule (`schedule_id`, its
+    Temporal Schedule `temporal_id`) did not start.
 
     Raises:
         Forbidden: reason `tick_not_of_schedule`. ServiceUnavailable: Temporal did not answer.
     """
-    handle = client.get_schedule_handle(temporal_schedule_id(schedule_id))
+    handle = client.get_schedule_handle(temporal_id)
     for attempt in range(CHECKS):
         if attempt:
             await asyncio.sleep(CHECK_EVERY_S)

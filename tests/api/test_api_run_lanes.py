@@ -13,7 +13,6 @@ from temporalio.client import ScheduleActionStartWorkflow
 from temporalio.testing import WorkflowEnvironment
 
 from api.runs.lanes import Lanes
-from engine.ticks import temporal_schedule_id
 
 # in flight for seconds, so that each start counts the ones before it however slow the machine
 SLEEPY = f"name: sleepy\nsteps:\n  - id: s\n    uses: {FREE_FAIL}\n    with: {{mode: sleep, seconds: 3}}\n"
@@ -52,7 +51,7 @@ async def test_an_organizations_runs_past_three_in_flight_take_the_busy_lane_tha
         assert (await routine_stack.store(quiet, YEARLY, url=url)).status_code == 201
         listed = loopback.get(f"{url}/v1/routines/yearly/schedules", headers=quiet.headers, timeout=30)
         (schedule,) = listed.json()["schedules"]
-        handle = routine_stack.temporal_client.get_schedule_handle(temporal_schedule_id(schedule["id"]))
+        handle = routine_stack.temporal_client.get_schedule_handle(schedule["temporal_schedule_id"])
         action = (await handle.describe()).schedule.action
         assert isinstance(action, ScheduleActionStartWorkflow) and action.task_queue == busy
     finally:

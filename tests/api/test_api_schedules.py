@@ -17,9 +17,11 @@ from typing import Any
 import httpx
 import loopback
 from realstack import FREE_ECHO, RUNNER_SCOPES, RoutineStack
+from sqlmodel import Session
 from temporalio.client import ScheduleActionStartWorkflow
 
 from api.schedules.service import TICK_PRIORITY
+from api.schedules.tables import RoutineSchedule
 from engine.ticks import temporal_schedule_id
 
 GREET = f"""\
@@ -102,10 +104,11 @@ async def test_a_schedule_is_created_listed_triggered_paused_and_deleted(routine
         "skip",
         False,
     )
-    assert schedule["temporal_schedule_id"] == temporal_schedule_id(sid) and schedule["next_runs"]
+    # the Temporal UI's Schedules list shows a schedule by its id: it names the routine
+    assert schedule["temporal_schedule_id"] == f"routine-schedule-greet-{sid}" and schedule["next_runs"]
     listed = _call(routine_stack, "GET", "/v1/routines/greet/schedules", org.headers).json()["schedules"]
     assert [s["id"] for s in listed] == [sid]
-    assert temporal_schedule_id(sid) in temporal_schedules(routine_stack)
+    assert temporal_schedule_id(sid, "greet") in temporal_schedules(routine_stack)
 
     triggered = _call(routine_stack, "POST", f"/v1/routines/greet/schedules/{sid}/trigger", org.headers)
     assert triggered.status_code == 202, triggered.text
@@ -123,7 +126,7 @@ async def test_a_schedule_is_created_listed_triggered_paused_and_deleted(routine
 
     paused = _call(routine_stack, "POST", f"/v1/routines/greet/schedules/{sid}/pause", org.headers)
     assert paused.status_code == 200 and paused.json()["paused"] is True
-    handle = routine_stack.temporal_client.get_schedule_handle(temporal_schedule_id(sid))
+    handle = routine_stack.temporal_client.get_schedule_handle(temporal_schedule_id(sid, "greet"))
     described = (await handle.describe()).schedule
     assert described.state.paused is True
     assert described.spec.jitter == dt.timedelta(seconds=30)  # the schedules of one minute are spread
@@ -149,7 +152,7 @@ async def test_a_schedule_is_created_listed_triggered_paused_and_deleted(routine
     deleted = _call(routine_stack, "DELETE", f"/v1/routines/greet/schedules/{sid}", org.headers)
     assert deleted.status_code == 204, deleted.text
     assert _call(routine_stack, "GET", "/v1/routines/greet/schedules", org.headers).json()["schedules"] == []
-    assert temporal_schedule_id(sid) not in temporal_schedules(routine_stack)
+    assert temporal_schedule_id(sid, "greet") not in temporal_schedules(routine_stack)
     again = _call(routine_stack, "DELETE", f"/v1/routines/greet/schedules/{sid}", org.headers)
     assert again.status_code == 404
 
@@ -203,7 +206,7 @@ async def test_on_schedule_is_applied_when_the_routine_is_stored(routine_stack: 
         ("*/30 * * * *", "UTC", {"who": "ops"}, "buffer_one", True),
     ]
     in_temporal = temporal_schedules(routine_stack)
-    assert all(temporal_schedule_id(s["id"]) in in_temporal for s in listed)
+    assert all(temporal_schedule_id(s["id"], "greet") in in_temporal for s in listed)
     stored = await routine_stack.store(
         org,
         DECLARED.replace(
@@ -213,7 +216,7 @@ async def test_on_schedule_is_applied_when_the_routine_is_stored(routine_stack: 
     assert stored.status_code == 201, stored.text
     now = _call(routine_stack, "GET", "/v1/routines/greet/schedules", org.headers).json()["schedules"]
     assert [(s["cron"], s["declared"]) for s in now] == [("0 0 1 1 *", False), ("0 7 * * 1-5", True)]
-    assert temporal_schedule_id(listed[2]["id"]) not in temporal_schedules(routine_stack)
+    assert temporal_schedule_id(listed[2]["id"], "greet") not in temporal_schedules(routine_stack)
     bad = await routine_stack.store(org, DECLARED.replace("Europe/Paris", "Europe/Atlantis"))
     assert bad.status_code == 400
     assert "on.schedule[0].timezone 'Europe/Atlantis' is not an IANA timezone" in bad.text
@@ -257,7 +260,7 @@ async def test_a_tick_started_by_hand_with_the_schedules_grant_starts_no_run(
     sid = made.json()["id"]
     # the grant, as anyone who reads the Temporal Schedule's action reads it
     action = (
-        await routine_stack.temporal_client.get_schedule_handle(temporal_schedule_id(sid)).describe()
+        await routine_stack.temporal_client.get_schedule_handle(temporal_schedule_id(sid, "greet")).describe()
     ).schedule.action
     assert isinstance(action, ScheduleActionStartWorkflow)
     (tick,) = pydantic_data_converter.payload_converter.from_payloads(list(action.args), [ScheduleTickInput])
@@ -280,3 +283,37 @@ async def test_a_tick_started_by_hand_with_the_schedules_grant_starts_no_run(
         == 202
     )
     assert len(await _runs_of(routine_stack, org.headers, "greet", 1)) == 1
+
+
+async def test_a_schedule_made_before_its_id_named_the_routine_keeps_working(
+    routine_stack: RoutineStack,
+) -> None:
+    org = routine_stack.runner()
+    assert (await routine_stack.store(org, GREET)).status_code == 201
+    body = {"cron": "0 7 1 1 *", "inputs": {"who": "old"}}
+    made = _call(routine_stack, "POST", "/v1/routines/greet/schedules", org.headers, body)
+    assert made.status_code == 201, made.text
+    sid = made.json()["id"]
+    # as a schedule made before revision 0012 is: its Temporal Schedule at routine-schedule-<id>, no
+    # temporal_id in its row
+    client = routine_stack.temporal_client
+    new = client.get_schedule_handle(temporal_schedule_id(sid, "greet"))
+    await client.create_schedule(temporal_schedule_id(sid), (await new.describe()).schedule)
+    await new.delete()
+    with Session(routine_stack.engine) as session:
+        row = session.get(RoutineSchedule, sid)
+        assert row is not None
+        row.temporal_id = None
+        session.add(row)
+        session.commit()
+
+    listed = _call(routine_stack, "GET", "/v1/routines/greet/schedules", org.headers).json()["schedules"]
+    assert [(s["temporal_schedule_id"], bool(s["next_runs"])) for s in listed] == [
+        (f"routine-schedule-{sid}", True)
+    ]
+    paused = _call(routine_stack, "POST", f"/v1/routines/greet/schedules/{sid}/pause", org.headers)
+    assert paused.status_code == 200, paused.text
+    assert (await client.get_schedule_handle(temporal_schedule_id(sid)).describe()).schedule.state.paused
+    deleted = _call(routine_stack, "DELETE", f"/v1/routines/greet/schedules/{sid}", org.headers)
+    assert deleted.status_code == 204, deleted.text
+    assert temporal_schedule_id(sid) not in temporal_schedules(routine_stack)

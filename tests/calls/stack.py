@@ -270,13 +270,21 @@ def wait_http(url: str, proc: Proc, timeout_s: float = PATIENCE_S) -> None:
 
 
 def build_variant(
-    where: Path, key: Ed25519PrivateKey, *, pack: str, pricing: dict[str, Any], version: str = "1.0.0"
+    where: Path,
+    key: Ed25519PrivateKey,
+    *,
+    pack: str,
+    pricing: dict[str, Any],
+    version: str = "1.0.0",
+    timeout_ms: int | None = None,
 ) -> Path:
-    """A signed copy of the echo tool under another pack name and price."""
+    """A signed copy of the echo tool under another pack name and price (and every action's timeout)."""
     root = where / f"{pack.replace('/', '_')}-{version}"
     shutil.copytree(ECHO_DIR, root)
     manifest = json.loads((root / "b3pack.json").read_text())
     manifest.update(pack=pack, version=version, pricing=pricing)
+    for action in manifest["actions"] if timeout_ms is not None else []:
+        action["execution"]["timeoutMs"] = timeout_ms
     (root / "b3pack.json").write_text(json.dumps(manifest))
     build_pack(root, kid=KID, private_key=key, tool=True)
     return root

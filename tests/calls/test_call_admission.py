@@ -205,3 +205,31 @@ async def test_an_organizations_waiting_calls_try_again_together_about_as_often_
     assert all(isinstance(a, ConcurrencyLimited) for a in answers)
     assert tries["write"] == 20  # the first try writes; every later one reads that it would be refused
     assert 1 <= tries["read"] < 100, tries
+
+
+def test_a_full_organizations_retry_after_is_when_its_soonest_call_ends_at_its_kinds_longest_time(
+    engine: Engine,
+) -> None:
+    now = utcnow()
+    with Session(engine) as session:
+        # the action's last 20 finished calls: 19 took 1 s, one took 4 s
+        for i, took in enumerate([1.0] * 19 + [4.0]):
+            ended = now - dt.timedelta(seconds=100 - i)
+            row = _row("org-h", ended - dt.timedelta(seconds=took), state="done")
+            row.finished_at = ended
+            session.add(row)
+        # 4 running calls, started 0.5 s ago, with 20 s left to their deadline
+        for _ in range(4):
+            row = _row(
+                "org-f", now - dt.timedelta(seconds=0.5), lease_expires_at=now + dt.timedelta(seconds=50)
+            )
+            row.deadline_at = now + dt.timedelta(seconds=20)
+            session.add(row)
+        session.commit()
+    nodes = _nodes(engine, "n1", "n2")
+    # a running call may take as long as the longest recent one: 3.5 s more (a typical time, 1 s, would send
+    # the caller back 3 s before a slot can be free); whole seconds, rounded up
+    assert _admit(engine, "org-f", nodes, clock=lambda: now) == "concurrency_limited::4"
+    # once the calls run longer than every recent one, only their deadline bounds them
+    later = now + dt.timedelta(seconds=4)
+    assert _admit(engine, "org-f", nodes, clock=lambda: later) == "concurrency_limited::16"

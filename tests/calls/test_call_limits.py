@@ -8,12 +8,16 @@ import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 import loopback
+from sqlmodel import Session, col, select
+
+from api.calls.tables import ActionCall
 
 from .calltest import call, error, running, step_headers, usage, vm_commands
-from .stack import ECHO, FREE, PRICEY, Org, Stack
+from .stack import ECHO, FREE, NAMESPACE, PRICEY, Org, Stack, build_variant, publish
 
 SLOW = {"mode": "sleep", "seconds": 1}
 HOLD = {"mode": "sleep", "seconds": 30}
@@ -170,3 +174,49 @@ def test_a_routine_steps_call_waits_in_the_api_for_a_slot_and_an_http_call_does_
     # the step's call got the first slot freed (about 1 s), not a 429 to wait out in whole seconds
     assert waited.status_code == 200, waited.text
     assert usage(stack, org)["calls"] == 5
+
+
+FOUR = {"mode": "sleep", "seconds": 4}
+
+
+def _finished(stack: Stack, org: Org) -> list[dt.datetime]:
+    with Session(stack.engine) as session:
+        rows = session.exec(select(ActionCall.finished_at).where(col(ActionCall.org_id) == org.org_id)).all()
+    return [at for at in rows if at is not None]
+
+
+def test_concurrency_limited_says_when_a_slot_frees_from_the_running_calls_and_their_actions_times(
+    stack: Stack, tmp_path: Path
+) -> None:
+    assert stack.publisher is not None and stack.signing_key is not None
+    # a pack of its own: the run times the api has seen of its action are this test's 4 s calls alone
+    pack = f"{NAMESPACE}/four-{uuid.uuid4().hex[:8]}"
+    root = build_variant(tmp_path, stack.signing_key, pack=pack, pricing={"model": "free"}, timeout_ms=20_000)
+    publish(stack, stack.publisher, root)
+    stack.wait_installed("node-a", [f"{pack}@1.0.0"])
+    ref = f"{pack}/fail@1"
+    seeder = stack.org()
+    with ThreadPoolExecutor(2) as pool:
+        seen = list(pool.map(lambda _: call(stack, seeder, ref, FOUR), range(2)))
+    assert [r.status_code for r in seen] == [200, 200], [r.text for r in seen]
+    for _ in range(3):
+        org = stack.org()
+        with ThreadPoolExecutor(4) as pool:
+            wave = [pool.submit(call, stack, org, ref, FOUR) for _ in range(4)]
+            while running(stack, org) < 4:
+                assert not any(f.done() for f in wave), [f.result().text for f in wave if f.done()]
+                time.sleep(0.02)
+            sent = dt.datetime.now(dt.UTC)
+            refused = call(stack, org, ref, FOUR)
+            answered = dt.datetime.now(dt.UTC)
+            assert [f.result().status_code for f in wave] == [200] * 4
+        retry_after = error(refused, 429, "concurrency_limited")["retry_after"]
+        assert refused.headers["Retry-After"] == str(retry_after)
+        # The first slot freed when the soonest of the 4 calls ended, as the api wrote it (its clock is
+        # this process's); the refusal came between `sent` and `answered`.
+        freed = min(_finished(stack, org))
+        least, most = (freed - answered).total_seconds(), (freed - sent).total_seconds()
+        if least >= 2.5:
+            break  # else a busy machine refused the call late in the 4 s: whole seconds say little; again
+    assert retry_after >= least, (retry_after, least, most)  # not shorter than the wait
+    assert retry_after <= 1.5 * least, (retry_after, least, most)  # nor much longer

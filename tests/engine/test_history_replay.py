@@ -11,15 +11,18 @@ Behaviour changes go behind `workflow.patched(...)` (docs/internals.md, "Upgradi
 
 from __future__ import annotations
 
+import base64
+import json
 from pathlib import Path
 
 import pytest
 from record_histories import HISTORIES, RELEASES, cases_of
 from temporalio.client import WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
+from engine.converter import DATA_CONVERTER
+from engine.step_calls import SUMMARY_BYTES, summary
 from engine.worker import workflow_runner
 from engine.workflow import RoutineWorkflow
 
@@ -45,8 +48,32 @@ async def test_recorded_history_replays_on_the_current_workflow(path: Path, runn
     text = path.read_text(encoding="utf-8")
     workflow_id = f"replay-{path.parent.name}-{path.stem}"  # a history's events do not hold its id
     sandbox: WorkflowRunner = RUNNERS[runner]()
-    replayer = Replayer(
-        workflows=[RoutineWorkflow], data_converter=pydantic_data_converter, workflow_runner=sandbox
-    )
+    replayer = Replayer(workflows=[RoutineWorkflow], data_converter=DATA_CONVERTER, workflow_runner=sandbox)
     result = await replayer.replay_workflow(WorkflowHistory.from_json(workflow_id, text))
     assert result.replay_failure is None
+
+
+async def test_a_history_recorded_with_other_activity_summaries_replays() -> None:
+    # Activity summaries (what the Temporal UI shows for a step: engine.step_calls.summary) are the
+    # commands' user metadata, which replay does not compare: a run recorded before a step's name:
+    # titled its calls replays on the workflow that titles them.
+    history = json.loads((HISTORIES / "v7" / "fan-in.json").read_text(encoding="utf-8"))
+    changed = 0
+    for event in history["events"]:
+        if "activityTaskScheduledEventAttributes" in event:
+            text = json.dumps(f"a title of long ago {changed}").encode()
+            data = base64.b64encode(text).decode()
+            event["userMetadata"] = {"summary": {"metadata": {"encoding": "anNvbi9wbGFpbg=="}, "data": data}}
+            changed += 1
+    assert changed
+    replayer = Replayer(workflows=[RoutineWorkflow], data_converter=DATA_CONVERTER)
+    result = await replayer.replay_workflow(WorkflowHistory.from_json("replay-summaries", history))
+    assert result.replay_failure is None
+
+
+def test_a_steps_summary_names_it_and_stays_within_its_bound() -> None:
+    ref = "com.example.tools/echo/echo@1.0.0"
+    assert summary("greet", "Say hello", None, ref) == f"Say hello (greet) · {ref}"
+    assert summary("each", None, 2, ref) == f"each[2] · {ref}"
+    long = summary("greet", "é" * 1000, None, ref)  # cut to whole characters within SUMMARY_BYTES
+    assert long.startswith("éé") and len(long.encode()) <= SUMMARY_BYTES

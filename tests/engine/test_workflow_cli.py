@@ -279,3 +279,32 @@ async def test_routine_run_reports_every_problem_routine_validate_reports(
     assert any("shout" in line for line in problems)  # resolved in the registry, not only read
     code, _, err = await b3os(api, tmp_path, "routine", "run", "bad.yaml")
     assert code == 1 and err.splitlines() == problems
+
+
+NAMED = """\
+name: named-steps
+steps:
+  - id: greet
+    name: Say hello
+    uses: com.example.tools/free/echo@1
+    with: {text: hi}
+  - id: bare
+    uses: com.example.tools/free/echo@1
+    with: {text: there}
+"""
+
+
+async def test_a_steps_name_titles_its_line_in_routine_run_and_run_show(api: Api, tmp_path: Path) -> None:
+    (tmp_path / "named.yaml").write_text(NAMED)
+    code, out, err = await b3os(api, tmp_path, "routine", "run", "named.yaml")
+    assert code == 0, err
+    run_id = out.split()[1]
+    steps = ['✓ Say hello (greet) (1 attempt): {"text": "hi"}', '✓ bare (1 attempt): {"text": "there"}']
+    assert out.splitlines()[1:3] == steps
+    code, out, err = await b3os(api, tmp_path, "run", "show", run_id)
+    assert code == 0, err
+    assert out.splitlines()[1:3] == steps
+    code, out, err = await b3os(api, tmp_path, "run", "show", run_id, "--json")
+    assert code == 0, err
+    body = json.loads(out)["steps"]
+    assert body["greet"]["name"] == "Say hello" and "name" not in body["bare"]

@@ -82,7 +82,7 @@ async def test_the_temporal_ui_shows_the_run_by_name_and_org_and_no_secret(
     echo, noop = "com.example.tools/echo/echo@1.0.0", "com.example.tools/echo/noop@1.0.0"  # the pins
     assert sorted(summaries) == sorted(
         [
-            f"greet · {echo}",
+            f"Greet, with a file (greet) · {echo}",  # the step's name:
             f"again · {echo}",
             f"last · {echo}",
             *(f"friends[{i}] · {echo}" for i in range(3)),

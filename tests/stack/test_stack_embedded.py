@@ -49,8 +49,8 @@ def test_demo_runs_hello_prints_each_step_the_outputs_and_the_temporal_link_then
     )
     assert done.returncode == 0, (done.stdout, done.stderr)
     lines = done.stdout.splitlines()
-    steps = [ln.split(" (")[0] for ln in lines if ln.startswith("✓")]
-    assert steps == ["✓ greet", "✓ again", "✓ last", "✓ friends", "✓ done"]
+    steps = [ln.split(" (1 attempt")[0] for ln in lines if ln.startswith("✓")]
+    assert steps == ["✓ Greet, with a file (greet)", "✓ again", "✓ last", "✓ friends", "✓ done"]
     assert '  "greeting": "hello world, again (3 friends next)",' in lines
     ui = ports[3]
     links = [ln for ln in lines if ln.startswith("Temporal UI: ")]
