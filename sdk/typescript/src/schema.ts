@@ -78,7 +78,7 @@ export interface paths {
         get?: never;
         /**
          * Put Publisher
-         * @description Give a namespace to an organization (operator only).
+         * @description Give a namespace to an organization, by default the caller's (operator only).
          */
         put: operations["put_publisher_v1_admin_publishers__namespace__put"];
         post?: never;
@@ -421,7 +421,8 @@ export interface paths {
         put?: never;
         /**
          * Start Run
-         * @description Start a run of a routine; the same Idempotency-Key gives the same run.
+         * @description Start a run of a routine; the same Idempotency-Key gives the same run. The answer's
+         *     `Server-Timing` says where the start's time went (api.runs.starts).
          */
         post: operations["start_run_v1_routines__name__runs_post"];
         delete?: never;
@@ -969,7 +970,19 @@ export interface components {
              * Secret
              * @description a text (api_key, bearer), {"username", "password"} (basic), or {"access_token", "refresh_token"?, "expires_at"?, "token_url"?, "client_id"?, "client_secret"?} (oauth2)
              */
-            secret: unknown;
+            secret: string | {
+                username: string;
+                password: string;
+            } | {
+                access_token: string;
+                refresh_token?: string;
+                /** @description an https URL */
+                token_url?: string;
+                client_id?: string;
+                client_secret?: string;
+                /** @description unix seconds, or an RFC 3339 date and time */
+                expires_at?: number | string;
+            };
         };
         /** ConnectionList */
         ConnectionList: {
@@ -1168,8 +1181,11 @@ export interface components {
         };
         /** PublisherCreate */
         PublisherCreate: {
-            /** Org Id */
-            org_id: string;
+            /**
+             * Org Id
+             * @description the organization to give it to; default the caller's own
+             */
+            org_id?: string | null;
         };
         /** PublisherList */
         PublisherList: {
@@ -1422,6 +1438,16 @@ export interface components {
             run_id: string;
             /** Routine */
             routine: string;
+            /**
+             * Rerun Of
+             * @description the run this run re-ran, for a re-run
+             */
+            rerun_of?: string | null;
+            /**
+             * Schedule Id
+             * @description the schedule that started this run
+             */
+            schedule_id?: string | null;
             /** Status */
             status: string;
             /**
@@ -1568,6 +1594,11 @@ export interface components {
          * @description One step of a run as the API and CLI show it.
          */
         StepResult: {
+            /**
+             * Name
+             * @description the step's name: (its title for run views), when it has one
+             */
+            name?: string | null;
             /**
              * Status
              * @default pending
