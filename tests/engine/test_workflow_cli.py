@@ -190,13 +190,12 @@ def test_the_cli_streams_escape_what_a_terminal_would_obey() -> None:
     assert json.loads(clean(json.dumps({"t": "\u009b\u202e"}, ensure_ascii=False))) == {"t": "\u009b\u202e"}
 
 
-SLOW = """\
-name: slow
-steps:
-  - id: nap
-    uses: com.example.tools/free/fail@1
-    with: {mode: sleep, seconds: 20}
-"""
+SLOW = (
+    "name: slow\nsteps:\n  - id: nap\n    uses: com.example.tools/free/fail@1\n"
+    f"    foreach: [{', '.join(str(i) for i in range(40))}]\n    with: {{mode: sleep, seconds: 2}}\n"
+)
+"""A run of ~20 s whose every call ends well within the action's own 5 s (one call sleeping 20 s timed out
+first when a busy machine took 5 s to deliver the cancel)."""
 
 
 async def test_ctrl_c_cancels_the_run_and_exits_130_as_the_help_says(api: Api, tmp_path: Path) -> None:
