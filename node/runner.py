@@ -48,11 +48,14 @@ from cachetools import TTLCache
 from node.answers import clean_message, fail, parse_answer
 from node.cache import InstallCache
 from node.errors import NodeError
+from node.js.relay import Relay
+from node.js.runtime import js_cmd
 from node.models import NodeCall, NodeCallError, NodeCallResult
 from node.vm.base import InputFile, OutputFileError, PhaseClock, RunResult, Vm, VmDriver, VmError
 from packs.names import FILE_NAME_RE
 
 MAX_STDOUT_BYTES = 1024 * 1024
+EGRESS_SOCKET = "egress.sock"  # a js call's only way out, at /in/egress.sock (node/js/relay.py)
 MIN_START_MS = 5
 CANCEL_MEMORY_S = 120.0  # longer than any call may wait to reach the node (60 s and the api's slack)
 DEFAULT_CONTENT_TYPE = "application/octet-stream"
@@ -115,9 +118,18 @@ class Runner:
     """Runs calls on VMs from a driver, at most `slots` at once."""
 
     def __init__(
-        self, driver: VmDriver, cache: InstallCache, *, slots: int = 8, memory_mb: int = 512
+        self,
+        driver: VmDriver,
+        cache: InstallCache,
+        *,
+        slots: int = 8,
+        memory_mb: int = 512,
+        js_runtime: Path | None = None,
+        egress_url: str | None = None,
     ) -> None:
         self.driver = driver
+        self.js_runtime = js_runtime  # node/js/runtime.py: Node.js and the harness, under a js call's /tool
+        self.egress_url = egress_url  # where a js call's fetch requests are relayed
         self.cache = cache
         self.slots = slots
         self.memory_mb = memory_mb
@@ -208,6 +220,7 @@ class Runner:
                 ok=False, ran=False, error=fail("tool_unavailable", "no_slot", "no VM was free in time")
             )
         vm: Vm | None = None
+        relay: Relay | None = None
         token = next(self._ids)
         with self._lock:
             self._deadlines[token] = deadline
@@ -219,9 +232,18 @@ class Runner:
                 self._share(call.tenant or f"call:{call.call_id}", joining=vm)
             with clock.phase("copy"):
                 vm.copy(tool_dir, files)
+                if call.js is not None:
+                    relay = Relay(
+                        vm.listen_unix(EGRESS_SOCKET),
+                        egress_url=self.egress_url,
+                        grant=call.js.grant,
+                        deadline=deadline,
+                    )
             with clock.phase("unpack"):
-                vm.unpack()
-            exec_error = self._check_exec(tool_dir, call.cmd[0])
+                vm.unpack(self._js_runtime() if call.js is not None else None)
+            exec_error = (
+                self._check_exec(tool_dir, call.cmd[0]) if call.js is None else self._check_js(call, tool_dir)
+            )
             if exec_error:
                 raise VmError("exec", exec_error)
             with self._lock:
@@ -236,9 +258,11 @@ class Runner:
                 "limits": {"timeoutMs": call.timeout_ms, "maxOutputBytes": call.max_output_bytes},
                 "call": {"id": call.call_id},
             }
+            if call.js is not None:
+                request["js"] = call.js.model_dump(include={"entry", "export", "errors", "connections"})
             with clock.phase("run"):
                 run = vm.run(
-                    call.cmd,
+                    call.cmd or js_cmd(),
                     json.dumps(request).encode(),
                     timeout_s=remaining,
                     max_stdout=MAX_STDOUT_BYTES,
@@ -251,6 +275,8 @@ class Runner:
                 self.cache.forget(call.pack, call.version, exc.message)
             result = NodeCallResult(ok=False, ran=False, error=fail(code, exc.reason, exc.message))
         finally:
+            if relay is not None:
+                relay.close()
             if vm is not None:
                 with self._lock:
                     self._share(call.tenant or f"call:{call.call_id}", leaving=vm)
@@ -273,6 +299,18 @@ class Runner:
             vm.share_cpu(1 / len(vms))
         if not vms:
             del self._tenants[tenant]
+
+    def _js_runtime(self) -> Path:
+        if self.js_runtime is None:
+            raise VmError("exec", "this node has no JS runtime (Node.js), so it runs no js actions")
+        return self.js_runtime
+
+    @staticmethod
+    def _check_js(call: NodeCall, tool_dir: Path) -> str:
+        assert call.js is not None
+        if not (tool_dir / call.js.entry).is_file():
+            return f"{call.js.entry} is not a file of the pack"
+        return ""
 
     @staticmethod
     def _check_exec(tool_dir: Path, first: str) -> str:
