@@ -286,6 +286,8 @@ class Runner:
                 del self._deadlines[token]
             self._sem.release()
         result.timings = clock.as_dict()
+        if relay is not None and result.ran:  # the egress proxy's exchanges, metered as HTTP action calls
+            result.usage["requests"] = relay.requests
         return result
 
     def _share(self, tenant: str, *, joining: Vm | None = None, leaving: Vm | None = None) -> None:

@@ -38,11 +38,12 @@ import httpx
 from sqlmodel import Session
 
 from api.calls.costs import UnitPrices, http_call_cost
-from api.calls.errors import ActionFailed, ActionTimedOut, ActionUnavailable, CallInvalid
+from api.calls.errors import ActionFailed, ActionTimedOut, ActionUnavailable
 from api.calls.executor import Execution, Prepared
 from api.calls.http_template import read_response, render_request, response_scope
 from api.calls.inputs import schema_errors
 from api.calls.metering import ACTION_CALL, PUBLISHER_MICROUSD
+from api.calls.needed import needed_connections
 from api.calls.sessions import CallSessions
 from api.calls.tables import ActionCall
 from api.connections import service as connections
@@ -123,22 +124,7 @@ class HttpExecutor:
                 retry_after=EGRESS_RETRY_S,
             )
         needed = list(resolved.action.connections)
-
-        def found(session: Session) -> dict[str, Any]:
-            return connections.connections_for(session, org_id=org_id, pack=resolved.pack) if needed else {}
-
-        rows = await self._db.run(found)
-        for key in needed:
-            if key not in rows:
-                definition = resolved.manifest.connection(key)
-                kind = definition.kind if definition else "credential"
-                raise CallInvalid(
-                    f"{resolved.pin} needs the connection {key!r} ({kind}) of {resolved.pack}, which this "
-                    f"organization has not added: add it with `b3os connection add {resolved.pack} {key} "
-                    "--secret-stdin` or POST /v1/connections",
-                    reason="connection_missing",
-                    details={"connection": key, "pack": resolved.pack},
-                )
+        rows = await needed_connections(self._db, resolved, org_id=org_id)
         scope = {
             "input": prepared.checked.value,
             "connections": {key: dict(rows[key].params or {}) for key in needed},
