@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
+import subprocess
 from pathlib import Path
 
 from node.errors import NodeError
@@ -20,6 +22,7 @@ from node.errors import NodeError
 NODE_BIN = Path("/usr/bin/node")
 HARNESS = Path(__file__).with_name("harness.mjs")
 RUNTIME_DIR = ".js-runtime"
+MIN_NODE_MAJOR = 20  # the permission model (--experimental-permission) came with Node.js 20
 HEAP_MB = 384  # of the VM's 512 MiB: the rest is Node's own (code, buffers) before the cgroup kills it
 
 
@@ -40,6 +43,18 @@ def js_cmd() -> list[str]:
     ]
 
 
+def _version(node_bin: Path) -> int:
+    """The major version of a Node.js executable (0 when it does not say)."""
+    try:
+        done = subprocess.run(
+            [str(node_bin), "--version"], capture_output=True, text=True, timeout=10, env={}
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    match = re.match(r"^v(\d+)\.", done.stdout.strip())
+    return int(match.group(1)) if match else 0
+
+
 def prepare_runtime(cache_root: Path, node_bin: Path = NODE_BIN) -> Path:
     """Lay out (or reuse) the runtime directory under `cache_root` and return it.
 
@@ -48,6 +63,11 @@ def prepare_runtime(cache_root: Path, node_bin: Path = NODE_BIN) -> Path:
     """
     if not node_bin.is_file():
         raise JsRuntimeError(f"{node_bin} is missing: js actions need Node.js (the nodejs package)")
+    version = _version(node_bin)
+    if version < MIN_NODE_MAJOR:
+        raise JsRuntimeError(
+            f"{node_bin} is Node.js {version}: js actions need {MIN_NODE_MAJOR} or later (its permission model)"
+        )
     stat = node_bin.stat()
     tag = hashlib.sha256(f"{stat.st_ino}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
     tag += hashlib.sha256(HARNESS.read_bytes()).hexdigest()[:12]
