@@ -66,7 +66,8 @@ def prepare_runtime(cache_root: Path, node_bin: Path = NODE_BIN) -> Path:
     version = _version(node_bin)
     if version < MIN_NODE_MAJOR:
         raise JsRuntimeError(
-            f"{node_bin} is Node.js {version}: js actions need {MIN_NODE_MAJOR} or later (its permission model)"
+            f"{node_bin} is Node.js {version}: js actions need {MIN_NODE_MAJOR} or later "
+            "(its permission model)"
         )
     stat = node_bin.stat()
     tag = hashlib.sha256(f"{stat.st_ino}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
