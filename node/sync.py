@@ -152,7 +152,12 @@ class RegistrySync:
             raise ValueError(f"content hash {hash_} is not the registry's record {recorded}")
         tool = parse_manifest(manifest).tool  # the typed models every part reads a manifest with
         if tool is None:  # a js pack: its code is the js/** bundle files
-            self.cache.install_files(pack, version, self._js_files(files), dict(manifest))
+            code = self._js_files(files)
+            for _, action in actions_of(manifest):
+                entry = action["impl"].get("entry") if is_js_action(action) else None
+                if entry is not None and entry not in code:
+                    raise ValueError(f"{pack}@{version}: the entry {entry} is not a file of its bundle")
+            self.cache.install_files(pack, version, code, dict(manifest))
             return
         archive = tool.bundle.archive
         fmt = archive.format
