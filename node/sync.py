@@ -154,9 +154,9 @@ class RegistrySync:
         if tool is None:  # a js pack: its code is the js/** bundle files
             code = self._js_files(files)
             for _, action in actions_of(manifest):
-                entry = action["impl"].get("entry") if is_js_action(action) else None
-                if entry is not None and entry not in code:
-                    raise ValueError(f"{pack}@{version}: the entry {entry} is not a file of its bundle")
+                path = action["impl"].get("entry") if is_js_action(action) else None
+                if path is not None and path not in code:
+                    raise ValueError(f"{pack}@{version}: the entry {path} is not a file of its bundle")
             self.cache.install_files(pack, version, code, dict(manifest))
             return
         archive = tool.bundle.archive

@@ -260,7 +260,7 @@ def test_a_js_packs_code_is_fetched_checked_and_installed(
     code = {f"js/{p.name}": p.read_bytes() for p in (REPO / "examples/packs/github/js").glob("*.js")}
     files = [BundleFile.of(path, data) for path, data in sorted(code.items())]
     signed = sign_manifest(manifest, files, key, "io.b3os#dev-test")
-    for path, data in code.items():
+    for data in code.values():
         stand_in.blobs[hashlib.sha256(data).hexdigest()] = data
     entry = {
         "pack": "io.b3os/github",
