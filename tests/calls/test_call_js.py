@@ -86,3 +86,35 @@ def test_a_js_call_without_its_connection_says_how_to_add_it(stack: Stack) -> No
     err = error(call(stack, stack.org(), LIST, {"owner": "o", "repo": "r"}), 400, "invalid_request")
     assert err["reason"] == "connection_missing"
     assert "b3os connection add io.b3os/github token --secret-stdin" in err["message"]
+
+
+JS_PROBE = "io.b3os/js-probe"
+
+
+def test_a_js_call_that_answers_is_charged_its_compute_and_the_tool_floor(stack: Stack) -> None:
+    body = call(stack, stack.org(), f"{JS_PROBE}/answer@1", {}).json()
+    assert body["output"] == {"got": 42} and body["tier"] == "js"  # the input's default filled in
+    cost = body["cost"]
+    assert cost["floor"] == 10 and cost["price"] == 0 and cost["total"] == cost["compute"] + 10
+
+
+def test_hostile_js_ends_with_its_error_never_charged_the_price_and_the_node_keeps_serving(
+    stack: Stack,
+) -> None:
+    org = stack.org()
+    spin = error(call(stack, org, f"{JS_PROBE}/spin@1", {}), 504, "tool_timed_out")
+    assert spin["message"] == "the tool's command did not finish in 1500 ms"
+    hog = error(call(stack, org, f"{JS_PROBE}/hog@1", {}), 502, "tool_failed")
+    assert hog["reason"] in ("signal", "exit")
+    shout = error(call(stack, org, f"{JS_PROBE}/shout@1", {}), 502, "tool_failed", "output_too_large")
+    for err in (spin, hog, shout):
+        assert err["cost"]["price"] == 0 and err["cost"]["floor"] == 10 and err["tier"] == "js"
+    metadata = error(
+        call(stack, org, f"{JS_PROBE}/fetch-path@1", {"url": "https://169.254.169.254/latest/meta-data/"}),
+        502,
+        "action_failed",
+        "js_error",
+    )
+    assert metadata["message"].startswith("the action's code failed: TypeError: fetch failed: ")
+    assert metadata["cost"]["price"] == 0
+    assert call(stack, org, f"{JS_PROBE}/answer@1", {"n": 1}).json()["output"] == {"got": 2}
