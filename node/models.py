@@ -110,3 +110,6 @@ class NodeCallResult(BaseModel):
     timings: dict[str, float] = Field(default_factory=dict)
     usage: dict[str, int] = Field(default_factory=lambda: {"vcpu_ms": 0, "gib_ms": 0})
     cancelled: bool = Field(default=False, description="the call was cancelled while the node held it")
+    refreshed: list[dict[str, str]] = Field(
+        default_factory=list, description="a js call's OAuth2 tokens the egress proxy refreshed, sealed"
+    )

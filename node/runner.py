@@ -288,6 +288,7 @@ class Runner:
         result.timings = clock.as_dict()
         if relay is not None and result.ran:  # the egress proxy's exchanges, metered as HTTP action calls
             result.usage["requests"] = relay.requests
+            result.refreshed = relay.refreshed
         return result
 
     def _share(self, tenant: str, *, joining: Vm | None = None, leaving: Vm | None = None) -> None:

@@ -26,7 +26,7 @@ from typing import Any
 
 from api.calls.errors import ActionFailed, ActionUnavailable
 from api.calls.executor import Prepared
-from api.calls.needed import needed_connections
+from api.calls.needed import needed_connections, store_refreshed
 from api.calls.tables import ActionCall
 from api.calls.vm import VmExecutor
 from api.errors import CallError
@@ -89,6 +89,11 @@ class JsExecutor(VmExecutor):
                 "grant": grant,
             },
         }
+
+    async def _after(self, call: ActionCall, prepared: Prepared, result: dict[str, Any]) -> None:
+        """Keep the OAuth2 tokens the proxy refreshed during the code's fetches (the node passes them on)."""
+        sent = prepared.state["credentials"]
+        await store_refreshed(self._db, org_id=call.org_id, sent=sent, refreshed=result.get("refreshed"))
 
     def _refine(self, error: CallError, prepared: Prepared) -> CallError:
         impl = prepared.resolved.action.impl

@@ -1,4 +1,5 @@
-"""The organization's connections an action requires, before admission (http and js actions)."""
+"""The organization's connections an action requires, before admission, and the tokens the egress proxy
+refreshed while a call used them (http and js actions)."""
 
 from __future__ import annotations
 
@@ -36,3 +37,29 @@ async def needed_connections(db: CallSessions, resolved: Resolved, *, org_id: st
                 details={"connection": key, "pack": resolved.pack},
             )
     return {key: rows[key] for key in needed}
+
+
+async def store_refreshed(
+    db: CallSessions, *, org_id: str, sent: list[dict[str, Any]], refreshed: Any
+) -> None:
+    """Keep the tokens the proxy refreshed (sealed; compare-and-set on the token the call sent)."""
+    olds = {c["id"]: c["sealed"] for c in sent}
+    fresh = [
+        (item["id"], item["sealed"])
+        for item in (refreshed if isinstance(refreshed, list) else [])
+        if isinstance(item, dict) and item.get("id") in olds and isinstance(item.get("sealed"), str)
+    ]
+    if not fresh:
+        return
+
+    def store(session: Session) -> None:
+        for connection_id, sealed in fresh:
+            connections.replace_sealed(
+                session,
+                org_id=org_id,
+                connection_id=connection_id,
+                old_sealed=olds[connection_id],
+                new_sealed=sealed,
+            )
+
+    await db.run(store)

@@ -152,6 +152,7 @@ class VmExecutor:
         if reply.elsewhere:
             return Execution(error=await self._node_error(reply, call), elsewhere=True)
         result = reply.result
+        await self._after(call, prepared, result)
         usage: dict[str, Any] = result["usage"] if isinstance(result.get("usage"), dict) else {}
         timings: dict[str, Any] = result["timings"] if isinstance(result.get("timings"), dict) else {}
         ran = bool(result.get("ran")) and reply.status == 200
@@ -195,6 +196,9 @@ class VmExecutor:
     def _more(self, call: ActionCall, prepared: Prepared) -> dict[str, Any]:
         """Fields of the node call beside the tool's (a js call's `js`)."""
         return {}
+
+    async def _after(self, call: ActionCall, prepared: Prepared, result: dict[str, Any]) -> None:
+        """What the kind keeps of the node's answer (a js call's refreshed tokens)."""
 
     def _refine(self, error: CallError, prepared: Prepared) -> CallError:
         """The call's error as the kind names it (a js call's pack error)."""

@@ -49,6 +49,7 @@ class Relay:
         self._closed = False
         self._client = httpx.Client(follow_redirects=False)
         self.requests = 0
+        self.refreshed: list[dict[str, str]] = []  # OAuth2 tokens the proxy refreshed, sealed, for the api
         self._thread = threading.Thread(target=self._serve, name="b3os-js-relay", daemon=True)
         self._thread.start()
 
@@ -127,7 +128,10 @@ class Relay:
         if resp.status_code != 200:
             err: dict[str, Any] = answer["error"] if isinstance(answer.get("error"), dict) else {}
             return _refusal(str(err.get("code") or "refused"), str(err.get("message") or "refused"))
-        answer.pop("refreshed", None)  # sealed tokens are the api's business, not the code's
+        refreshed = answer.pop("refreshed", None)  # sealed tokens are the api's business, not the code's
+        if isinstance(refreshed, list):
+            with self._lock:
+                self.refreshed += [r for r in refreshed if isinstance(r, dict)][:32]
         return answer
 
     @staticmethod

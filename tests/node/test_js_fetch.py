@@ -178,3 +178,41 @@ def test_the_example_list_open_issues_pages_through_link_headers(
     assert [i["number"] for i in result.output["issues"]] == list(range(1, 31))
     assert len(api.requests) == 3
     assert all(r.header("authorization") == f"Bearer {SECRET}" for r in api.requests)
+
+
+def test_an_oauth2_token_the_proxy_refreshed_comes_back_sealed_for_the_api_not_to_the_code(
+    fetch_runner: Runner, proxy: ProxyProcess, stand_ins: tuple[trustme.CA, Upstream, Upstream]
+) -> None:
+    _, api, other = stand_ins
+    other.on(
+        "/token", Reply(200, [("content-type", "application/json")], b'{"access_token": "fresh-token-1"}')
+    )
+    api.on("/user", Reply(200, [], b"me"))
+    payload = {
+        "access_token": "stale-token",
+        "refresh_token": "r1",
+        "expires_at": 1,
+        "token_url": "https://other.example.org/token",
+        "client_id": "c",
+        "client_secret": "s",
+    }
+    oauth = sealed_credential(
+        proxy.public_key, {"kind": "oauth2", "hosts": ["api.github.com"], "inject": None, "secret": payload}
+    )
+    grant = Grant(
+        call_id="c",
+        pack="io.b3os/github",
+        egress=["api.github.com"],
+        credentials=[oauth],
+        expires_at=time.time() + 30,
+    )
+    call = js_call("fetchUrl", {"url": "https://api.github.com/user"}, grant=sign_grant(proxy.token, grant))
+    result = fetch_runner.call(call)
+    assert result.ok and result.output is not None and result.output["body"] == "me", result.error
+    assert api.requests[-1].header("authorization") == "Bearer fresh-token-1"
+    assert [r["id"] for r in result.refreshed] == [oauth["id"]]
+    assert (
+        result.refreshed[0]["sealed"].startswith("b3seal-v1.")
+        and result.refreshed[0]["sealed"] != oauth["sealed"]
+    )
+    assert b"fresh-token-1" not in json.dumps(result.output).encode()
