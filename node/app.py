@@ -156,6 +156,7 @@ def create_app(
         finally:
             if state.sync is not None:
                 state.sync.stop()
+            runner.js.close()
             if driver is None or close_driver:
                 drv.close()
 

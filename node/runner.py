@@ -48,6 +48,7 @@ from cachetools import TTLCache
 from node.answers import clean_message, fail, parse_answer
 from node.cache import InstallCache
 from node.errors import NodeError
+from node.js.calls import JsCalls
 from node.js.relay import Relay
 from node.js.runtime import js_cmd
 from node.models import NodeCall, NodeCallError, NodeCallResult
@@ -55,7 +56,6 @@ from node.vm.base import InputFile, OutputFileError, PhaseClock, RunResult, Vm, 
 from packs.names import FILE_NAME_RE
 
 MAX_STDOUT_BYTES = 1024 * 1024
-EGRESS_SOCKET = "egress.sock"  # a js call's only way out, at /in/egress.sock (node/js/relay.py)
 MIN_START_MS = 5
 CANCEL_MEMORY_S = 120.0  # longer than any call may wait to reach the node (60 s and the api's slack)
 DEFAULT_CONTENT_TYPE = "application/octet-stream"
@@ -128,8 +128,7 @@ class Runner:
         egress_url: str | None = None,
     ) -> None:
         self.driver = driver
-        self.js_runtime = js_runtime  # node/js/runtime.py: Node.js and the harness, under a js call's /tool
-        self.egress_url = egress_url  # where a js call's fetch requests are relayed
+        self.js = JsCalls(js_runtime, egress_url)  # node/js/: the runtime and where fetches are relayed
         self.cache = cache
         self.slots = slots
         self.memory_mb = memory_mb
@@ -233,16 +232,13 @@ class Runner:
             with clock.phase("copy"):
                 vm.copy(tool_dir, files)
                 if call.js is not None:
-                    relay = Relay(
-                        vm.listen_unix(EGRESS_SOCKET),
-                        egress_url=self.egress_url,
-                        grant=call.js.grant,
-                        deadline=deadline,
-                    )
+                    relay = self.js.relay(vm, call, deadline)
             with clock.phase("unpack"):
-                vm.unpack(self._js_runtime() if call.js is not None else None)
+                vm.unpack(self.js.layer() if call.js is not None else None)
             exec_error = (
-                self._check_exec(tool_dir, call.cmd[0]) if call.js is None else self._check_js(call, tool_dir)
+                self._check_exec(tool_dir, call.cmd[0])
+                if call.js is None
+                else self.js.missing_entry(call, tool_dir)
             )
             if exec_error:
                 raise VmError("exec", exec_error)
@@ -302,18 +298,6 @@ class Runner:
             vm.share_cpu(1 / len(vms))
         if not vms:
             del self._tenants[tenant]
-
-    def _js_runtime(self) -> Path:
-        if self.js_runtime is None:
-            raise VmError("exec", "this node has no JS runtime (Node.js), so it runs no js actions")
-        return self.js_runtime
-
-    @staticmethod
-    def _check_js(call: NodeCall, tool_dir: Path) -> str:
-        assert call.js is not None
-        if not (tool_dir / call.js.entry).is_file():
-            return f"{call.js.entry} is not a file of the pack"
-        return ""
 
     @staticmethod
     def _check_exec(tool_dir: Path, first: str) -> str:

@@ -37,7 +37,13 @@ class Relay:
     """Serves one call's socket until `close`."""
 
     def __init__(
-        self, listener: socket.socket, *, egress_url: str | None, grant: str, deadline: float
+        self,
+        listener: socket.socket,
+        *,
+        egress_url: str | None,
+        grant: str,
+        deadline: float,
+        client: httpx.Client | None = None,
     ) -> None:
         self._listener = listener
         self._url = egress_url.rstrip("/") + RELAY_PATH if egress_url else None
@@ -47,7 +53,8 @@ class Relay:
         self._count = 0
         self._lock = threading.Lock()
         self._closed = False
-        self._client = httpx.Client(follow_redirects=False)
+        self._own_client = client is None
+        self._client = client or httpx.Client(follow_redirects=False)
         self.requests = 0
         self.refreshed: list[dict[str, str]] = []  # OAuth2 tokens the proxy refreshed, sealed, for the api
         self._thread = threading.Thread(target=self._serve, name="b3os-js-relay", daemon=True)
@@ -60,7 +67,8 @@ class Relay:
             self._listener.shutdown(socket.SHUT_RDWR)
         self._listener.close()
         self._thread.join(timeout=2)
-        self._client.close()
+        if self._own_client:
+            self._client.close()
 
     def _serve(self) -> None:
         while not self._closed:

@@ -56,8 +56,9 @@ def proxy(stand_ins: tuple[trustme.CA, Upstream, Upstream], tmp_path: Path) -> I
 
 @pytest.fixture
 def fetch_runner(js_runner: Runner, driver: BwrapDriver, proxy: ProxyProcess) -> Iterator[Runner]:
-    runner = Runner(driver, js_runner.cache, slots=4, js_runtime=js_runner.js_runtime, egress_url=proxy.url)
+    runner = Runner(driver, js_runner.cache, slots=4, js_runtime=js_runner.js.runtime, egress_url=proxy.url)
     yield runner
+    runner.js.close()
     assert leftovers(driver) == []
 
 
