@@ -156,3 +156,12 @@ def test_fetch_without_an_egress_proxy_fails_inside_the_code(js_runner: Runner) 
 
 def test_a_tool_call_still_runs_beside_js_calls(js_runner: Runner) -> None:
     assert js_runner.call(echo_call("noop", {})).output == {}
+
+
+def test_the_egress_socket_takes_no_more_than_a_fetch_does(js_runner: Runner) -> None:
+    wider = {"method": "GET", "url": "https://api.example.com/", "egress": ["evil.example.net"]}
+    result = js_runner.call(js_call("rawSocket", {"request": wider}))
+    assert result.ok, result.error
+    assert result.output == {
+        "error": {"reason": "bad_request", "message": "a request has only method, url, headers and body"}
+    }

@@ -91,3 +91,15 @@ export async function lingers() {
   setInterval(() => {}, 1000);
   return { done: true };
 }
+
+export async function rawSocket(input) {
+  const net = await import("node:net");
+  return await new Promise((resolve) => {
+    const s = net.connect("/in/egress.sock");
+    const chunks = [];
+    s.on("connect", () => s.end(JSON.stringify(input.request) + "\n"));
+    s.on("data", (c) => chunks.push(c));
+    s.on("end", () => resolve(JSON.parse(Buffer.concat(chunks).toString())));
+    s.on("error", (e) => resolve({ error: e.code }));
+  });
+}
