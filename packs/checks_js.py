@@ -21,7 +21,7 @@ JS_EXTENSIONS = (".js", ".mjs")
 # The entry: a path under js/ whose segments are bundle path segments, ending .js or .mjs.
 _ENTRY_RE = re.compile(r"^js(/[A-Za-z0-9][A-Za-z0-9._-]{0,127}){1,8}$")
 _EXPORT_RE = re.compile(r"^[A-Za-z_$][A-Za-z0-9_$]{0,63}$")
-_CODE_RE = re.compile(r"^[a-z0-9_-]{1,60}$")
+_CODE_RE = re.compile(r"^[a-z][a-z0-9_-]{0,59}$")  # a letter first: the node's answers take such codes
 _ENTRY_HINT = 'use the path of a .js or .mjs file under js/, such as "js/index.js"'
 _IMPL_FIELDS = ("kind", "entry", "export", "errors")
 _ERROR_FIELDS = ("code", "message", "retryable")
@@ -86,7 +86,8 @@ def _check_errors(r: Report, p: str, errors: Any) -> None:
                 33,
                 f"{p}.errors[{i}].code",
                 code,
-                'use a unique code of 1 to 60 lowercase letters, digits, "_" and "-", such as "not_found"',
+                'use a unique code of 1 to 60 lowercase letters, digits, "_" and "-", starting with a '
+                'letter, such as "not_found"',
             )
         seen.add(str(code))
         message = e.get("message", "")

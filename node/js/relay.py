@@ -124,7 +124,8 @@ class Relay:
         left_ms = int((self._deadline - time.monotonic()) * 1000)
         if left_ms <= 0:
             return _refusal("timeout", "the call's time is up")
-        self.requests += 1
+        with self._lock:
+            self.requests += 1
         body = {**request, "grant": self._grant, "timeout_ms": left_ms, "max_body_bytes": MAX_BODY_BYTES}
         try:
             resp = self._client.post(self._url, json=body, timeout=left_ms / 1000 + 1)

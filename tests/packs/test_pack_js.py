@@ -58,10 +58,17 @@ JS_CASES: list[tuple[dict[str, Any], dict[str, Any], list[str]]] = [
     ),
     (
         GH,
-        {f"actions[{JS}].impl.errors": [{"code": "NotFound"}, {"code": "x", "retryable": "yes"}]},
+        {
+            f"actions[{JS}].impl.errors": [
+                {"code": "NotFound"},
+                {"code": "x", "retryable": "yes"},
+                {"code": "404"},
+            ]
+        },
         [
-            f'check 33: actions[{JS}].impl.errors[0].code "NotFound" is not accepted: use a unique code of 1 to 60 lowercase letters, digits, "_" and "-", such as "not_found"',
+            f'check 33: actions[{JS}].impl.errors[0].code "NotFound" is not accepted: use a unique code of 1 to 60 lowercase letters, digits, "_" and "-", starting with a letter, such as "not_found"',
             f'check 33: actions[{JS}].impl.errors[1].retryable "yes" is not accepted: use true or false',
+            f'check 33: actions[{JS}].impl.errors[2].code "404" is not accepted: use a unique code of 1 to 60 lowercase letters, digits, "_" and "-", starting with a letter, such as "not_found"',
         ],
     ),
     (
