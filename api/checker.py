@@ -198,12 +198,14 @@ class Checkers:
         *,
         routine_s: float,
         manifest_s: float,
+        first_party: tuple[str, ...] = (),
         most: int = CHECKERS,
         memory_bytes: int = MEMORY_BYTES,
     ) -> None:
         self._database_url = database_url
         self._routine_s = routine_s
         self._manifest_s = manifest_s
+        self._first_party = list(first_party)
         self._memory_bytes = memory_bytes
         self._most = most
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -243,7 +245,8 @@ class Checkers:
             InvalidRequest: the manifest could not be checked within the time or memory one may take.
             ServiceUnavailable: a checker could not start or failed on its own.
         """
-        answer = await self._ask(org_id, {"manifest": manifest}, self._manifest_s)
+        request = {"manifest": manifest, "first_party": self._first_party}
+        answer = await self._ask(org_id, request, self._manifest_s)
         if isinstance(answer, str):
             raise InvalidRequest(
                 f"The manifest could not be checked within {answer}: make its request templates fewer or "
@@ -293,7 +296,7 @@ def _answer(request: dict[str, Any], engines: dict[str, Engine]) -> dict[str, An
     from engine.validate import RoutineError, load_routine
 
     if "manifest" in request:
-        violations = run_checks(request["manifest"])
+        violations = run_checks(request["manifest"], first_party=request.get("first_party", ()))
         return {"violations": [dataclasses.asdict(v) for v in violations]}
     url, source = request["routine"]["database"], request["routine"]["yaml"]
     if url not in engines:

@@ -72,6 +72,10 @@ class Settings(BaseSettings):
     manifest_check_s: float = Field(
         default=5.0, gt=0, le=600, description="the CPU seconds a pack manifest's publish checks may take"
     )
+    first_party_namespaces: str = Field(
+        default="",
+        description="namespaces besides io.b3os whose packs may publish js actions, comma-separated",
+    )
     registry_page_size: int = Field(default=100, ge=1, le=1000, description="versions per node feed page")
     temporal_address: str = Field(default="127.0.0.1:7233", description="the Temporal frontend, host:port")
     temporal_namespace: str = Field(default="default", description="the Temporal namespace of routine runs")

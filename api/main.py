@@ -97,6 +97,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         engine.url.render_as_string(hide_password=False),
         routine_s=settings.routine_check_s,
         manifest_s=settings.manifest_check_s,
+        first_party=tuple(n.strip() for n in settings.first_party_namespaces.split(",") if n.strip()),
     )
     app.state.health = health.DatabaseProbe(engine)
     blob_dir = settings.resolved_blob_dir()

@@ -61,7 +61,7 @@ REFUSALS = Counter(
     registry=REGISTRY,
 )
 
-TIERS = frozenset({"vm", "http"})
+TIERS = frozenset({"vm", "http", "js"})
 PHASES = frozenset(
     {"validate", "start", "copy", "unpack", "run", "collect", "delete", "cost", "template", "egress",
      "upstream", "map"}

@@ -4,6 +4,7 @@
 GET  /healthz                -> {"ok": true}                      no auth
 GET  /v1/egress/public-key   -> {"public_key": "<base64 raw 32>"} bearer B3OS_EGRESS_TOKEN
 POST /v1/egress/fetch        -> 200 {...answer} | 200 {"error": {"reason", "message", "sent"}, "refreshed"}
+POST /v1/egress/relay        -> the same, for a js call's fetch: authorized by its grant (egress.relay)
 ```
 
 A wrong or missing token answers 401 `{"error": {"code": "unauthorized", "message"}}`; a body that
@@ -36,6 +37,7 @@ from egress.guard import GuardedBackend, Resolver
 from egress.metrics import EgressMetrics
 from egress.models import FetchRequest
 from egress.oauth2 import TokenRefresher
+from egress.relay import relay_answer
 from egress.sealing import load_or_create_key, public_key_b64
 from telemetry import logs, tracing
 from telemetry.config import TelemetrySettings
@@ -143,6 +145,18 @@ def create_app(settings: EgressSettings, *, resolver: Resolver | None = None) ->
         error = answer.get("error")
         return JSONResponse(answer), str(error.get("reason")) if isinstance(error, dict) else "ok"
 
+    async def relay(request: Request) -> Response:
+        """One fetch of a js call, relayed by its node under the call's grant."""
+        started = time.perf_counter()
+        try:
+            response, outcome = await relay_answer(request, fetcher, settings.token.get_secret_value())
+        except Exception as exc:  # its text could quote a header: log the type only
+            log.error("egress relay failed unexpectedly: %s", type(exc).__name__)
+            response, outcome = _problem(500, "internal", "the egress proxy failed unexpectedly"), "internal"
+        metrics.answered(outcome)
+        metrics.seconds.observe(time.perf_counter() - started)
+        return response
+
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         logs.install()  # here: uvicorn has set up its logging by now
@@ -154,6 +168,7 @@ def create_app(settings: EgressSettings, *, resolver: Resolver | None = None) ->
             Route("/healthz", healthz, methods=["GET"]),
             Route("/v1/egress/public-key", authorized(public_key_route), methods=["GET"]),
             Route("/v1/egress/fetch", authorized(fetch), methods=["POST"]),
+            Route("/v1/egress/relay", relay, methods=["POST"]),
         ],
         lifespan=lifespan,
     )

@@ -22,6 +22,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio.to_thread
@@ -32,6 +33,7 @@ from pydantic import ValidationError
 from node.cache import InstallCache
 from node.config import Settings
 from node.credential import ProofChecker
+from node.js.runtime import JsRuntimeError, prepare_runtime
 from node.metrics import NodeMetrics
 from node.models import CALL_ID_RE, NodeCall, NodeCallError, NodeCallResult
 from node.proven import Proven
@@ -122,9 +124,20 @@ def create_app(
         logs.install()  # here: uvicorn has set up its logging by now
         drv = driver or make_driver(settings)
         cache = InstallCache(settings.cache_dir)
-        state = NodeState(
-            settings, Runner(drv, cache, slots=settings.slots, memory_mb=settings.memory_mb), None
+        try:
+            js_runtime: Path | None = prepare_runtime(settings.cache_dir, settings.node_bin)
+        except JsRuntimeError as exc:
+            log.warning("js actions cannot run here: %s", exc)
+            js_runtime = None
+        runner = Runner(
+            drv,
+            cache,
+            slots=settings.slots,
+            memory_mb=settings.memory_mb,
+            js_runtime=js_runtime,
+            egress_url=settings.egress_url,
         )
+        state = NodeState(settings, runner, None)
         if settings.api_url:
             state.sync = RegistrySync(
                 api_url=settings.api_url,
@@ -143,6 +156,7 @@ def create_app(
         finally:
             if state.sync is not None:
                 state.sync.stop()
+            runner.js.close()
             if driver is None or close_driver:
                 drv.close()
 

@@ -89,6 +89,51 @@ class InstallCache:
             found.append(f"{vdir.parent.parent.name}/{vdir.parent.name}@{vdir.name}")
         return sorted(found)
 
+    def install_files(
+        self, pack: str, version: str, files: dict[str, bytes], manifest: dict[str, Any]
+    ) -> Path:
+        """Install a verified js pack's code (its js/** bundle files) as `pack@version`; return the tree that
+        becomes /tool (`js/...` in it).
+
+        Raises:
+            CacheError: a path is not a bundle path under js/.
+        """
+        from packs.errors import ManifestError
+        from packs.hashing import check_bundle_path
+
+        final = self.version_dir(pack, version)
+        if (final / MARKER).is_file():
+            return final / "tool"
+        final.parent.mkdir(parents=True, exist_ok=True)
+        for path in (self.root, *final.parents[: len(final.parts) - len(self.root.parts) - 1]):
+            os.chmod(path, 0o755)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{version}-", dir=final.parent))
+        try:
+            os.chmod(tmp, 0o755)
+            (tmp / "tool").mkdir(mode=0o755)
+            for rel, data in sorted(files.items()):
+                try:
+                    check_bundle_path(rel)
+                except ManifestError as exc:
+                    raise CacheError(f"{pack}@{version}: {exc}") from exc
+                if not rel.startswith("js/"):
+                    raise CacheError(f"{pack}@{version}: {rel} is not code under js/")
+                target = tmp / "tool" / rel
+                target.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+                target.write_bytes(data)
+                os.chmod(target, 0o644)
+            for d in (tmp / "tool", *(p for p in (tmp / "tool").rglob("*") if p.is_dir())):
+                os.chmod(d, 0o755)
+            (tmp / "manifest.json").write_text(json.dumps(manifest))
+            (tmp / MARKER).write_text(json.dumps({"pack": pack, "version": version}))
+            if final.exists():
+                shutil.rmtree(final)
+            os.rename(tmp, final)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+        return final / "tool"
+
     def install_archive(
         self,
         pack: str,

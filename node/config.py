@@ -70,6 +70,11 @@ class Settings(BaseSettings):
     heartbeat_s: float = Field(
         default=3.0, gt=0, description="Seconds between heartbeats and registry syncs."
     )
+    egress_url: str | None = Field(
+        default=None,
+        description="The egress proxy a js call's fetch requests are relayed to (none: refused).",
+    )
+    node_bin: Path = Field(default=Path("/usr/bin/node"), description="Node.js, the runtime of js actions.")
 
 
 def get_settings() -> Settings:

@@ -48,6 +48,9 @@ from cachetools import TTLCache
 from node.answers import clean_message, fail, parse_answer
 from node.cache import InstallCache
 from node.errors import NodeError
+from node.js.calls import JsCalls
+from node.js.relay import Relay
+from node.js.runtime import js_cmd
 from node.models import NodeCall, NodeCallError, NodeCallResult
 from node.vm.base import InputFile, OutputFileError, PhaseClock, RunResult, Vm, VmDriver, VmError
 from packs.names import FILE_NAME_RE
@@ -115,9 +118,17 @@ class Runner:
     """Runs calls on VMs from a driver, at most `slots` at once."""
 
     def __init__(
-        self, driver: VmDriver, cache: InstallCache, *, slots: int = 8, memory_mb: int = 512
+        self,
+        driver: VmDriver,
+        cache: InstallCache,
+        *,
+        slots: int = 8,
+        memory_mb: int = 512,
+        js_runtime: Path | None = None,
+        egress_url: str | None = None,
     ) -> None:
         self.driver = driver
+        self.js = JsCalls(js_runtime, egress_url)  # node/js/: the runtime and where fetches are relayed
         self.cache = cache
         self.slots = slots
         self.memory_mb = memory_mb
@@ -208,6 +219,7 @@ class Runner:
                 ok=False, ran=False, error=fail("tool_unavailable", "no_slot", "no VM was free in time")
             )
         vm: Vm | None = None
+        relay: Relay | None = None
         token = next(self._ids)
         with self._lock:
             self._deadlines[token] = deadline
@@ -219,9 +231,15 @@ class Runner:
                 self._share(call.tenant or f"call:{call.call_id}", joining=vm)
             with clock.phase("copy"):
                 vm.copy(tool_dir, files)
+                if call.js is not None:
+                    relay = self.js.relay(vm, call, deadline)
             with clock.phase("unpack"):
-                vm.unpack()
-            exec_error = self._check_exec(tool_dir, call.cmd[0])
+                vm.unpack(self.js.layer() if call.js is not None else None)
+            exec_error = (
+                self._check_exec(tool_dir, call.cmd[0])
+                if call.js is None
+                else self.js.missing_entry(call, tool_dir)
+            )
             if exec_error:
                 raise VmError("exec", exec_error)
             with self._lock:
@@ -236,9 +254,11 @@ class Runner:
                 "limits": {"timeoutMs": call.timeout_ms, "maxOutputBytes": call.max_output_bytes},
                 "call": {"id": call.call_id},
             }
+            if call.js is not None:
+                request["js"] = call.js.model_dump(include={"entry", "export", "errors", "connections"})
             with clock.phase("run"):
                 run = vm.run(
-                    call.cmd,
+                    call.cmd or js_cmd(),
                     json.dumps(request).encode(),
                     timeout_s=remaining,
                     max_stdout=MAX_STDOUT_BYTES,
@@ -251,6 +271,8 @@ class Runner:
                 self.cache.forget(call.pack, call.version, exc.message)
             result = NodeCallResult(ok=False, ran=False, error=fail(code, exc.reason, exc.message))
         finally:
+            if relay is not None:
+                relay.close()
             if vm is not None:
                 with self._lock:
                     self._share(call.tenant or f"call:{call.call_id}", leaving=vm)
@@ -260,6 +282,9 @@ class Runner:
                 del self._deadlines[token]
             self._sem.release()
         result.timings = clock.as_dict()
+        if relay is not None and result.ran:  # the egress proxy's exchanges, metered as HTTP action calls
+            result.usage["requests"] = relay.requests
+            result.refreshed = relay.refreshed
         return result
 
     def _share(self, tenant: str, *, joining: Vm | None = None, leaving: Vm | None = None) -> None:

@@ -10,7 +10,8 @@ manifest's; the signature verifies over the recomputed content hash (`packs.sign
 also checks the archive record against `tool.bundle.archive`) and that hash is the registry's record; the
 fetched archive has the recorded sha256 and size; it unpacks within its declared `unpackedBytes` and
 `entries`. Any failure leaves the version uninstalled and logged with its reason, and calls to it answer
-`pack_unavailable` with that reason. Versions without a tool (declarative packs) are not the node's business.
+`pack_unavailable` with that reason. A js pack (js actions, no tool) installs its js/** bundle files,
+each fetched and checked against its signed record; other declarative packs are not the node's business.
 A failure to reach the api stops the round; the cursor only moves past versions that were decided.
 """
 
@@ -27,6 +28,8 @@ import httpx
 
 from node.cache import CacheError, InstallCache
 from packs.archive import MAX_ENTRIES, MAX_UNPACKED_BYTES
+from packs.checks_js import is_js_action
+from packs.checks_util import actions_of
 from packs.errors import PackError
 from packs.hashing import ARCHIVE_PATHS, BundleFile
 from packs.manifest import parse_manifest
@@ -118,7 +121,9 @@ class RegistrySync:
         """
         manifest = entry.get("manifest")
         pack, version = str(entry.get("pack")), str(entry.get("version"))
-        if not isinstance(manifest, Mapping) or not isinstance(manifest.get("tool"), Mapping):
+        if not isinstance(manifest, Mapping) or not (
+            isinstance(manifest.get("tool"), Mapping) or any(is_js_action(a) for _, a in actions_of(manifest))
+        ):
             return False
         if self.cache.tool_dir(pack, version) is not None:
             return False
@@ -146,8 +151,14 @@ class RegistrySync:
         if recorded and recorded != hash_:
             raise ValueError(f"content hash {hash_} is not the registry's record {recorded}")
         tool = parse_manifest(manifest).tool  # the typed models every part reads a manifest with
-        if tool is None:
-            raise ValueError(f"{pack}@{version} has no tool section")
+        if tool is None:  # a js pack: its code is the js/** bundle files
+            code = self._js_files(files)
+            for _, action in actions_of(manifest):
+                path = action["impl"].get("entry") if is_js_action(action) else None
+                if path is not None and path not in code:
+                    raise ValueError(f"{pack}@{version}: the entry {path} is not a file of its bundle")
+            self.cache.install_files(pack, version, code, dict(manifest))
+            return
         archive = tool.bundle.archive
         fmt = archive.format
         record = next(f for f in files if f.path == ARCHIVE_PATHS.get(fmt, "tool.tar"))
@@ -168,6 +179,20 @@ class RegistrySync:
             max_entries=min(archive.entries, MAX_ENTRIES),
             manifest=dict(manifest),
         )
+
+    def _js_files(self, files: list[BundleFile]) -> dict[str, bytes]:
+        """Fetch a js pack's code (its js/** bundle files), each checked against its signed record."""
+        out: dict[str, bytes] = {}
+        for record in files:
+            if not record.path.startswith("js/"):
+                continue
+            resp = self._client.get(f"/v1/actions/registry/blobs/sha256:{record.sha256}")
+            resp.raise_for_status()
+            data = resp.content
+            if len(data) != record.bytes or hashlib.sha256(data).hexdigest() != record.sha256:
+                raise ValueError(f"the fetched {record.path} is not the signed one ({record.bytes} bytes)")
+            out[record.path] = data
+        return out
 
     def start(self, interval_s: float) -> None:
         """Heartbeat and sync every `interval_s` seconds in a background thread until `stop`."""

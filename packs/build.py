@@ -2,10 +2,11 @@
 sign, write.
 
 `build_pack(DIR, kid=...)` builds any pack. A tool pack gets its archive in DIR/.b3os-build/tool.tar;
-a declarative pack (no `tool` section) has no archive, and its bundle is NOTICES.md (when present) and
-fixtures/**. The signed manifest goes back to DIR/b3pack.json; with `out_dir` a complete signed copy
-of the pack is written there instead (b3pack.json, .b3os-build/ and tool/ of a tool pack, the notices
-file, fixtures/) and DIR is left untouched. With `tool=True` (`b3os tool build`) a pack with no tool
+a declarative pack (no `tool` section) has no archive, and its bundle is NOTICES.md (when present),
+fixtures/** and js/** (the code of js actions, checked by `packs.js_files.check_js_files`). The signed
+manifest goes back to DIR/b3pack.json; with `out_dir` a complete signed copy of the pack is written there
+instead (b3pack.json, .b3os-build/ and tool/ of a tool pack, the notices file, fixtures/, js/) and DIR
+is left untouched. With `tool=True` (`b3os tool build`) a pack with no tool
 section is refused.
 """
 
@@ -24,6 +25,7 @@ from packs.archive import build_archive
 from packs.checks import run_checks
 from packs.errors import BuildError, ChecksFailed, ManifestError, SignatureError
 from packs.hashing import BundleFile
+from packs.js_files import check_js_files, first_party_namespaces
 from packs.loader import (
     BUILD_DIR,
     MANIFEST_NAME,
@@ -117,7 +119,9 @@ def build_pack(
     else:
         manifest = copy.deepcopy(pack.manifest)
     manifest.pop("signature", None)
-    violations = run_checks(manifest)
+    others = pack.other_files()
+    violations = run_checks(manifest, first_party=first_party_namespaces())
+    violations = violations or check_js_files(manifest, others)
     if violations:
         raise ChecksFailed(violations)
     try:
@@ -128,7 +132,6 @@ def build_pack(
     if namespace != pack_ns:
         raise SignatureError(f'key id {kid!r} is not of the pack\'s namespace: use "{pack_ns}#<name>"')
     key = private_key or load_private_key(kid, keys_dir)
-    others = pack.other_files()
     bundle = {**others, pack.archive_name: archive} if archive is not None else others
     files = bundle_files(bundle)
     signed = sign_manifest(manifest, files, key, kid)

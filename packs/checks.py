@@ -9,11 +9,12 @@ hosted-tools contract. docs/packs.md lists every check; `CHECKS` is the same lis
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from packs.checks_connections import CONNECTION_CHECKS
 from packs.checks_http import HTTP_CHECKS
+from packs.checks_js import FIRST_PARTY, JS_CHECKS, first_party_check
 from packs.checks_tool import TOOL_CHECKS
 from packs.checks_util import (
     HOST_RE,
@@ -42,7 +43,7 @@ CHECKS: dict[int, str] = {
     "special-use name or wildcard over a public suffix); connections and triggers are lists of objects "
     "with a unique key",
     8: "actions is a non-empty list of objects whose keys are names and unique",
-    9: "each action has a title, a description, effects.class read, write or pure, impl.kind http or vm, "
+    9: "each action has a title, a description, effects.class read, write or pure, impl.kind http, vm or js, "
     "and only known fields",
     10: 'inputSchema and outputSchema are valid JSON Schemas (2020-12) of type "object"',
     11: "an http action's impl.request has a method and an https url whose host is written out (no ${{ }}) "
@@ -71,7 +72,7 @@ CHECKS: dict[int, str] = {
     25: "a connection's hosts are a non-empty list of host names, each within egress",
     26: 'inject is required for an api_key connection and only there: {"header": NAME} (not Authorization, '
     'Cookie, Host, Content-Length or a hop-by-hop header) or {"query": NAME}',
-    27: "an action's connections are unique keys of the pack's connections, on http actions only",
+    27: "an action's connections are unique keys of the pack's connections, on http and js actions only",
     28: "an http action's impl.request has only method, url, query (text, number or boolean values), headers "
     "(name to one-line text; not Host, Content-Length or a hop-by-hop header) and body (POST, PUT or PATCH)",
     29: "no template sets a header or query parameter that one of the action's connections injects",
@@ -85,6 +86,11 @@ CHECKS: dict[int, str] = {
         "docs/routines.md), and the manifest's template expressions hold at most 32,000 characters in all "
         "(past that, only that is said, at the field that passes it, and none is parsed)"
     ),
+    33: 'a js action\'s impl is {"kind": "js", "entry": <a .js or .mjs file under js/>, "export": <a name>, '
+    '"errors"?: [{"code", "message"?, "retryable"?}]}, and its schemas mark no x-b3os-file',
+    34: "js actions only in first-party namespaces: io.b3os and those the operator lists",
+    35: "a js action's entry is a file of the pack's js/ that parses as an ES module, imports only the "
+    "pack's own files by relative paths, and exports the function the action names",
 }
 
 TOP_LEVEL_FIELDS = (
@@ -118,8 +124,12 @@ ACTION_FIELDS = (
 REFUSED_FEATURES = ("sessions", "setup", "image", "formats")
 
 
-def run_checks(manifest: Any) -> list[Violation]:
+def run_checks(manifest: Any, *, first_party: Collection[str] = FIRST_PARTY) -> list[Violation]:
     """Run every publish check on a raw manifest.
+
+    Args:
+        manifest: the raw b3pack.json.
+        first_party: the namespaces that may publish js actions besides io.b3os (the operator's list).
 
     Returns:
         Every violation, by check number; empty when the manifest may be published.
@@ -128,7 +138,8 @@ def run_checks(manifest: Any) -> list[Violation]:
     if not isinstance(manifest, Mapping):
         report.add(1, "manifest", manifest, "a manifest is a JSON object")
         return report.violations(Violation)
-    for check in (*GENERAL_CHECKS, *HTTP_CHECKS, *CONNECTION_CHECKS, *TOOL_CHECKS):
+    js = (*JS_CHECKS, first_party_check(first_party))
+    for check in (*GENERAL_CHECKS, *HTTP_CHECKS, *CONNECTION_CHECKS, *TOOL_CHECKS, *js):
         check(manifest, report)
     return report.violations(Violation)
 
@@ -266,12 +277,12 @@ def check_action_fields(m: Mapping[str, Any], r: Report) -> None:
             )
         impl = a.get("impl")
         kind = impl.get("kind") if isinstance(impl, Mapping) else None
-        if kind not in ("http", "vm"):
+        if kind not in ("http", "vm", "js"):
             r.add(
                 9,
                 f"{p}.impl.kind" if isinstance(impl, Mapping) else f"{p}.impl",
                 kind if impl else impl,
-                missing_or("impl" in a, 'use "http" or "vm"'),
+                missing_or("impl" in a, 'use "http", "vm" or "js"'),
             )
         for key in a:
             if key not in ACTION_FIELDS:

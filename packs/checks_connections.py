@@ -1,7 +1,7 @@
 """Publish checks of connections, the credentials of declarative packs, and of actions' use of them: 24 to 27.
 
 A connection names the hosts the egress proxy adds its secret to (each within the pack's egress) and,
-for an api_key, where the key goes. Only http actions list connections; the proxy injects
+for an api_key, where the key goes. Only http and js actions list connections; the proxy injects
 `Authorization` for bearer, basic and oauth2, and the api_key's header or query parameter.
 """
 
@@ -143,8 +143,8 @@ def check_action_connections(m: Mapping[str, Any], r: Report) -> None:
                 keys,
                 'use a list of the keys of the pack\'s connections, such as ["token"]',
             )
-        elif keys and kind != "http":
-            r.add(27, f"{p}.connections", keys, "only http actions use connections: omit it")
+        elif keys and kind not in ("http", "js"):
+            r.add(27, f"{p}.connections", keys, "only http and js actions use connections: omit it")
         else:
             for i, key in enumerate(keys):
                 if key not in known:

@@ -9,7 +9,7 @@ A pack directory::
     .b3os-build/tool.tar   the archive the build wrote (tool.tar.gz for format "tar.gz"; tool packs)
 
 A declarative pack (no `tool` section) has no archive: its bundle is the manifest, NOTICES.md when
-present and fixtures/**.
+present, fixtures/** and js/**.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Any
 
 from packs.errors import ManifestError
 from packs.hashing import ARCHIVE_PATHS, BundleFile, check_bundle_path
+from packs.js_files import js_file_problem
 
 MANIFEST_NAME = "b3pack.json"
 BUILD_DIR = ".b3os-build"
@@ -41,6 +42,7 @@ class PackDir:
         notices: the notices file's path relative to root: tool.notices of a tool pack, NOTICES.md of a
             declarative pack that has one.
         fixtures: the files under fixtures/, relative POSIX paths, sorted.
+        js: the files under js/ (the code of js actions), relative POSIX paths, sorted.
     """
 
     root: Path
@@ -48,6 +50,7 @@ class PackDir:
     tool_dir: Path | None = None
     notices: str | None = None
     fixtures: list[str] = field(default_factory=list)
+    js: list[str] = field(default_factory=list)
 
     @property
     def is_tool(self) -> bool:
@@ -74,9 +77,9 @@ class PackDir:
         return self.root / BUILD_DIR / self.archive_name
 
     def other_files(self) -> dict[str, bytes]:
-        """The bundle files other than the archive (the notices file and fixtures/**), path -> bytes."""
+        """The bundle files other than the archive (notices, fixtures/** and js/**), path -> bytes."""
         out: dict[str, bytes] = {}
-        for rel in ([self.notices] if self.notices else []) + self.fixtures:
+        for rel in ([self.notices] if self.notices else []) + self.fixtures + self.js:
             out[rel] = (self.root / rel).read_bytes()
         return out
 
@@ -141,12 +144,18 @@ def load_pack(root: Path) -> PackDir:
             pack.notices = notices
     elif (root / NOTICES_NAME).is_file() and not (root / NOTICES_NAME).is_symlink():
         pack.notices = NOTICES_NAME
-    pack.fixtures = _fixtures(root)
+    pack.fixtures = _tree(root, "fixtures")
+    pack.js = _tree(root, "js")
+    for rel in pack.js:
+        problem = js_file_problem(rel, (root / rel).stat().st_size)
+        if problem is not None:
+            raise ManifestError(problem)
     return pack
 
 
-def _fixtures(root: Path) -> list[str]:
-    base = root / "fixtures"
+def _tree(root: Path, name: str) -> list[str]:
+    """The regular files under root/name, relative POSIX paths, sorted (fixtures/ or js/)."""
+    base = root / name
     if not base.exists():
         return []
     if base.is_symlink() or not base.is_dir():
@@ -158,11 +167,11 @@ def _fixtures(root: Path) -> list[str]:
         if stat.S_ISDIR(mode):
             continue
         if not stat.S_ISREG(mode):
-            raise ManifestError(f"{rel} is not a regular file: fixtures/ holds only files and directories")
+            raise ManifestError(f"{rel} is not a regular file: {name}/ holds only files and directories")
         try:
             check_bundle_path(rel)
         except ManifestError as exc:
-            raise ManifestError(f"fixture {exc}") from exc
+            raise ManifestError(f"{'fixture' if name == 'fixtures' else 'file'} {exc}") from exc
         out.append(rel)
     return out
 

@@ -94,6 +94,23 @@ class VmImpl(_Model):
     cmd: list[str]
 
 
+class JsError(_Model):
+    """An error a js action may throw: a thrown error whose `code` is this one becomes the pack's error."""
+
+    code: str
+    message: str | None = None
+    retryable: bool = False
+
+
+class JsImpl(_Model):
+    """A JavaScript action: the exported function `export` of the module `entry` (a file under js/)."""
+
+    kind: Literal["js"]
+    entry: str
+    export: str
+    errors: list[JsError] = []
+
+
 class Execution(_Model):
     timeout_ms: int = DEFAULT_TIMEOUT_MS
 
@@ -105,7 +122,7 @@ class Action(_Model):
     input_schema: dict[str, Any]
     output_schema: dict[str, Any]
     effects: Effects
-    impl: Annotated[HttpImpl | VmImpl, Field(discriminator="kind")]
+    impl: Annotated[HttpImpl | VmImpl | JsImpl, Field(discriminator="kind")]
     execution: Execution = Execution()
     pricing: Pricing | None = None
     connections: list[str] = []

@@ -51,7 +51,7 @@ class Resolved:
 
     @property
     def kind(self) -> str:
-        """The action's `impl.kind`: `vm` or `http`."""
+        """The action's `impl.kind`: `vm`, `http` or `js`."""
         return self.action.impl.kind
 
 

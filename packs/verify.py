@@ -16,6 +16,7 @@ from packs.archive import build_archive
 from packs.checks import run_checks
 from packs.errors import BuildError, HashMismatchError, KeyStoreError, ManifestError, SignatureError
 from packs.hashing import BundleFile
+from packs.js_files import check_js_files, first_party_namespaces
 from packs.loader import PackDir, bundle_files, load_pack
 from packs.signing import load_public_key_b64, verify_manifest
 
@@ -97,7 +98,8 @@ def verify_pack_dir(
     report.kid = str(sig.get("kid")) if isinstance(sig, Mapping) else None
     if pack.is_tool:
         _check_archive(pack, report)
-    report.problems.extend(v.message for v in run_checks(m))
+    violations = run_checks(m, first_party=first_party_namespaces())
+    report.problems.extend(v.message for v in violations or check_js_files(m, pack.other_files()))
     files: list[BundleFile] = bundle_files(pack.other_files())
     if pack.is_tool:
         declared = _declared_archive(m)

@@ -35,17 +35,16 @@ from dataclasses import replace
 from typing import Any
 
 import httpx
-from sqlmodel import Session
 
 from api.calls.costs import UnitPrices, http_call_cost
-from api.calls.errors import ActionFailed, ActionTimedOut, ActionUnavailable, CallInvalid
+from api.calls.errors import ActionFailed, ActionTimedOut, ActionUnavailable
 from api.calls.executor import Execution, Prepared
 from api.calls.http_template import read_response, render_request, response_scope
 from api.calls.inputs import schema_errors
 from api.calls.metering import ACTION_CALL, PUBLISHER_MICROUSD
+from api.calls.needed import needed_connections, store_refreshed
 from api.calls.sessions import CallSessions
 from api.calls.tables import ActionCall
-from api.connections import service as connections
 from api.errors import CallError, RateLimited
 from api.rawsql import Reads
 from b3os import retry_after_seconds
@@ -123,22 +122,7 @@ class HttpExecutor:
                 retry_after=EGRESS_RETRY_S,
             )
         needed = list(resolved.action.connections)
-
-        def found(session: Session) -> dict[str, Any]:
-            return connections.connections_for(session, org_id=org_id, pack=resolved.pack) if needed else {}
-
-        rows = await self._db.run(found)
-        for key in needed:
-            if key not in rows:
-                definition = resolved.manifest.connection(key)
-                kind = definition.kind if definition else "credential"
-                raise CallInvalid(
-                    f"{resolved.pin} needs the connection {key!r} ({kind}) of {resolved.pack}, which this "
-                    f"organization has not added: add it with `b3os connection add {resolved.pack} {key} "
-                    "--secret-stdin` or POST /v1/connections",
-                    reason="connection_missing",
-                    details={"connection": key, "pack": resolved.pack},
-                )
+        rows = await needed_connections(self._db, resolved, org_id=org_id)
         scope = {
             "input": prepared.checked.value,
             "connections": {key: dict(rows[key].params or {}) for key in needed},
@@ -184,7 +168,12 @@ class HttpExecutor:
         phases["egress"] = round((time.perf_counter() - started) * 1000, 3)
         timings: dict[str, Any] = answer["timings"] if isinstance(answer.get("timings"), dict) else {}
         phases["upstream"] = round(float(timings.get("upstream_ms") or 0.0), 3)
-        await self._store_refreshed(call, prepared, answer.get("refreshed"))
+        await store_refreshed(
+            self._db,
+            org_id=call.org_id,
+            sent=prepared.state["credentials"],
+            refreshed=answer.get("refreshed"),
+        )
         if isinstance(answer.get("error"), dict):
             return self._proxy_error(answer["error"], call, prepared.price, phases)
         map_started = time.perf_counter()
@@ -220,29 +209,6 @@ class HttpExecutor:
         if response.status_code != 200 or not isinstance(answer, dict):
             return {"error": {"reason": "egress_down", "sent": False, "status": response.status_code}}
         return answer
-
-    async def _store_refreshed(self, call: ActionCall, prepared: Prepared, refreshed: Any) -> None:
-        """Keep the tokens the proxy refreshed (sealed; compare-and-set on the token the call sent)."""
-        olds = {c["id"]: c["sealed"] for c in prepared.state["credentials"]}
-        fresh = [
-            (item["id"], item["sealed"])
-            for item in (refreshed if isinstance(refreshed, list) else [])
-            if isinstance(item, dict) and item.get("id") in olds and isinstance(item.get("sealed"), str)
-        ]
-        if not fresh:
-            return
-
-        def store(session: Session) -> None:
-            for connection_id, sealed in fresh:
-                connections.replace_sealed(
-                    session,
-                    org_id=call.org_id,
-                    connection_id=connection_id,
-                    old_sealed=olds[connection_id],
-                    new_sealed=sealed,
-                )
-
-        await self._db.run(store)
 
     def _proxy_error(
         self, error: dict[str, Any], call: ActionCall, price: int, phases: dict[str, float]

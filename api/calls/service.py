@@ -53,6 +53,7 @@ from api.calls.errors import (
 from api.calls.executor import HTTP_LANE, Execution, Executor, Prepared
 from api.calls.http_action import HttpExecutor
 from api.calls.inputs import check_input
+from api.calls.js_action import JsExecutor
 from api.calls.request import CallBody, Caller, parse_ref, parse_request
 from api.calls.sessions import CallSessions
 from api.calls.settings import CallSettings
@@ -102,12 +103,16 @@ class CallService:
         prices = settings.unit_prices()
         self._vm = VmExecutor(db=self.db, settings=settings, prices=prices, clock=clock)
         self._http = HttpExecutor(db=self.db, prices=prices, egress_url=egress_url, egress_token=egress_token)
-        self.executors: dict[str, Executor] = {"vm": self._vm, "http": self._http}
+        self._js = JsExecutor(
+            db=self.db, settings=settings, prices=prices, clock=clock, egress_token=egress_token
+        )
+        self.executors: dict[str, Executor] = {"vm": self._vm, "http": self._http, "js": self._js}
 
     async def aclose(self) -> None:
         """Close the executors' HTTP clients (to the nodes, to the egress proxy)."""
         await self._vm.aclose()
         await self._http.aclose()
+        await self._js.aclose()
 
     # --- the entry point ------------------------------------------------------------------------
 
@@ -299,7 +304,7 @@ class CallService:
             action=resolved.ref.action,
             price=prepared.price,
             timeout_ms=prepared.timeout_ms,
-            lane=None if executor.tier == "vm" else HTTP_LANE,
+            lane=None if executor.tier in ("vm", "js") else HTTP_LANE,
         )
 
         def link(session: Session) -> None:  # a cancel by key finds the running call

@@ -29,7 +29,7 @@ from sqlmodel import Session, col, select
 from api.calls.costs import UnitPrices, call_cost
 from api.calls.errors import NODE_ERRORS, PackUnavailable, ToolTimedOut, ToolUnavailable
 from api.calls.executor import Execution, Prepared
-from api.calls.metering import GIB_MS, PUBLISHER_MICROUSD, TOOL_CALL, VCPU_MS
+from api.calls.metering import ACTION_CALL, GIB_MS, PUBLISHER_MICROUSD, TOOL_CALL, VCPU_MS
 from api.calls.nodeclient import NodeAnswer, NodeTarget, send_call, send_cancel
 from api.calls.outputs import check_output
 from api.calls.sessions import CallSessions
@@ -141,6 +141,7 @@ class VmExecutor:
             "file_fields": checked.file_fields,
             "output_file_fields": resolved.action.file_fields("output"),
             "tenant": tenant_of(call.org_id),
+            **self._more(call, prepared),
         }
         reply = await send_call(
             self._nodes,
@@ -151,6 +152,7 @@ class VmExecutor:
         if reply.elsewhere:
             return Execution(error=await self._node_error(reply, call), elsewhere=True)
         result = reply.result
+        await self._after(call, prepared, result)
         usage: dict[str, Any] = result["usage"] if isinstance(result.get("usage"), dict) else {}
         timings: dict[str, Any] = result["timings"] if isinstance(result.get("timings"), dict) else {}
         ran = bool(result.get("ran")) and reply.status == 200
@@ -163,16 +165,21 @@ class VmExecutor:
             except CallError as exc:
                 error = exc
         else:
-            error = await self._node_error(reply, call)
+            error = self._refine(await self._node_error(reply, call), prepared)
         cost_started = time.perf_counter()
         # a cancelled call is never charged the price, even if its tool answered just before the kill
         answered = error is None and result.get("cancelled") is not True
         cost = call_cost(
             self._prices, ran=ran, answered=answered, vcpu_ms=vcpu_ms, gib_ms=gib_ms, price=prepared.price
         )
+        requests = _int(usage.get("requests")) if ran else 0
+        if requests:  # a js call's exchanges through the egress proxy, each an HTTP action's floor
+            cost = replace(cost, floor=cost.floor + requests * self._prices.action_call_microusd)
         phases = {p: round(float(timings.get(p) or 0.0), 3) for p in PHASES}
         phases["cost"] = round((time.perf_counter() - cost_started) * 1000, 3)
         units = [(VCPU_MS, vcpu_ms), (GIB_MS, gib_ms), (TOOL_CALL, 1)] if ran else []
+        if requests:
+            units.append((ACTION_CALL, requests))
         if ran and cost.price > 0:
             units.append((PUBLISHER_MICROUSD, cost.price))
         return Execution(
@@ -185,6 +192,17 @@ class VmExecutor:
             gib_ms=gib_ms,
             phases=phases,
         )
+
+    def _more(self, call: ActionCall, prepared: Prepared) -> dict[str, Any]:
+        """Fields of the node call beside the tool's (a js call's `js`)."""
+        return {}
+
+    async def _after(self, call: ActionCall, prepared: Prepared, result: dict[str, Any]) -> None:
+        """What the kind keeps of the node's answer (a js call's refreshed tokens)."""
+
+    def _refine(self, error: CallError, prepared: Prepared) -> CallError:
+        """The call's error as the kind names it (a js call's pack error)."""
+        return error
 
     async def _node_error(self, reply: NodeAnswer, call: ActionCall) -> CallError:
         result = reply.result

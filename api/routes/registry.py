@@ -22,6 +22,7 @@ from api.registry.publishing import publish
 from api.routes.blobs import BlobsDep
 from packs.checks import is_tool_pack
 from packs.hashing import BundleFile
+from packs.js_files import missing_entries
 from packs.refs import MAX_REF_LENGTH, REF_PATTERN
 from packs.resolve import ResolveError, parse_ref
 
@@ -115,6 +116,7 @@ async def publish_pack(
         principal.check(TOOLS_PUBLISH)  # a tool runs its publisher's code on the nodes
     violations = await checkers.manifest(principal.org_id, body.manifest)
     files = [BundleFile(path=f.path, sha256=f.sha256, bytes=f.bytes) for f in body.files]
+    violations = violations or missing_entries(body.manifest, {f.path for f in files})
     publishing = partial(
         publish,
         session,

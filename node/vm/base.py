@@ -15,6 +15,7 @@ Errors:
 
 from __future__ import annotations
 
+import socket
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
@@ -97,12 +98,20 @@ class Vm(ABC):
         """
 
     @abstractmethod
-    def unpack(self) -> None:
-        """Make the tool's files ready at /tool.
+    def unpack(self, runtime: Path | None = None) -> None:
+        """Make the tool's files ready at /tool (over `runtime`'s, a js call's Node.js and harness).
 
         Raises:
             VmError: reason "unpack".
         """
+
+    def listen_unix(self, name: str) -> socket.socket:
+        """A listening unix socket the VM's user can connect to at /in/<name> (a js call's egress relay).
+
+        Raises:
+            VmError: reason "copy": the socket could not be made.
+        """
+        raise VmError("copy", "this VM driver gives a VM no socket")
 
     @abstractmethod
     def run(self, cmd: Sequence[str], stdin: bytes, *, timeout_s: float, max_stdout: int) -> RunResult:

@@ -8,6 +8,7 @@ import contextlib
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -127,14 +128,27 @@ class BwrapVm(Vm):
             ) from exc
         self._tool_src = tool_dir
 
-    def unpack(self) -> None:
+    def unpack(self, runtime: Path | None = None) -> None:
         src = self._tool_src
         if src is None or not src.is_dir():
             raise VmError("unpack", "the tool's unpacked files are missing from the node's install cache")
         try:
-            mounts.overlay(src, self._driver.node_dir / "empty", self.path / "tool")
+            mounts.overlay(src, runtime or self._driver.node_dir / "empty", self.path / "tool")
         except mounts.MountError as exc:
             raise VmError("unpack", f"the tool's files could not be mounted at /tool: {exc}") from exc
+
+    def listen_unix(self, name: str) -> socket.socket:
+        path = self.path / "in" / name
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:  # connectable by the VM's user only (its directory is the VM's alone anyway)
+            sock.bind(str(path))
+            os.chown(path, 0, self.uid)
+            os.chmod(path, 0o660)
+            sock.listen(16)
+        except OSError as exc:
+            sock.close()
+            raise VmError("copy", f"the VM's egress socket could not be made: {exc.strerror}") from exc
+        return sock
 
     def share_cpu(self, fraction: float) -> None:
         with contextlib.suppress(CgroupError):  # a VM being deleted has no group to weigh

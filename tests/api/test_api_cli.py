@@ -286,7 +286,7 @@ def _check_dev(process: subprocess.Popen[str], port: int, tmp_path: Path) -> Non
         if line.startswith("ready"):
             break
     assert lines and lines[-1].startswith("ready"), (lines, process.stderr.read())
-    declarative = [f"io.b3os/github/{a}@1.0.0" for a in ("get-issue", "create-issue")]
+    declarative = [f"io.b3os/github/{a}@1.0.0" for a in ("get-issue", "create-issue", "list-open-issues")]
     declarative.append("io.b3os/open-meteo/search-places@1.0.0")
     published = [f"published {p}" for p in declarative + PINS]
     assert published == [ln for ln in lines if ln.startswith("published")]

@@ -390,9 +390,12 @@ def test_pack_publish_of_a_declarative_pack_needs_actions_write_only_and_prints_
     assert out == [
         f"NOTICES.md: uploaded {(github / 'NOTICES.md').stat().st_size} bytes",
         f"fixtures/get-issue.json: uploaded {(github / 'fixtures' / 'get-issue.json').stat().st_size} bytes",
+        f"js/issues.js: uploaded {(github / 'js' / 'issues.js').stat().st_size} bytes",
+        f"js/links.js: uploaded {(github / 'js' / 'links.js').stat().st_size} bytes",
         f"published io.b3os/github@1.0.0 ({manifest['signature']['hash']})",
         "io.b3os/github/get-issue@1.0.0",
         "io.b3os/github/create-issue@1.0.0",
+        "io.b3os/github/list-open-issues@1.0.0",
     ]
     base = "/v1/actions/packs/io.b3os/github"
     assert client.get(f"{base}/versions/1.0.0/manifest", headers=writer.headers).json() == manifest

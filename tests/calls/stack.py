@@ -69,6 +69,7 @@ HTTP_PACKS = (
     REPO / "examples" / "packs" / "open-meteo",
     REPO / "examples" / "packs" / "github",
     REPO / "tests" / "calls" / "packs" / "probe",
+    REPO / "tests" / "calls" / "packs" / "js-probe",
 )
 
 

@@ -4,7 +4,8 @@ the history recorder tests/engine/record_histories.py).
 
 It sits at the one seam that cannot run here without the stack: it takes and returns the real
 activity's models, checks each call's input against the action's inputSchema as the api does, and
-answers like the echo tool (and like the Open-Meteo place search for `search-places`); failures go
+answers like the echo tool (and like the Open-Meteo place search for `search-places`, the GitHub pack's
+JS action for `list-open-issues`); failures go
 through the real activity's error mapping and its max-attempts ledger. The echo pack's `fail` action
 with `mode: sleep` sleeps `seconds` tenths of a second, heartbeating, so a run can be cancelled
 while a step runs (a tenth, so that tests stay quick). The real tool, HTTP action and api run in the
@@ -105,6 +106,11 @@ async def _answer(input: CallActionInput) -> CallActionResult:
     ask = input.input
     if action == "search-places":
         return CallActionResult(output={"places": PLACES if ask["name"] == "Berlin" else []}, attempt=attempt)
+    if action == "list-open-issues":
+        issues = [{"number": 7, "title": "a bug", "url": "https://github.com/o/r/issues/7", "author": "ann"}]
+        return CallActionResult(
+            output={"count": 1, "issues": issues, "pages": 1, "truncated": False}, attempt=attempt
+        )
     if action == "noop":
         return CallActionResult(output={}, attempt=attempt)
     if action == "fail" and ask["mode"] == "sleep":

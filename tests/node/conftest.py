@@ -9,10 +9,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from jstest import install_js
 from nodetest import ECHO, ECHO_TOOL, HOSTILE, VM_UID_BASE, install_tree
 
 from node.cache import InstallCache
 from node.config import Settings
+from node.js.runtime import prepare_runtime
 from node.runner import Runner
 from node.template import build_base, rootfs_path
 from node.vm.bwrap import BwrapDriver
@@ -59,3 +61,10 @@ def cache() -> Iterator[InstallCache]:
 @pytest.fixture(scope="session")
 def runner(driver: BwrapDriver, cache: InstallCache) -> Runner:
     return Runner(driver, cache, slots=8)
+
+
+@pytest.fixture(scope="session")
+def js_runner(driver: BwrapDriver, cache: InstallCache) -> Runner:
+    """A runner with the JS runtime, and the test js pack (tests/node/jspack) installed."""
+    install_js(cache)
+    return Runner(driver, cache, slots=8, js_runtime=prepare_runtime(cache.root))

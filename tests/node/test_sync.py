@@ -227,6 +227,7 @@ def test_a_declarative_version_is_left_alone_and_the_feed_goes_on(
     stand_in, url = api
     key = Ed25519PrivateKey.generate()
     manifest = json.loads((REPO / "examples/packs/github/b3pack.json").read_text())
+    manifest["actions"] = manifest["actions"][:2]  # its http actions: a js action's code is installed
     signed = sign_manifest(manifest, [], key, "io.b3os#dev-test")
     stand_in.entries.append(
         {
@@ -247,4 +248,47 @@ def test_a_declarative_version_is_left_alone_and_the_feed_goes_on(
     assert not any("io.b3os/github" in r.getMessage() for r in caplog.records), "neither installed nor failed"
     assert sync_cache.installed() == ["com.example.tools/echo@1.5.0"]
     assert list(sync_cache.root.glob("io.b3os*")) == []
+    sync.stop()
+
+
+def test_a_js_packs_code_is_fetched_checked_and_installed(
+    api: tuple[StandInApi, str], sync_cache: InstallCache, caplog: pytest.LogCaptureFixture
+) -> None:
+    stand_in, url = api
+    key = Ed25519PrivateKey.generate()
+    manifest = json.loads((REPO / "examples/packs/github/b3pack.json").read_text())
+    code = {f"js/{p.name}": p.read_bytes() for p in (REPO / "examples/packs/github/js").glob("*.js")}
+    files = [BundleFile.of(path, data) for path, data in sorted(code.items())]
+    signed = sign_manifest(manifest, files, key, "io.b3os#dev-test")
+    for data in code.values():
+        stand_in.blobs[hashlib.sha256(data).hexdigest()] = data
+    entry = {
+        "pack": "io.b3os/github",
+        "version": "1.0.0",
+        "content_hash": signed["signature"]["hash"],
+        "manifest": signed,
+        "files": [f.to_dict() for f in files],
+        "public_key": public_key_b64(key),
+    }
+    lacking = sign_manifest({**manifest, "version": "1.0.1"}, files[1:], key, "io.b3os#dev-test")
+    stand_in.entries += [
+        {**entry, "seq": 1},
+        {
+            **entry,
+            "seq": 2,
+            "version": "1.0.1",
+            "manifest": lacking,
+            "content_hash": lacking["signature"]["hash"],
+            "files": [f.to_dict() for f in files[1:]],
+        },
+    ]
+    sync = _sync(url, sync_cache)
+    with caplog.at_level("WARNING", logger="b3os.node.sync"):
+        assert sync.sync_once() == ["io.b3os/github@1.0.0"]
+    tree = sync_cache.tool_dir("io.b3os/github", "1.0.0")
+    assert tree is not None and (tree / "js" / "issues.js").read_bytes() == code["js/issues.js"]
+    assert sync_cache.tool_dir("io.b3os/github", "1.0.1") is None
+    assert sync_cache.failure("io.b3os/github", "1.0.1") == (
+        "io.b3os/github@1.0.1: the entry js/issues.js is not a file of its bundle"
+    )
     sync.stop()

@@ -150,8 +150,8 @@ CASES: list[tuple[dict[str, Any], dict[str, Any], list[str]]] = [
     ),
     (
         OM,
-        {"actions[0].impl.kind": "js"},
-        ['check 9: actions[0].impl.kind "js" is not accepted: use "http" or "vm"'],
+        {"actions[0].impl.kind": "wasm"},
+        ['check 9: actions[0].impl.kind "wasm" is not accepted: use "http", "vm" or "js"'],
     ),
     (
         OM,

@@ -52,13 +52,15 @@ def test_each_example_pack_builds_with_a_throwaway_key_and_passes_every_check(
     key = Ed25519PrivateKey.generate()
     out = tmp_path / "built"
     result = build_pack(EXAMPLES / name, kid=IO_KID, private_key=key, out_dir=out)
-    assert result.archive is None and result.archive_path is None and result.files == []
-    assert tree(out) == {"b3pack.json": result.manifest_path.read_bytes()}
+    code = {f"js/{p.name}": p.read_bytes() for p in (EXAMPLES / name / "js").glob("*.js")}  # github's js
+    assert result.archive is None and result.archive_path is None
+    assert [f.path for f in result.files] == sorted(code)
+    assert tree(out) == {"b3pack.json": result.manifest_path.read_bytes(), **code}
     assert run_checks(result.manifest) == []
     report = verify_pack_dir(out, public_key_b64=public_key_b64(key))
     assert report.problems == [] and report.hash == result.hash
     manifest, files = load_built_bundle(out)
-    assert manifest == result.manifest and files == {}
+    assert manifest == result.manifest and files == code
     unsigned = json.loads((EXAMPLES / name / "b3pack.json").read_text())
     assert {k: v for k, v in manifest.items() if k != "signature"} == unsigned
 
@@ -79,13 +81,19 @@ def test_pack_build_is_byte_identical_twice_and_pack_verify_accepts_it(github: P
         f"signed by: {IO_KID}",
     ]
     assert tree(outs[0]) == tree(outs[1])
-    assert sorted(tree(outs[0])) == ["NOTICES.md", "b3pack.json", "fixtures/get-issue.json"]
+    assert sorted(tree(outs[0])) == [
+        "NOTICES.md",
+        "b3pack.json",
+        "fixtures/get-issue.json",
+        "js/issues.js",
+        "js/links.js",
+    ]
     assert "signature" not in json.loads((github / "b3pack.json").read_text()), "--out leaves DIR as it is"
     ok = b3os("pack", "verify", str(outs[0]), keys=keys)
     assert ok.returncode == 0, ok.stderr
     assert ok.stdout == f"ok: io.b3os/github 1.0.0 {hash_} signed by {IO_KID}\n"
     _, files = load_built_bundle(outs[0])
-    assert sorted(files) == ["NOTICES.md", "fixtures/get-issue.json"]
+    assert sorted(files) == ["NOTICES.md", "fixtures/get-issue.json", "js/issues.js", "js/links.js"]
     # The notices file is signed: changing it after the build fails verify.
     (outs[0] / "NOTICES.md").write_text("other\n")
     bad = b3os("pack", "verify", str(outs[0]), keys=keys)

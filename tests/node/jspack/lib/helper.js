@@ -1,0 +1,1 @@
+export function helper() { return "from lib"; }
