@@ -12,6 +12,8 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -101,38 +103,23 @@ class InstallCache:
         from packs.errors import ManifestError
         from packs.hashing import check_bundle_path
 
-        final = self.version_dir(pack, version)
-        if (final / MARKER).is_file():
-            return final / "tool"
-        final.parent.mkdir(parents=True, exist_ok=True)
-        for path in (self.root, *final.parents[: len(final.parts) - len(self.root.parts) - 1]):
-            os.chmod(path, 0o755)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{version}-", dir=final.parent))
-        try:
-            os.chmod(tmp, 0o755)
-            (tmp / "tool").mkdir(mode=0o755)
-            for rel, data in sorted(files.items()):
-                try:
-                    check_bundle_path(rel)
-                except ManifestError as exc:
-                    raise CacheError(f"{pack}@{version}: {exc}") from exc
-                if not rel.startswith("js/"):
-                    raise CacheError(f"{pack}@{version}: {rel} is not code under js/")
-                target = tmp / "tool" / rel
-                target.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
-                target.write_bytes(data)
-                os.chmod(target, 0o644)
-            for d in (tmp / "tool", *(p for p in (tmp / "tool").rglob("*") if p.is_dir())):
-                os.chmod(d, 0o755)
-            (tmp / "manifest.json").write_text(json.dumps(manifest))
-            (tmp / MARKER).write_text(json.dumps({"pack": pack, "version": version}))
-            if final.exists():
-                shutil.rmtree(final)
-            os.rename(tmp, final)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
-        return final / "tool"
+        with self._installing(pack, version, manifest) as tool:
+            if tool is not None:
+                tool.mkdir(mode=0o755)
+                for rel, data in sorted(files.items()):
+                    try:
+                        check_bundle_path(rel)
+                    except ManifestError as exc:
+                        raise CacheError(f"{pack}@{version}: {exc}") from exc
+                    if not rel.startswith("js/"):
+                        raise CacheError(f"{pack}@{version}: {rel} is not code under js/")
+                    target = tool / rel
+                    target.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+                    target.write_bytes(data)
+                    os.chmod(target, 0o644)
+                for d in (tool, *(p for p in tool.rglob("*") if p.is_dir())):
+                    os.chmod(d, 0o755)
+        return self.version_dir(pack, version) / "tool"
 
     def install_archive(
         self,
@@ -152,28 +139,39 @@ class InstallCache:
         """
         from packs.errors import ArchiveError
 
+        try:
+            with self._installing(pack, version, manifest) as tool:
+                if tool is not None:
+                    unpack_archive(
+                        data, tool, fmt=fmt, max_unpacked_bytes=max_unpacked_bytes, max_entries=max_entries
+                    )
+                    os.chmod(tool, 0o755)
+        except ArchiveError as exc:
+            raise CacheError(f"{pack}@{version} did not unpack: {exc}") from exc
+        return self.version_dir(pack, version) / "tool"
+
+    @contextmanager
+    def _installing(self, pack: str, version: str, manifest: dict[str, Any] | None) -> Iterator[Path | None]:
+        """The `tool/` tree to lay `pack@version` out in (None: installed already), in a fresh directory
+        beside the version's. When the block ends without an error the manifest and the marker are written
+        and the directory takes the version's place in one rename; otherwise it is removed."""
         final = self.version_dir(pack, version)
         if (final / MARKER).is_file():
-            return final / "tool"
+            yield None
+            return
         final.parent.mkdir(parents=True, exist_ok=True)
         for path in (self.root, *final.parents[: len(final.parts) - len(self.root.parts) - 1]):
             os.chmod(path, 0o755)
         tmp = Path(tempfile.mkdtemp(prefix=f".{version}-", dir=final.parent))
         try:
             os.chmod(tmp, 0o755)
-            unpack_archive(
-                data, tmp / "tool", fmt=fmt, max_unpacked_bytes=max_unpacked_bytes, max_entries=max_entries
-            )
-            os.chmod(tmp / "tool", 0o755)
+            yield tmp / "tool"
             if manifest is not None:
                 (tmp / "manifest.json").write_text(json.dumps(manifest))
             (tmp / MARKER).write_text(json.dumps({"pack": pack, "version": version}))
             if final.exists():
                 shutil.rmtree(final)
             os.rename(tmp, final)
-        except ArchiveError as exc:
-            raise CacheError(f"{pack}@{version} did not unpack: {exc}") from exc
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
-        return final / "tool"

@@ -7,29 +7,14 @@ import time
 from typing import Any
 
 import pytest
-from realstack import FREE_ECHO, FREE_FAIL, RoutineStack
+from realstack import FREE_FAIL, RoutineStack
 from workers import PATIENCE_S
 
 from b3os import B3OS, AsyncB3OS, Conflict, InvalidRequest, NotFound
 
-GREET = f"""\
-name: sdk-greet
-inputs:
-  who: {{type: string}}
-steps:
-  - id: greet
-    uses: {FREE_ECHO}
-    with: {{text: "hello ${{{{ inputs.who }}}}"}}
-  - id: twice
-    uses: {FREE_ECHO}
-    with: {{text: "${{{{ steps.greet.output.text }}}}!"}}
-  - id: loud
-    uses: {FREE_ECHO}
-    if: ${{{{ inputs.who == "nobody" }}}}
-    with: {{text: HELLO}}
-outputs:
-  said: ${{{{ steps.twice.output.text }}}}
-"""
+from . import routines
+
+GREET = routines.greet("sdk-greet")
 
 
 def _napping(name: str, seconds: int) -> str:

@@ -13,8 +13,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from realstack import FREE_ECHO, RoutineStack
+from realstack import RoutineStack
 
+from . import routines
 from .typescript_sdk import SDK, openapi_text, run_typescript
 from .upstreams import PUBLIC, SEARCH, geo_answers, json_reply, scripted
 
@@ -98,24 +99,7 @@ def test_calls_send_files_retry_with_the_same_key_and_throw_typed_errors(
     assert units["actions.tool_call"] == 1 and units["actions.call"] == 2  # the retried call charged once
 
 
-GREET = f"""\
-name: ts-greet
-inputs:
-  who: {{type: string}}
-steps:
-  - id: greet
-    uses: {FREE_ECHO}
-    with: {{text: "hello ${{{{ inputs.who }}}}"}}
-  - id: twice
-    uses: {FREE_ECHO}
-    with: {{text: "${{{{ steps.greet.output.text }}}}!"}}
-  - id: loud
-    uses: {FREE_ECHO}
-    if: ${{{{ inputs.who == "nobody" }}}}
-    with: {{text: HELLO}}
-outputs:
-  said: ${{{{ steps.twice.output.text }}}}
-"""
+GREET = routines.greet("ts-greet")
 
 
 def test_a_routine_is_stored_run_followed_step_by_step_and_rerun(
