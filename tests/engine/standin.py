@@ -209,7 +209,9 @@ async def run_routine(
     StepResult as a dict)."""
     routine = load_routine(source, f"{run_id}.yaml")
     queue = f"standin-{run_id}"
-    async with Worker(client, task_queue=queue, workflows=[RoutineWorkflow, ForeachWorkflow], activities=[call_action]):
+    async with Worker(
+        client, task_queue=queue, workflows=[RoutineWorkflow, ForeachWorkflow], activities=[call_action]
+    ):
         handle = await client.start_workflow(
             RoutineWorkflow.run,
             RunRoutineInput(

@@ -42,8 +42,13 @@ def _routine(each: str, *, inputs: str = "  names: {type: array}\n", outputs: st
     )
 
 
-async def _run(env: WorkflowEnvironment, source: str, inputs: dict[str, object], **options: str) -> Run:
-    return await run_routine(env.client, source, inputs, run_id=uuid.uuid4().hex[:12], **options)
+async def _run(
+    env: WorkflowEnvironment, source: str, inputs: dict[str, object], cancel_when_sleeping: str | None = None
+) -> Run:
+    run_id = uuid.uuid4().hex[:12]
+    return await run_routine(
+        env.client, source, inputs, run_id=run_id, cancel_when_sleeping=cancel_when_sleeping
+    )
 
 
 def _children(run: Run) -> list[str]:
