@@ -137,7 +137,8 @@ class ActionActivities:
         info = activity.info()
         if not info.workflow_id:
             raise ApplicationError("call_action runs only inside a routine run", non_retryable=True)
-        key = step_idempotency_key(info.workflow_id, input.step_id, input.index)
+        # a foreach's child workflow calls under its run's keys (engine.foreach)
+        key = step_idempotency_key(input.run_workflow_id or info.workflow_id, input.step_id, input.index)
         body: dict[str, Any] = {"ref": input.ref, "input": input.input}
         read_s = _DEFAULT_READ_S
         if input.timeout_ms is not None:
@@ -209,6 +210,8 @@ class ActionActivities:
             "X-B3OS-Run-Execution": activity.info().workflow_run_id or "",
             "Idempotency-Key": key,
         }
+        if input.run_workflow_id:  # a foreach's child workflow: the api asks Temporal for its parent
+            headers["X-B3OS-Run-Workflow"] = activity.info().workflow_id or ""
         if input.grant:
             headers["X-B3OS-Run-Grant"] = input.grant
         tracing.inject(headers)  # the api's call joins the run's trace (the activity's span)

@@ -4,6 +4,7 @@ Temporal (api.temporal)          the client, connected on first use
 RoutineStore (api.routines)      routines and their versions
 RunReads, RunStarts (api.runs)   reading, listing and cancelling runs; starting runs and re-runs
 SchedulesService (api.schedules) schedules and the scheduled run start
+ForeachLinks (api.runs.links)    whose child the workflow sending a step's call is
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from api.routines.store import RoutineStore
+from api.runs.links import ForeachLinks
 from api.runs.reads import RunReads
 from api.runs.starts import RunStarts
 from api.schedules.service import SchedulesService
@@ -28,6 +30,7 @@ class RoutineServices:
     reads: RunReads
     starts: RunStarts
     schedules: SchedulesService
+    links: ForeachLinks
 
 
 def routine_services(request: Request) -> RoutineServices:
@@ -39,7 +42,8 @@ def routine_services(request: Request) -> RoutineServices:
         routines = RoutineStore(state.engine, state.checkers)
         reads = RunReads(state.engine, temporal)
         starts = RunStarts(state.engine, temporal, routines, reads)
-        services = RoutineServices(routines, reads, starts, SchedulesService(temporal, routines, starts))
+        schedules = SchedulesService(temporal, routines, starts)
+        services = RoutineServices(routines, reads, starts, schedules, ForeachLinks(temporal))
         state.routine_services = services
     return services
 

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from engine.routine import Routine
+from engine.routine import Routine, Step
 
 ROUTINES_TASK_QUEUE = "b3os-routines"
 """The task queue the routine workers poll and the runs service starts workflows on."""
@@ -55,8 +55,15 @@ SEARCH_ATTRIBUTES = (
 )
 """Every keyword search attribute b3os sets, registered by the worker and the api (engine.worker)."""
 
-FOREACH_MAX_ITEMS = 1_000
-"""The most items one foreach step runs: more would near Temporal's history limits (51,200 events)."""
+FOREACH_MAX_ITEMS = 10_000
+"""The most items one foreach step runs."""
+
+FOREACH_CHUNK_ITEMS = 1_000
+"""The most items of one foreach step one workflow history carries (~5 events an item, where Temporal ends
+a run at 51,200): a step with more runs its items in child workflows of this many each (engine.foreach)."""
+
+FOREACH_WORKFLOW_TYPE = "routine-foreach"
+"""The workflow type of a foreach's child workflows."""
 
 RunStatus = Literal["running", "succeeded", "failed", "cancelled"]
 StepStatus = Literal["pending", "running", "succeeded", "failed", "skipped", "cancelled"]
@@ -73,6 +80,18 @@ def routine_workflow_id(routine_name: str, run_id: str) -> str:
         The workflow id the runs service starts the run with.
     """
     return f"routine-{routine_name}-{run_id}"
+
+
+def foreach_workflow_id(run_workflow_id: str, step_id: str, chunk: int) -> str:
+    """The workflow id of one chunk of a foreach's items: `<run's workflow id>/foreach/<step id>/<chunk>`,
+    chunk `k` holding items `k * FOREACH_CHUNK_ITEMS` on (the api checks a chunk's calls against it)."""
+    return f"{run_workflow_id}/foreach/{step_id}/{chunk}"
+
+
+def is_foreach_workflow_id(workflow_id: str, run_workflow_id: str, step_id: str) -> bool:
+    """Whether `workflow_id` is the id of a chunk of step `step_id` of the run of `run_workflow_id`."""
+    head, _, chunk = workflow_id.rpartition("/")
+    return head == f"{run_workflow_id}/foreach/{step_id}" and chunk.isdigit()
 
 
 class StepError(BaseModel):
@@ -170,3 +189,38 @@ class RunRoutineResult(BaseModel):
     status: RunStatus = "running"
     outputs: dict[str, Any] = Field(default_factory=dict)
     steps: dict[str, StepResult] = Field(default_factory=dict)
+
+
+class ForeachChunkInput(BaseModel):
+    """One child workflow's share of a foreach: items `first` to `first + len(items) - 1` of `step`.
+
+    `names` are the names in scope the step's `with:` reads (`inputs`, and of `steps` only the steps it
+    names); `run_workflow_id` is the run's own workflow id, from which every call's idempotency key is
+    derived as if the run had made it."""
+
+    step: Step
+    names: dict[str, Any] = Field(default_factory=dict)
+    items: list[Any] = Field(default_factory=list)
+    first: int = 0
+    key_id: str
+    grant: str | None = None
+    pins: dict[str, str] = Field(default_factory=dict)
+    run_workflow_id: str
+
+
+class ItemOutcome(BaseModel):
+    """One item's call as a chunk returns it: its output, or the error it failed with."""
+
+    output: Any = None
+    output_bytes: int | None = None
+    attempts: int = 0
+    ref: str | None = None
+    error: StepError | None = None
+
+
+class ForeachChunkResult(BaseModel):
+    """A chunk's items, in item order (`step_id` and `first` say where they sit in the step's list)."""
+
+    step_id: str
+    first: int = 0
+    items: list[ItemOutcome] = Field(default_factory=list)

@@ -88,6 +88,12 @@ class Scope:
         held = self._find(name)
         return None if held is None else held.value
 
+    def values(self) -> dict[str, Any]:
+        """Every name's plain value (a name of this scope over its parent's of the same name)."""
+        out = {} if self._parent is None else self._parent.values()
+        out.update((name, held.value) for name, held in self._names.items())
+        return out
+
     def activation(self, reads: Iterable[tuple[str, str | None]], budget: Budget) -> dict[str, Any]:
         """CEL values of the names an expression reads, converting what it reads for the first time.
 

@@ -27,6 +27,9 @@ class CallActionInput(BaseModel):
     index: int | None = None
     timeout_ms: int | None = None
     max_attempts: int | None = None  # the step's; None: Temporal's retry policy alone counts attempts
+    # the run's workflow id, when the call comes from a foreach's child workflow (engine.foreach): the
+    # idempotency key is derived from it; None: from the calling workflow's own id
+    run_workflow_id: str | None = None
 
 
 class CallActionResult(BaseModel):

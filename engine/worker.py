@@ -38,6 +38,7 @@ from activities.config import ActivitySettings
 from activities.schedule_run import ScheduleActivities
 from engine import expressions
 from engine.converter import DATA_CONVERTER
+from engine.foreach import ForeachWorkflow
 from engine.runs import ROUTINES_TASK_QUEUE, SEARCH_ATTRIBUTES
 from engine.schedule_workflow import ScheduleTickWorkflow
 from engine.stuck import HUNG_S, GuardedRunner, StuckRuns
@@ -57,7 +58,7 @@ __all__ = [
 
 log = logging.getLogger("b3os.worker")
 
-PASSED_THROUGH = ("engine.workflow",)
+PASSED_THROUGH = ("engine.workflow", "engine.foreach")
 """Workflow modules the worker's sandbox takes from the worker as they are, instead of importing them again
 for every run (see `workflow_runner`)."""
 
@@ -252,7 +253,7 @@ def build_worker(
     return Worker(
         client,
         task_queue=task_queue,
-        workflows=[RoutineWorkflow, ScheduleTickWorkflow],
+        workflows=[RoutineWorkflow, ForeachWorkflow, ScheduleTickWorkflow],
         workflow_runner=workflow_runner() if stuck is None else GuardedRunner(workflow_runner(), stuck),
         activities=[activities.call_action, *_tick_activities(ticks)],
         max_concurrent_workflow_tasks=workflow_tasks,

@@ -10,8 +10,9 @@ no status function runs only when `success()` too (no step it needs, directly or
 failed without continue-on-error or was cancelled), so a step after a failure is skipped unless its
 `if:` asks for it (`failure()`, `always()`). A cancelled run cancels its running steps, then runs
 the steps whose `if:` asks for it (`always()`, `cancelled()`), then ends cancelled. `foreach` runs one
-`call_action` activity per item (at most `FOREACH_PARALLEL` at once, results kept in item order, at most
-`FOREACH_MAX_ITEMS` items); `timeout` bounds each attempt and is sent as the call's `timeout_ms`;
+`call_action` activity per item (engine.step_calls: at most `FOREACH_PARALLEL` at once, results kept in
+item order, at most `FOREACH_MAX_ITEMS` items; more than `FOREACH_CHUNK_ITEMS` in child workflows of that
+many items each, engine.foreach); `timeout` bounds each attempt and is sent as the call's `timeout_ms`;
 `retry` becomes the activity's retry policy (the api's Retry-After still wins, through the
 activity's `next_retry_delay`). A cancelled run waits for its running activities to stop (they
 heartbeat each second) before it ends cancelled.
@@ -42,26 +43,21 @@ result in the history, where the runs api reads it once the run has ended).
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import (
-    ActivityError,
-    ApplicationError,
-    TemporalError,
-    is_cancelled_exception,
-)
-from temporalio.workflow import ActivityCancellationType
+from temporalio.exceptions import ApplicationError, TemporalError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
     # `import a.b as b`, not `from a import b`: a submodule imported by `from` bypasses the sandbox's
     # importer and would be loaded again for each run (its compiled expressions with it)
     import engine.expressions as expressions
     import engine.payloads as payloads
+    from engine.foreach import run_chunks
     from engine.pacing import Pacer
-    from engine.routine import RetryPolicy, Routine, Step, transitive_needs
+    from engine.routine import Routine, Step, transitive_needs
     from engine.runs import (
+        FOREACH_CHUNK_ITEMS,
         FOREACH_MAX_ITEMS,
         WORKFLOW_TYPE,
         RunRoutineInput,
@@ -70,8 +66,7 @@ with workflow.unsafe.imports_passed_through():
         StepResult,
     )
     from engine.scope import Scope
-    from engine.step_calls import retry_policy, step_error, summary
-    from engine.steps import CALL_ACTION, CallActionInput, CallActionResult
+    from engine.step_calls import RunCalls, StepCaller, StepFailure, output_size, sentence
 
 PATCH_NEEDS = "routines-v2-needs"
 """The `workflow.patched` id of routines v2 (needs:, status functions): a run started before it (its
@@ -88,38 +83,11 @@ PATCH_CANCEL_REFUSED = "routines-v8-cancel-refused"
 `run_cancelled`: the cancel reached the api first) is `cancelled`, not `failed`. Marked only in a run where
 that happens; runs started before record it as they did."""
 
-FOREACH_PARALLEL = 4
-"""Items of one foreach step in flight at once (the api allows 4 calls at once per organization)."""
-
-HISTORY_EVENTS_BUDGET = 40_000
-"""No call starts once the run's history has this many events (Temporal ends a run at 51,200)."""
-
-HISTORY_BYTES_BUDGET = 40 * payloads.MIB
-"""No call starts that would take the run's history past this size (Temporal ends a run at 50 MiB)."""
-
 OUTPUTS_IN_RESULT_BYTES = 512 * payloads.KIB
 """Step outputs carried in the run's result and progress, in all (the rest stay in the history)."""
 
 RESULT_LIMIT_BYTES = payloads.PAYLOAD_LIMIT_BYTES - 64 * payloads.KIB
 """The largest result the workflow returns (one Temporal payload, with room for its wrapping)."""
-
-DEFAULT_ATTEMPT_TIMEOUT = timedelta(seconds=150)
-"""An attempt's bound when the step sets no timeout: the action's own (60 s at most) plus the api's work."""
-
-TIMEOUT_SLACK = timedelta(seconds=10)
-"""Added to a step's `timeout` for the attempt, so the api's own timeout answer arrives first."""
-
-HEARTBEAT_TIMEOUT = timedelta(seconds=5)
-"""An attempt that stops heartbeating (its worker died) is retried after this long."""
-
-
-class _StepFailure(Exception):
-    """One call of a step failed for good; carries what the run's result shows."""
-
-    def __init__(self, error: StepError, attempts: int) -> None:
-        super().__init__(error.message)
-        self.error = error
-        self.attempts = attempts
 
 
 class _RunFailure(Exception):
@@ -141,6 +109,7 @@ class RoutineWorkflow:
         self._cancelled = False  # what cancelled() answers
         self._failed: list[str] = []  # the steps that failed, in the order they ended
         self._pacer = Pacer()  # spreads the expressions' work over workflow tasks
+        self._calls = StepCaller(self._pacer, RunCalls(key_id="", grant=None))  # the run's, set by _run
 
     @workflow.query(name="progress")
     def progress(self) -> RunRoutineResult:
@@ -172,6 +141,7 @@ class RoutineWorkflow:
 
     async def _run(self, input: RunRoutineInput) -> RunRoutineResult:
         routine = input.routine
+        self._calls = StepCaller(self._pacer, RunCalls(input.key_id, input.grant, input.pins))
         self._result = RunRoutineResult(steps={s.id: StepResult(name=s.name) for s in routine.steps})
         scope = Scope({"inputs": input.inputs, "steps": {}})
         # Before the first command: a run started by a v1 worker replays without the marker.
@@ -300,7 +270,7 @@ class RoutineWorkflow:
             )
         except Exception as exc:  # an ExpressionError, or anything the evaluation did not foresee
             self._result.status = "failed"
-            raise self._outputs_failure("expression_failed", "outputs", _sentence(exc)) from None
+            raise self._outputs_failure("expression_failed", "outputs", sentence(exc)) from None
         try:
             payloads.measure(outputs, "outputs", payloads.RUN_OUTPUTS_LIMIT_BYTES)
         except payloads.PayloadError as exc:
@@ -371,49 +341,48 @@ class RoutineWorkflow:
             self._fail(state, StepError(code="too_many_items", reason="foreach", message=str(exc)), 0)
             return None
         except Exception as exc:  # an ExpressionError, or anything the evaluation did not foresee
-            self._fail(state, StepError(code="expression_failed", reason=field, message=_sentence(exc)), 0)
+            self._fail(state, StepError(code="expression_failed", reason=field, message=sentence(exc)), 0)
             return None
         state.status = "running"
         state.ref = input.pins.get(step.uses, step.uses)
         if items is not None:
             return await self._run_foreach(step, state, input, scope, items)
         try:
-            result = await self._call(step, input, scope, None)
-        except _StepFailure as failure:
+            result = await self._calls.call(step, scope, None)
+        except StepFailure as failure:
             self._call_failed(step, state, failure.error, failure.attempts)
             return None
         state.attempts = result.attempt
         state.ref = result.ref or state.ref
-        self._show(state, result.output, _output_size(result))
+        self._show(state, result.output, output_size(result))
         state.status = "succeeded"
         return result.output
 
     async def _run_foreach(
         self, step: Step, state: StepResult, input: RunRoutineInput, scope: Scope, items: list[Any]
-    ) -> list[Any]:
-        gate = asyncio.Semaphore(FOREACH_PARALLEL)
-
-        async def one(index: int, item: Any) -> CallActionResult:
-            async with gate:
-                return await self._call(step, input, scope.with_names({"item": item, "index": index}), index)
-
-        calls = (one(i, item) for i, item in enumerate(items))
-        outcomes = await asyncio.gather(*calls, return_exceptions=True)
+    ) -> list[Any] | None:
+        try:
+            if len(items) <= FOREACH_CHUNK_ITEMS:
+                outcomes = await self._calls.items(step, scope, items)
+            else:  # more than one history carries: in child workflows (engine.foreach)
+                run = RunCalls(input.key_id, input.grant, input.pins, workflow.info().workflow_id)
+                outcomes = await run_chunks(step, scope, items, run)
+        except StepFailure as failure:
+            self._fail(state, failure.error, failure.attempts)
+            return None
         outputs: list[Any] = []
-        first: _StepFailure | None = None
+        first: StepFailure | None = None
         attempts, size = 0, 2 + max(len(outcomes) - 1, 0)  # the list's brackets and commas
         for outcome in outcomes:
-            if isinstance(outcome, _StepFailure):
+            if isinstance(outcome, StepFailure):
                 first = first or outcome
                 attempts = max(attempts, outcome.attempts)
                 outputs.append(None)
                 size += 4
-            elif isinstance(outcome, BaseException):
-                raise outcome
             else:
                 attempts = max(attempts, outcome.attempt)
                 outputs.append(outcome.output)
-                size += _output_size(outcome)
+                size += output_size(outcome)
         state.attempts = attempts
         self._show(state, outputs, size)
         if first is not None:
@@ -445,81 +414,6 @@ class RoutineWorkflow:
             return
         cls._fail(state, error, attempts)
 
-    async def _call(
-        self, step: Step, input: RunRoutineInput, scope: Scope, index: int | None
-    ) -> CallActionResult:
-        """Run one call of a step as an activity; a failure for good becomes `_StepFailure`."""
-        with_ = "with:" if index is None else f"with: of item {index}"
-        ref = input.pins.get(step.uses, step.uses)
-        fields = dict(step.with_)
-        try:
-            call_input = await self._pacer.evaluate(fields, lambda b: expressions.evaluate(fields, scope, b))
-        except Exception as exc:  # an ExpressionError, or anything the evaluation did not foresee
-            error = StepError(code="expression_failed", reason="with", message=_sentence(exc))
-            raise _StepFailure(error, 0) from None
-        try:
-            size = payloads.measure(call_input, with_, payloads.CALL_INPUT_LIMIT_BYTES).size
-        except payloads.PayloadError as exc:
-            raise _StepFailure(StepError(code=exc.code, reason="with", message=exc.message), 0) from None
-        try:
-            policy = retry_policy(step.retry)
-        except ValueError as exc:
-            raise _StepFailure(StepError(code="retry_invalid", reason="retry", message=str(exc)), 0) from None
-        _check_history(size, "foreach" if index is not None else "with")
-        timeout = step.timeout_timedelta
-        try:
-            return await workflow.execute_activity(
-                CALL_ACTION,
-                CallActionInput(
-                    ref=ref,
-                    input=call_input,
-                    key_id=input.key_id,
-                    grant=input.grant,
-                    step_id=step.id,
-                    index=index,
-                    timeout_ms=int(timeout.total_seconds() * 1000) if timeout else None,
-                    max_attempts=(step.retry or RetryPolicy()).max_attempts,
-                ),
-                result_type=CallActionResult,
-                activity_id=step.id if index is None else f"{step.id}-{index}",
-                summary=summary(step.id, step.name, index, ref),
-                start_to_close_timeout=timeout + TIMEOUT_SLACK if timeout else DEFAULT_ATTEMPT_TIMEOUT,
-                heartbeat_timeout=HEARTBEAT_TIMEOUT,
-                retry_policy=policy,
-                # a cancelled run waits until the running call has stopped (it heartbeats every second)
-                cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-            )
-        except ActivityError as exc:
-            if is_cancelled_exception(exc):
-                raise
-            raise _StepFailure(*step_error(exc, policy)) from None
-
-
-def _check_history(adding: int, reason: str) -> None:
-    """Refuse to start a call once the run's history nears what Temporal lets a run hold.
-
-    Raises:
-        _StepFailure: `history_too_large`, with the history's events and size.
-    """
-    info = workflow.info()
-    events, size = info.get_current_history_length(), info.get_current_history_size()
-    if events < HISTORY_EVENTS_BUDGET and size + adding <= HISTORY_BYTES_BUDGET:
-        return
-    message = (
-        f"the run's Temporal history holds {events:,} events ({payloads.size_text(size)}); Temporal ends a "
-        f"run at {payloads.HISTORY_EVENTS_LIMIT:,} events or "
-        f"{payloads.size_text(payloads.HISTORY_SIZE_LIMIT_BYTES)}, so no more calls start: "
-        "split the work across runs"
-    )
-    raise _StepFailure(StepError(code="history_too_large", reason=reason, message=message), 0)
-
-
-def _output_size(result: CallActionResult) -> int:
-    """A call's output size, as the activity measured it (or measured here)."""
-    if result.output_bytes is not None:
-        return result.output_bytes
-    return len(payloads.encode(result.output))
-
 
 def _largest(outputs: dict[str, Any]) -> str:
     """`; the largest is outputs.x (1.2 MiB)`, for a sentence about outputs that are too large."""
@@ -528,10 +422,3 @@ def _largest(outputs: dict[str, Any]) -> str:
         return ""
     name = max(sizes, key=lambda n: sizes[n])
     return f"; the largest is outputs.{name} ({payloads.size_text(sizes[name])})"
-
-
-def _sentence(exc: Exception) -> str:
-    """An evaluation's failure as a sentence (an unforeseen one names its kind)."""
-    if isinstance(exc, expressions.ExpressionError):
-        return str(exc)
-    return f"the evaluation failed: {type(exc).__name__}: {exc}"

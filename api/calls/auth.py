@@ -27,6 +27,7 @@ from api.errors import Forbidden, Unauthorized
 from api.models import ApiKey
 from api.rawsql import Reads
 from api.runs import grants
+from api.runs.links import Linked
 
 ON_BEHALF_OF = "X-B3OS-On-Behalf-Of"
 
@@ -52,13 +53,17 @@ def is_worker_token(expected: str | None, token: str) -> bool:
     return bool(expected) and hmac.compare_digest(token.encode(), str(expected).encode())
 
 
-def caller_for(request: Request, *, surface: str, cancelling: bool = False) -> Caller:
+def caller_for(
+    request: Request, *, surface: str, cancelling: bool = False, linked: Linked | None = None
+) -> Caller:
     """The caller of a request to a call surface (its reads: run it with `api.db.run_reading`).
 
     Args:
         request: The request.
         surface: `http` or `mcp`.
         cancelling: The request cancels a call (a cancelled run's steps may still do that).
+        linked: The parent of the child workflow the request comes from, as Temporal said
+            (api.runs.links; None: the request names no child workflow).
 
     Raises:
         Unauthorized: no key, an unknown or revoked key, or the worker token without a run's grant.
@@ -84,12 +89,17 @@ def caller_for(request: Request, *, surface: str, cancelling: bool = False) -> C
     with Reads(request.app.state.engine) as reads:
         grant = grants.lookup(reads, secret)
     execution = request.headers.get(grants.EXECUTION_HEADER, "").strip()
+    if linked is not None:  # a foreach's child workflow: its parent must be the run's execution
+        if linked.parent_workflow_id != grant.workflow_id:
+            raise grants.not_its_execution(grant.run_id)
+        execution = linked.parent_run_id
     step = grants.check(
         grant,
         step=request.headers.get(grants.STEP_HEADER, ""),
         idempotency_key=request.headers.get("Idempotency-Key"),
         cancelling=cancelling,
         execution=execution,
+        chunk=linked.workflow_id if linked is not None else None,
     )
     named = request.headers.get(ON_BEHALF_OF, "").strip()
     if named and named != grant.key_id:

@@ -16,19 +16,25 @@ from api.db import run_reading
 from api.errors import CallError, error_responses
 from api.jsonbody import request_json
 from api.params import IdempotencyKey
+from api.services import routine_services
 
 router = APIRouter(prefix="/v1/actions", tags=["calls"])
 
 
 async def http_caller(request: Request) -> Caller:
     """The key calling over HTTP (or a routine step, for the key that started its run)."""
-    return await run_reading(request.app.state.engine, lambda: caller_for(request, surface="http"))
+    linked = await routine_services(request).links.parent(request)
+    return await run_reading(
+        request.app.state.engine, lambda: caller_for(request, surface="http", linked=linked)
+    )
 
 
 async def http_canceller(request: Request) -> Caller:
     """The key cancelling a call over HTTP (or a routine step cancelling its own call)."""
+    linked = await routine_services(request).links.parent(request)
     return await run_reading(
-        request.app.state.engine, lambda: caller_for(request, surface="http", cancelling=True)
+        request.app.state.engine,
+        lambda: caller_for(request, surface="http", cancelling=True, linked=linked),
     )
 
 

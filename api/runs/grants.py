@@ -9,7 +9,9 @@ id. The activity sends the grant beside the worker token (`X-B3OS-Run-Grant`) an
 - the grant is one this api minted (one lookup by the hash's primary key, joined with the key row);
 - the call comes from the workflow execution the api started (`X-B3OS-Run-Execution`, the activity's
   Temporal run id, against the one the api wrote with the run's row, or bound by the first call when the
-  call came first): a workflow started again under the same id, by hand or by a reset, is refused;
+  call came first): a workflow started again under the same id, by hand or by a reset, is refused; or
+  from a child workflow of that execution running a chunk of a foreach's items, as Temporal says
+  (api.runs.links), whose workflow id is one of that step's chunks' (engine.runs.foreach_workflow_id);
 - the step is one of the run's routine version (`steps`, minted with the grant), with a foreach index
   exactly when it has foreach items (below `FOREACH_MAX_ITEMS`), and the call's `ref` is the one it
   pinned (`api.calls.service` compares it);
@@ -50,7 +52,7 @@ from api.errors import Forbidden, Unauthorized
 from api.models import ApiKey, Organization, utcnow
 from api.rawsql import Reads
 from api.runs.tables import RunGrant
-from engine.runs import FOREACH_MAX_ITEMS
+from engine.runs import FOREACH_MAX_ITEMS, is_foreach_workflow_id
 
 GRANT_HEADER = "X-B3OS-Run-Grant"
 STEP_HEADER = "X-B3OS-Run-Step"
@@ -227,7 +229,13 @@ def lookup(reads: Reads, secret: str) -> FoundGrant:
 
 
 def check(
-    grant: FoundGrant, *, step: str, idempotency_key: str | None, cancelling: bool, execution: str | None
+    grant: FoundGrant,
+    *,
+    step: str,
+    idempotency_key: str | None,
+    cancelling: bool,
+    execution: str | None,
+    chunk: str | None = None,
 ) -> StepCall:
     """Refuse a step's call (or cancel) that its run's grant does not cover.
 
@@ -237,7 +245,10 @@ def check(
         idempotency_key: The request's Idempotency-Key (header).
         cancelling: The request cancels a call (allowed while a cancelled run stops its steps).
         execution: The `X-B3OS-Run-Execution` header: the Temporal run id of the workflow the call comes
-            from (the activity's own, as Temporal gave it).
+            from (the activity's own, as Temporal gave it); for a call from a foreach's child workflow,
+            its parent's run id as Temporal gave it (api.runs.links).
+        chunk: The workflow id of the foreach's child workflow the call comes from, once Temporal said
+            its parent is `execution` of the run's workflow id (None: the call comes from the run's own).
 
     Returns:
         The Idempotency-Key the step derives and the ref it calls: the only ones this request may use.
@@ -263,6 +274,8 @@ def check(
             reason="step_unknown",
         )
     step_id, index = match.group(1), None if match.group(2) is None else int(match.group(2))
+    if chunk is not None and (index is None or not is_foreach_workflow_id(chunk, grant.workflow_id, step_id)):
+        raise not_its_execution(grant.run_id)
     ref = _step_ref(grant, run, step_id, index)
     if grant.cancelled_at is not None and not cancelling:
         _check_cleanup(grant, run, step_id)

@@ -6,7 +6,8 @@ runs service makes anyway) into each running step's `retrying`: the attempt runn
 reason, HTTP status and Retry-After of the attempt before, and the seconds until the next one starts.
 
 A step output too large for the workflow's result (`output_bytes` set, `output` null) is in that
-step's activity result in the run's history, or, for a step a re-run kept, in the run's input
+step's activity result in the run's history (for a foreach of more than `FOREACH_CHUNK_ITEMS` items, in
+its child workflows' results there, engine.foreach), or, for a step a re-run kept, in the run's input
 (`RunRoutineInput.reused`): `fill_outputs` reads it from there once the run has ended, so a finished
 run's row and `GET /v1/runs/{id}` hold every output, and a re-run of a re-run keeps them too.
 """
@@ -21,12 +22,13 @@ from temporalio.api.failure.v1 import Failure
 from temporalio.client import WorkflowExecutionDescription, WorkflowHandle
 from temporalio.converter import DataConverter
 
-from engine.runs import RunRoutineInput, RunRoutineResult, StepRetry
+from engine.runs import ForeachChunkResult, RunRoutineInput, RunRoutineResult, StepRetry
 from engine.steps import CallActionResult
 
 _STARTED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED
 _SCHEDULED = EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
 _COMPLETED = EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+_CHUNK_COMPLETED = EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_COMPLETED
 
 
 def note_retries(
@@ -105,7 +107,7 @@ async def fill_outputs(
     if not missing:
         return
     scheduled: dict[int, str] = {}
-    outputs: dict[str, Any] = {}
+    outputs: dict[str, Any] = {}  # by activity id: `<step>` or `<step>-<index>`
     decode = converter.payload_converter.from_payloads
     async for event in handle.fetch_history_events():
         if event.event_type == _STARTED:
@@ -119,10 +121,17 @@ async def fill_outputs(
             activity_id = scheduled.get(done.scheduled_event_id, "")
             if activity_id.partition("-")[0] in missing:
                 outputs[activity_id] = decode(list(done.result.payloads), [CallActionResult])[0].output
+        elif event.event_type == _CHUNK_COMPLETED:
+            payloads = list(event.child_workflow_execution_completed_event_attributes.result.payloads)
+            chunk = decode(payloads, [ForeachChunkResult])[0]
+            if chunk.step_id in missing:
+                for i, item in enumerate(chunk.items):
+                    outputs[f"{chunk.step_id}-{chunk.first + i}"] = item.output
+    called = [*outputs, *scheduled.values()]  # activity ids, and the items chunks returned
     for sid in missing:
-        items = [a for a in scheduled.values() if a.partition("-")[0] == sid and a != sid]
+        ids = (a.partition("-") for a in called)
+        indices = [int(index) for step, _, index in ids if step == sid and index]
         if sid in outputs:
             result["steps"][sid]["output"] = outputs[sid]
-        elif items:
-            count = max(int(a.partition("-")[2]) for a in items) + 1
-            result["steps"][sid]["output"] = [outputs.get(f"{sid}-{i}") for i in range(count)]
+        elif indices:
+            result["steps"][sid]["output"] = [outputs.get(f"{sid}-{i}") for i in range(max(indices) + 1)]

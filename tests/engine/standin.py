@@ -31,6 +31,7 @@ from workers import PATIENCE_S
 
 from activities.call_action import Ledger
 from activities.errors import error_for_answer
+from engine.foreach import ForeachWorkflow
 from engine.resolvers import LocalPackResolver
 from engine.runs import RunRoutineInput, RunRoutineResult, StepResult, routine_workflow_id
 from engine.steps import CallActionInput, CallActionResult
@@ -208,7 +209,9 @@ async def run_routine(
     StepResult as a dict)."""
     routine = load_routine(source, f"{run_id}.yaml")
     queue = f"standin-{run_id}"
-    async with Worker(client, task_queue=queue, workflows=[RoutineWorkflow], activities=[call_action]):
+    async with Worker(
+        client, task_queue=queue, workflows=[RoutineWorkflow, ForeachWorkflow], activities=[call_action]
+    ):
         handle = await client.start_workflow(
             RoutineWorkflow.run,
             RunRoutineInput(

@@ -28,7 +28,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from test_workflow import _sleepers
 
-from engine import workflow as workflow_module
+from engine import step_calls
 from engine.routine import RetryPolicy
 from engine.runs import RunRoutineInput
 from engine.step_calls import retry_policy
@@ -178,15 +178,15 @@ FAILED = [
         ("a", "payload_too_large", "with", "with: is 1.14 MiB encoded, more than the 1 MiB it may take"),
     ),
     (
-        "foreach-10000",
+        "foreach-10001",
         one_step(
             "many",
             "{text: '${{ string(item) }}'}",
             inputs="  l: {type: array}\n",
             extra="    foreach: ${{ inputs.l }}\n",
         ),
-        {"l": list(range(10_000))},
-        ("a", "too_many_items", "foreach", "foreach gives 10,000 items; a step runs at most 1,000"),
+        {"l": list(range(10_001))},
+        ("a", "too_many_items", "foreach", "foreach gives 10,001 items; a step runs at most 10,000"),
     ),
     (
         "files-through-10-steps",
@@ -290,7 +290,7 @@ HOSTILE_MIX = [
     (source.replace("name: ", f"name: mix{k}-", 1), inputs)
     for k in range(3)
     for name, source, inputs, _ in FAILED
-    if name in ("nested-macros-over-3000", "with-over-1-mib", "foreach-10000")
+    if name in ("nested-macros-over-3000", "with-over-1-mib", "foreach-10001")
 ]
 
 
@@ -411,7 +411,7 @@ async def test_a_run_near_temporals_history_limit_fails_its_step_instead_of_bein
 ) -> None:
     # 40,000 events take minutes to make: the budget is lowered to 30 here, on a worker without the
     # sandbox (which would import engine.workflow afresh), with a stand-in for the call (the seam).
-    monkeypatch.setattr(workflow_module, "HISTORY_EVENTS_BUDGET", 30)
+    monkeypatch.setattr(step_calls, "HISTORY_EVENTS_BUDGET", 30)
 
     @activity.defn(name="call_action")
     async def call_action(input: CallActionInput) -> CallActionResult:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime as dt
+import functools
 import time
 import uuid
 from typing import Any
@@ -262,7 +263,7 @@ def _bound_grant() -> grants.FoundGrant:
         ("notinrun", "exec-1", "step_unknown", "has no step 'notinrun' in its routine version"),
         ("one/5", "exec-1", "step_unknown", "Step one of run run_x has no foreach items"),
         ("each", "exec-1", "step_unknown", "has foreach items: its calls name an index"),
-        ("each/999999", "exec-1", "step_unknown", "an index below 1,000"),
+        ("each/999999", "exec-1", "step_unknown", "an index below 10,000"),
         ("one", "exec-2", "execution_not_of_run", "not come from the workflow execution"),
         ("one", "", "execution_not_of_run", "its grant serves that execution only"),
     ],
@@ -358,3 +359,33 @@ async def test_a_live_grant_calls_nothing_for_steps_refs_or_executions_not_its_r
         assert refused.json()["error"]["reason"] == reason, (step, refused.text)
     assert (await routine_stack.final(org, run_id))["status"] == "succeeded"
     assert len(routine_stack.calls_of(org)) == 1  # the run's own step, and nothing else
+
+
+@pytest.mark.parametrize(
+    ("step", "chunk", "refused"),
+    [
+        ("each/3", "routine-x/foreach/each/0", False),
+        ("each/2500", "routine-x/foreach/each/2", False),
+        ("each/3", "routine-x/foreach/other/0", True),
+        ("one", "routine-x/foreach/one/0", True),
+        ("each/3", "routine-y/foreach/each/0", True),
+        ("each/3", "routine-x/foreach/each/zero", True),
+    ],
+    ids=["its chunk", "a later chunk", "another step's", "a step without foreach", "another run's",
+         "no chunk number"],
+)  # fmt: skip
+def test_a_foreach_chunks_call_counts_as_its_runs_when_its_id_is_one_of_that_steps_chunks(
+    step: str, chunk: str, refused: bool
+) -> None:
+    """`chunk` is the child workflow Temporal said is a child of the run's execution (api.runs.links)."""
+    step_id, _, index = step.partition("/")
+    key = step_idempotency_key("routine-x", step_id, int(index) if index else None)
+    check = functools.partial(
+        grants.check, _bound_grant(), step=step, idempotency_key=key, cancelling=False, execution="exec-1"
+    )
+    if not refused:
+        assert check(chunk=chunk).key == key
+        return
+    with pytest.raises(Forbidden) as caught:
+        check(chunk=chunk)
+    assert caught.value.body()["error"]["reason"] == "execution_not_of_run"

@@ -677,10 +677,10 @@ def test_a_routine_of_more_than_50000_values_is_refused_at_the_first_past_the_bo
     assert yaml_positions.MAX_VALUES == 50_000
 
 
-def test_a_literal_foreach_of_more_than_1000_items_is_refused_at_its_line() -> None:
-    listed = ",".join(["1"] * 2_000)
+def test_a_literal_foreach_of_more_than_10000_items_is_refused_at_its_line() -> None:
+    listed = ",".join(["1"] * 10_001)
     found = only(f"name: x\nsteps:\n  - id: a\n    uses: {ECHO}\n    foreach: [{listed}]\n    with: {{}}\n")
-    assert found.startswith("5:14: step 'a': foreach: lists 2,000 items; a step runs at most 1,000"), found
+    assert found.startswith("5:14: step 'a': foreach: lists 10,001 items; a step runs at most 10,000"), found
 
 
 def test_an_input_schema_whose_reference_leaves_it_or_never_ends_is_refused_at_its_line() -> None:
