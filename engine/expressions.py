@@ -15,10 +15,10 @@ clock or randomness at import or evaluation time. (cel-python reads its grammar 
 first compile in the process; compiled expressions are cached by text, the most recently used up to
 CACHE_CHARACTERS characters of text in all.)
 
-Errors::
-
-    ExpressionError            an expression could not be evaluated (names the expression)
-     └── ExpressionSyntaxError an expression does not parse (line and column inside it)
+Its parts: engine.expression_text (finding `${{ }}` in strings; the errors, `ExpressionError` and
+`ExpressionSyntaxError`), engine.cel_tree (what a parse tree reads and calls), and here compiling, the
+compiled expressions' cache, what an expression reads and calls, and evaluating. Callers use the names
+of this module (`__all__`), wherever each is defined.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,152 +35,65 @@ import lark
 from cachetools import LRUCache, cached
 from celpy.evaluation import CELEvalError
 
-from engine import cel_runtime, cel_values
+from engine import cel_runtime, cel_tree, cel_values
+from engine.cel_tree import FUNCTIONS, STATUS_FUNCTIONS, Reference, StatusCall
 from engine.cel_values import Budget
-from engine.errors import EngineError
+from engine.expression_text import (
+    CLOSE,
+    FOREACH_NAMES,
+    OPEN,
+    SHOWN_CHARS,
+    STEP_FIELDS,
+    Expr,
+    ExpressionError,
+    ExpressionSyntaxError,
+    TooManyItems,
+    has_expressions,
+    iter_expressions,
+    shown,
+    split_template,
+    whole_expression,
+)
 from engine.scope import Scope
 from packs import cel_syntax
-from packs.templates import find_close
 
-OPEN = "${{"
-CLOSE = "}}"
-
-#: The names an expression may read beside `inputs` and `steps`, and where.
-FOREACH_NAMES = frozenset({"item", "index"})
-STEP_FIELDS = frozenset({"output", "status"})
-
-STATUS_FUNCTIONS = ("success", "failure", "always", "cancelled")
-"""The status functions a step's `if:` may call (as GitHub Actions has them), each with no argument."""
-
-SHOWN_CHARS = 120
-"""Messages show at most this many characters of an expression's text (and of a value)."""
-
-
-def shown(text: str) -> str:
-    """A text as a message shows it: cut at SHOWN_CHARS characters, with `...` when cut."""
-    return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 3] + "..."
-
-
-class ExpressionError(EngineError):
-    """An expression could not be evaluated.
-
-    Attributes:
-        expression: the CEL text (without `${{ }}`).
-        problem: what went wrong, one sentence.
-    """
-
-    def __init__(self, expression: str, problem: str) -> None:
-        self.expression = expression
-        self.problem = problem
-        super().__init__(f"${{{{ {shown(expression)} }}}}: {problem}")
-
-
-class TooManyItems(EngineError):
-    """A `foreach:` gave more items than a step may run over (its list was not converted: `count` says)."""
-
-    def __init__(self, count: int, most: int) -> None:
-        self.count = count
-        super().__init__(
-            f"foreach gives {count:,} items; a step runs at most {most:,}: "
-            "split the list across steps or runs"
-        )
-
-
-class ExpressionSyntaxError(ExpressionError):
-    """An expression does not parse, or a `${{` is not closed.
-
-    Attributes:
-        line: 1-based line inside the expression text.
-        column: 1-based column inside that line.
-        offset: 0-based character offset inside the expression text.
-    """
-
-    def __init__(self, expression: str, problem: str, line: int, column: int, offset: int) -> None:
-        self.line = line
-        self.column = column
-        self.offset = offset
-        super().__init__(expression, problem)
-
-
-@dataclass(frozen=True)
-class Expr:
-    """One `${{ }}` found in a string.
-
-    Attributes:
-        source: the CEL text, stripped of surrounding blanks.
-        start: index of `${{` in the string.
-        body: index of the first character of `source` in the string.
-        end: index just past the closing `}}`.
-    """
-
-    source: str
-    start: int
-    body: int
-    end: int
-
-
-def split_template(text: str) -> list[str | Expr]:
-    """Split a string into literal text and `${{ }}` expressions, in order.
-
-    Raises:
-        ExpressionSyntaxError: a `${{` has no matching `}}`, or an expression is empty.
-    """
-    parts: list[str | Expr] = []
-    pos = 0
-    while True:
-        start = text.find(OPEN, pos)
-        if start < 0:
-            if pos < len(text):
-                parts.append(text[pos:])
-            return parts
-        if start > pos:
-            parts.append(text[pos:start])
-        inner = start + len(OPEN)
-        close = find_close(text, inner)
-        raw = text[inner:close] if close >= 0 else text[inner:]
-        lead = len(raw) - len(raw.lstrip())
-        source = raw.strip()
-        if close < 0:
-            raise ExpressionSyntaxError(source, "'${{' is not closed by '}}'", 1, 1, 0)
-        if not source:
-            raise ExpressionSyntaxError(source, "the expression is empty", 1, 1, 0)
-        parts.append(Expr(source=source, start=start, body=inner + lead, end=close + len(CLOSE)))
-        pos = close + len(CLOSE)
-
-
-def whole_expression(text: str) -> str | None:
-    """The CEL text if `text` is exactly one `${{ expr }}` (blanks aside), else None."""
-    if OPEN not in text:
-        return None
-    parts = split_template(text.strip())
-    if len(parts) == 1 and isinstance(parts[0], Expr):
-        return parts[0].source
-    return None
-
-
-def has_expressions(value: Any) -> bool:
-    """Whether a value (or anything inside it) holds a `${{`."""
-    return any(True for _ in iter_expressions(value))
-
-
-def iter_expressions(value: Any) -> Iterator[str]:
-    """Every CEL text inside a value, depth first; unparsable templates yield nothing."""
-    if isinstance(value, str):
-        if OPEN in value:
-            try:
-                parts = split_template(value)
-            except ExpressionSyntaxError:
-                return
-            for part in parts:
-                if isinstance(part, Expr):
-                    yield part.source
-    elif isinstance(value, Mapping):
-        for item in value.values():
-            yield from iter_expressions(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from iter_expressions(item)
-
+__all__ = [  # the expressions' API, wherever each part lives (engine.expression_text, engine.cel_tree)
+    "CACHE_CHARACTERS",
+    "CLOSE",
+    "FOREACH_NAMES",
+    "FUNCTIONS",
+    "OPEN",
+    "SHOWN_CHARS",
+    "STATUS_FUNCTIONS",
+    "STEP_FIELDS",
+    "Compiled",
+    "Context",
+    "Expr",
+    "ExpressionError",
+    "ExpressionSyntaxError",
+    "Reference",
+    "StatusCall",
+    "TooManyItems",
+    "check",
+    "check_template",
+    "condition_expression",
+    "evaluate",
+    "evaluate_condition",
+    "evaluate_expression",
+    "evaluate_foreach",
+    "functions",
+    "has_expressions",
+    "iter_expressions",
+    "references",
+    "referenced_steps",
+    "runs_after_cancel",
+    "shown",
+    "split_template",
+    "status_calls",
+    "to_text",
+    "uses_status",
+    "whole_expression",
+]
 
 # --- compiling ---------------------------------------------------------------------------------
 
@@ -227,16 +140,16 @@ def _compiled(expr: str) -> Compiled:
     shape = cel_syntax.tree_problem(tree)
     if shape is not None:
         raise _shape_error(expr, shape)
-    bound = _bound(tree)
-    refs = tuple(_references(tree, bound))
+    bound = cel_tree.bound_names(tree)
+    refs = tuple(cel_tree.references_of(tree, bound))
     # A name a macro binds may also be read free elsewhere in the expression: read it whole then.
     reads = [(r.root, r.path[0] if r.path else None) for r in refs] + [(name, None) for name in sorted(bound)]
     return Compiled(
         tree=cel_syntax.runnable(tree),
         references=refs,
-        functions=tuple(_functions(tree)),
+        functions=tuple(cel_tree.functions_of(tree)),
         reads=tuple(dict.fromkeys(reads)),
-        status_calls=tuple(_status_calls(tree)),
+        status_calls=tuple(cel_tree.status_calls_of(tree)),
         size=max(len(expr), 1),
     )
 
@@ -287,26 +200,7 @@ def check_template(text: str) -> None:
             check(part.source)
 
 
-# --- reading the tree ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Reference:
-    """One `root.a.b` chain read by an expression: `root` and the member names after it."""
-
-    root: str
-    path: tuple[str, ...]
-
-
-#: The functions and macros an expression may call: CEL's standard library as cel-python has it.
-FUNCTIONS = frozenset(name for name in celpy.evaluation.base_functions if name[:1].isalpha()) | {
-    "has",
-    "all",
-    "exists",
-    "exists_one",
-    "map",
-    "filter",
-}
+# --- what an expression reads and calls --------------------------------------------------------
 
 
 def functions(expr: str) -> list[str]:
@@ -316,16 +210,6 @@ def functions(expr: str) -> list[str]:
         ExpressionSyntaxError: the expression does not parse or its shape is refused.
     """
     return list(_compiled(expr).functions)
-
-
-def _functions(tree: lark.Tree) -> list[str]:
-    found: list[str] = []
-    for node in tree.iter_subtrees_topdown():
-        if node.data == "ident_arg" and node.children:
-            found.append(str(node.children[0]))
-        elif node.data == "member_dot_arg" and len(node.children) >= 2:
-            found.append(str(node.children[1]))
-    return found
 
 
 def references(expr: str) -> list[Reference]:
@@ -341,95 +225,6 @@ def references(expr: str) -> list[Reference]:
     return list(_compiled(expr).references)
 
 
-def _bound(tree: lark.Tree) -> set[str]:
-    """The variables macros bind (`n` in `names.map(n, ...)`)."""
-    bound: set[str] = set()
-    for node in tree.iter_subtrees():
-        if node.data == "member_dot_arg" and len(node.children) >= 3:
-            method, args = node.children[1], node.children[2]
-            if str(method) in cel_syntax.MACROS and isinstance(args, lark.Tree) and args.children:
-                name = _ident_of(args.children[0])
-                if name:
-                    bound.add(name)
-    return bound
-
-
-def _references(tree: lark.Tree, bound: set[str]) -> list[Reference]:
-    found: list[Reference] = []
-    for node in tree.iter_subtrees_topdown():
-        if node.data != "member":
-            continue
-        chain = _chain(node)
-        if chain is not None and chain[0] not in bound:
-            found.append(Reference(chain[0], tuple(chain[1:])))
-    return _outermost(found)
-
-
-def _outermost(refs: list[Reference]) -> list[Reference]:
-    """Drop references that are prefixes of a longer one read at the same place."""
-    result: list[Reference] = []
-    for ref in refs:
-        if result and result[-1].root == ref.root and result[-1].path[: len(ref.path)] == ref.path:
-            continue
-        result.append(ref)
-    return result
-
-
-def _ident_of(node: Any) -> str | None:
-    """The name if `node` is an expression that is one bare identifier."""
-    while isinstance(node, lark.Tree):
-        if node.data == "ident":
-            return str(node.children[0])
-        if len(node.children) != 1:
-            return None
-        node = node.children[0]
-    return None
-
-
-def _chain(member: lark.Tree) -> list[str] | None:
-    """`a.b["c"].d` as ["a", "b", "c", "d"] (stopping at the first non-constant index)."""
-    names: list[str] = []
-    node: Any = member
-    while isinstance(node, lark.Tree):
-        if node.data == "member":
-            node = node.children[0]
-        elif node.data == "member_dot":
-            names.append(str(node.children[1]))
-            node = node.children[0]
-        elif node.data == "member_index":
-            key = _string_literal(node.children[1])
-            names = [] if key is None else [*names, key]
-            node = node.children[0]
-        elif node.data == "primary":
-            inner = node.children[0]
-            if isinstance(inner, lark.Tree) and inner.data in ("ident", "dot_ident"):
-                names.append(str(inner.children[0]))
-                return list(reversed(names))
-            return None
-        else:
-            return None
-    return None
-
-
-def _string_literal(node: Any) -> str | None:
-    while isinstance(node, lark.Tree) and len(node.children) == 1:
-        node = node.children[0]
-    if isinstance(node, lark.Token) and node.type == "STRING_LIT":
-        text = str(node)
-        if text[:1] in "\"'" and len(text) >= 2:
-            return text[1:-1]
-    return None
-
-
-@dataclass(frozen=True)
-class StatusCall:
-    """One call of a status function in an expression: its name, and whether it is called as it must
-    be (`success()`: no argument, no receiver)."""
-
-    name: str
-    well_formed: bool
-
-
 def status_calls(expr: str) -> list[StatusCall]:
     """The status functions (`success()`, `failure()`, `always()`, `cancelled()`) an expression calls.
 
@@ -437,17 +232,6 @@ def status_calls(expr: str) -> list[StatusCall]:
         ExpressionSyntaxError: the expression does not parse or its shape is refused.
     """
     return list(_compiled(expr).status_calls)
-
-
-def _status_calls(tree: lark.Tree) -> list[StatusCall]:
-    found: list[StatusCall] = []
-    for node in tree.iter_subtrees_topdown():
-        if node.data == "ident_arg" and node.children and str(node.children[0]) in STATUS_FUNCTIONS:
-            found.append(StatusCall(str(node.children[0]), len(node.children) == 1))
-        elif node.data == "member_dot_arg" and len(node.children) >= 2:
-            if str(node.children[1]) in STATUS_FUNCTIONS:
-                found.append(StatusCall(str(node.children[1]), False))
-    return found
 
 
 def uses_status(condition: str | bool | None) -> bool:
