@@ -30,6 +30,14 @@ from packs.signing import public_key_b64
 ECHO_PINS = [f"{NAMESPACE}/echo/{a}@1.0.0" for a in ("noop", "echo", "fail")]
 
 
+GET_ISSUE_FIXTURE = (
+    '{"action": "get-issue", "input": {"owner": "o", "repo": "r", "number": 1}, "output": {"number": 1, '
+    '"title": "a bug", "state": "open", "url": "https://github.com/o/r/issues/1", "author": "ann", '
+    '"labels": []}}\n'
+)
+"""A fixture of get-issue that passes check 36 (a fixture fits its action's schemas)."""
+
+
 @pytest.fixture
 def key() -> Ed25519PrivateKey:
     return Ed25519PrivateKey.generate()
@@ -369,7 +377,7 @@ def github(tmp_path: Path, key: Ed25519PrivateKey) -> Path:
     shutil.copytree(GITHUB, src)
     (src / "NOTICES.md").write_text("GitHub is a trademark of GitHub, Inc.\n")
     (src / "fixtures").mkdir()
-    (src / "fixtures" / "get-issue.json").write_text('{"input": {"owner": "o", "repo": "r", "number": 1}}\n')
+    (src / "fixtures" / "get-issue.json").write_text(GET_ISSUE_FIXTURE)
     build_pack(src, kid=IO_KID, private_key=key, out_dir=tmp_path / "github")
     return tmp_path / "github"
 
