@@ -6,11 +6,13 @@ step's call answered by the case's answers or by the fixtures/ of the step's pac
 run with what the case expects. Packs come from `--packs DIR` (a pack directory or a directory of them;
 repeatable), by default examples/packs and examples/tools of the current directory. Exit status: 0 when
 every case passed, 1 when one failed or a file could not run, 2 when the packs cannot be used.
+Once the tests have run, the process ends at once (the Temporal SDK's threads are not waited for).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -53,4 +55,9 @@ def run(args: argparse.Namespace) -> int:
         except OSError as exc:
             print(f"b3os routine test: cannot write --junit {args.junit}: {exc.strerror}", file=sys.stderr)
             return 2
-    return 0 if all(r.passed for r in results) else 1
+    code = 0 if all(r.passed for r in results) else 1
+    # The Temporal SDK's native threads may still call into Python while the interpreter finalizes, which
+    # aborts the process now and then (as engine.worker.run says): end it at once, its output flushed.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
