@@ -37,6 +37,8 @@ RULE = (
 PREFIX = "fixtures/"
 MAX_FIXTURE_BYTES = 2 << 20
 """The largest fixture file: a call's input is at most 1 MiB, a step's output 1.5 MiB."""
+MAX_FIXTURES_BYTES = 16 << 20
+"""The fixtures of a pack in all: what check 36 reads (at publish, in the api)."""
 
 ERROR_STATUS: dict[str, int] = {
     "invalid_request": 400,
@@ -106,10 +108,35 @@ def fixture_problems(manifest: Mapping[str, Any], files: Mapping[str, bytes]) ->
         manifest: the manifest (its actions passed checks 8 to 10).
         files: the bundle files by path (the fixtures are the .json files under fixtures/).
     """
+    paths = fixture_paths(files)
+    refused = size_problems({p: len(files[p]) for p in paths})
+    if refused:
+        return refused
     report = Report()
     actions = {a.get("key"): a for _, a in actions_of(manifest)}
-    for path in fixture_paths(files):
+    for path in paths:
         _check_one(report, path, files[path], actions)
+    return report.violations(Violation)
+
+
+def size_problems(sizes: Mapping[str, int]) -> list[Violation]:
+    """Check 36 by the fixtures' sizes alone (path -> bytes), before any is read: each at most
+    `MAX_FIXTURE_BYTES`, all together at most `MAX_FIXTURES_BYTES`."""
+    report = Report()
+    for path, size in sorted(sizes.items()):
+        if size > MAX_FIXTURE_BYTES:
+            report.add(
+                CHECK,
+                path,
+                None,
+                f"it has {size} bytes: a fixture has at most {MAX_FIXTURE_BYTES}",
+                name_only=True,
+            )
+    total = sum(sizes.values())
+    if total > MAX_FIXTURES_BYTES:
+        limit = MAX_FIXTURES_BYTES
+        text = f"fixtures/ holds {total} bytes of fixtures: a pack's fixtures hold at most {limit} in all"
+        report.add(CHECK, "fixtures/", None, "", sentence=text)
     return report.violations(Violation)
 
 
@@ -117,9 +144,6 @@ def _check_one(report: Report, path: str, data: bytes, actions: Mapping[Any, Map
     def add(field: str, value: Any, accepted: str) -> None:
         report.add(CHECK, f"{path}:{field}" if field else path, value, accepted, name_only=not field)
 
-    if len(data) > MAX_FIXTURE_BYTES:
-        add("", None, f"it has {len(data)} bytes: a fixture has at most {MAX_FIXTURE_BYTES}")
-        return
     try:
         raw = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError as exc:

@@ -25,7 +25,7 @@ from cli.pack_publish import publish_command
 from cli.tool_publish import publish_dir
 from packs.build import build_pack
 from packs.hashing import BundleFile
-from packs.signing import public_key_b64
+from packs.signing import public_key_b64, sign_manifest
 
 ECHO_PINS = [f"{NAMESPACE}/echo/{a}@1.0.0" for a in ("noop", "echo", "fail")]
 
@@ -206,6 +206,29 @@ def test_every_failing_publish_check_is_listed(client: TestClient, publisher: Or
     assert {(v["check"], v["field"]) for v in error["violations"]} >= {(14, "tool.size")}
     assert len(error["violations"]) == 2
     assert error["message"].startswith("The manifest fails 2 publish checks: check 14: ")
+
+
+def test_a_fixture_its_action_refuses_is_refused_at_publish_naming_the_file_and_field(
+    client: TestClient, publisher: Org, echo: Built, key: Ed25519PrivateKey
+) -> None:
+    # signed over its files as a build would, but a build refuses it: published by hand
+    files = {
+        **echo.files,
+        "fixtures/echo-seven.json": b'{"action": "echo", "input": {"text": "7"}, "output": {"text": 7}}',
+    }
+    unsigned = {k: v for k, v in echo.manifest.items() if k != "signature"}
+    signed = sign_manifest(unsigned, [BundleFile.of(p, d) for p, d in sorted(files.items())], key, KID)
+    upload(client, publisher, files)
+    error = _refusal(_publish(client, publisher, Built(echo.root, signed, files)), 400, "checks")
+    message = (
+        "check 36: fixtures/echo-seven.json:output.text 7 is not accepted: the outputSchema of action "
+        "\"echo\" refuses it: 7 is not of type 'string'"
+    )
+    assert error["violations"] == [
+        {"check": 36, "field": "fixtures/echo-seven.json:output.text", "message": message}
+    ]
+    assert error["message"] == f"The manifest fails 1 publish check: {message}"
+    assert client.get(f"/v1/actions/packs/{NAMESPACE}/echo", headers=publisher.headers).status_code == 404
 
 
 def test_a_manifest_changed_after_signing_fails_the_content_hash(

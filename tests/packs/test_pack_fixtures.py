@@ -13,7 +13,13 @@ from packfixtures import ECHO_DIR, KID, REPO
 
 from packs.build import build_pack
 from packs.errors import ChecksFailed
-from packs.fixtures import MAX_FIXTURE_BYTES, PackFixtures, fixture_problems
+from packs.fixtures import (
+    MAX_FIXTURE_BYTES,
+    MAX_FIXTURES_BYTES,
+    PackFixtures,
+    fixture_problems,
+    size_problems,
+)
 from packs.loader import load_pack
 from packs.verify import verify_pack_dir
 
@@ -87,6 +93,18 @@ def test_a_fixture_over_its_size_is_refused_before_it_is_read() -> None:
         f"check 36: fixtures/x.json is not accepted: it has {len(big)} bytes: a fixture has at most "
         f"{MAX_FIXTURE_BYTES}"
     ]
+
+
+def test_the_fixtures_of_a_pack_hold_at_most_16_mib_in_all() -> None:
+    sizes = {f"fixtures/{i}.json": MAX_FIXTURE_BYTES for i in range(9)}
+    assert [(v.field, v.message) for v in size_problems(sizes)] == [
+        (
+            "fixtures/",
+            f"check 36: fixtures/ holds {9 * MAX_FIXTURE_BYTES} bytes of fixtures: a pack's fixtures hold at "
+            f"most {MAX_FIXTURES_BYTES} in all",
+        )
+    ]
+    assert size_problems({**sizes, "fixtures/0.json": 0}) == []  # 16 MiB exactly
 
 
 def test_files_under_fixtures_other_than_json_are_not_fixtures() -> None:
