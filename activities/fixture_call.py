@@ -12,7 +12,6 @@ answers fails its step with a sentence naming the step and the action, which fai
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from temporalio import activity
@@ -21,7 +20,7 @@ from temporalio.exceptions import ApplicationError
 from activities.call_action import Ledger
 from activities.errors import BENIGN, error_for_answer
 from engine import payloads
-from engine.offline.cases import Answer
+from engine.offline.book import CaseBook
 from engine.offline.packs import LocalPacks
 from engine.steps import CALL_ACTION, CallActionInput, CallActionResult
 from packs.checks_util import path_of, render
@@ -30,22 +29,6 @@ from packs.schemas import schema_errors
 
 NO_FIXTURE = "no_fixture"
 """The code of a step's call that no answer and no fixture answers."""
-
-
-@dataclass
-class CaseBook:
-    """One case's answers, and what its run called: each call's input and what answered it."""
-
-    answers: dict[str, list[Answer]]
-    test_file: str
-    calls: dict[str, dict[int | None, dict[str, Any]]] = field(default_factory=dict)
-    answered_by: dict[str, dict[int | None, str]] = field(default_factory=dict)
-    missing: list[str] = field(default_factory=list)
-
-    def inputs_of(self, step_id: str) -> list[dict[str, Any]]:
-        """The inputs of a step's calls in item order (a retried call once)."""
-        calls = self.calls.get(step_id, {})
-        return [calls[i] for i in sorted(calls, key=lambda i: -1 if i is None else i)]
 
 
 class FixtureCalls:
@@ -105,7 +88,7 @@ class FixtureCalls:
         )
         if answer is not None:
             source, output, error = (
-                f"answers.{input.step_id} of {book.test_file}",
+                f"answers.{input.step_id}",
                 answer.output,
                 answer.error,
             )

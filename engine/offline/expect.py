@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from activities.fixture_call import CaseBook
+from engine.offline.book import CaseBook
 from engine.offline.cases import Expect
 from engine.runs import RunRoutineResult
 from packs.checks_util import same

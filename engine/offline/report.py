@@ -37,12 +37,17 @@ def text(results: list[FileResult]) -> str:
 
 
 def _steps(case: CaseResult) -> list[str]:
-    """The run's steps, for a case that failed: `steps: greet succeeded (answers.greet ...), long skipped`."""
+    """The run's steps, for a case that failed, each with its error's code and what answered its calls:
+    `(the run ended failed; steps: search succeeded [examples/packs/open-meteo/fixtures/search-berlin.json],
+    say failed (no_fixture))`."""
     parts = []
     for step_id, step in case.steps.items():
         part = f"{step_id} {step['status']}"
         if step.get("error"):
             part += f" ({step['error']['code']})"
+        sources = sorted(set(case.answered_by.get(step_id, {}).values()))
+        if sources:
+            part += f" [{', '.join(sources)}]"
         parts.append(part)
     return [f"(the run ended {case.status}; steps: {', '.join(parts)})"]
 

@@ -21,9 +21,10 @@ from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, Telemetr
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from activities.fixture_call import CaseBook, FixtureCalls
+from activities.fixture_call import FixtureCalls
 from engine.converter import DATA_CONVERTER
 from engine.errors import EngineError
+from engine.offline.book import CaseBook
 from engine.offline.cases import TEST_SUFFIX, CasesError, cases_path_of, load_cases, routine_path_of
 from engine.offline.expect import differences
 from engine.offline.packs import LocalPacks
