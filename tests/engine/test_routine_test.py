@@ -90,7 +90,7 @@ def test_a_wrong_expected_output_and_a_step_without_fixture_fail_with_a_sentence
     (tmp_path / "lonely.test.yaml").write_text(LONELY_TEST)
     (tmp_path / "orphan.yaml").write_text(LONELY.replace("lonely", "orphan"))
     junit = tmp_path / "junit.xml"
-    files = ["hello.yaml", "lonely.test.yaml", "orphan.yaml"]
+    files = ["hello.yaml", "lonely.test.yaml", "orphan.yaml", "hello.test.yaml"]  # hello's tests run once
     done = routine_test(
         *files, "--packs", str(REPO / "examples" / "tools"), "--junit", str(junit), cwd=tmp_path
     )
@@ -218,4 +218,25 @@ def test_packs_names_a_directory_that_holds_no_pack(
         REPO / "examples/packs/github",
         REPO / "examples/packs/open-meteo",
         REPO / "examples/tools/echo",
+    ]
+
+
+def test_routine_validate_checks_a_test_file_with_its_routine(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    examples = [str(p) for p in sorted(ROUTINES.glob("*.yaml"))]  # a shell's *.yaml: routines and tests
+    packs = ["--packs", str(ECHO), "--packs", str(REPO / "examples" / "packs" / "open-meteo")]
+    packs += ["--packs", str(REPO / "examples" / "packs" / "github")]
+    assert main(["routine", "validate", *packs, *examples]) == 0
+    assert capsys.readouterr().out.splitlines() == [f"{name}: ok" for name in examples]
+    shutil.copy(ROUTINES / "hello.yaml", tmp_path / "hello.yaml")
+    (tmp_path / "hello.test.yaml").write_text(
+        "cases:\n  - name: x\n    answers: {greet: {output: {txt: a}}}\n"
+    )
+    assert main(["routine", "validate", "--packs", str(ECHO), str(tmp_path / "hello.test.yaml")]) == 1
+    assert capsys.readouterr().out.splitlines() == [
+        f"{tmp_path}/hello.test.yaml:3:31: cases[0].answers.greet.output: the action's outputSchema refuses "
+        '{"txt": "a"}: \'text\' is a required property',
+        f"{tmp_path}/hello.test.yaml:3:31: cases[0].answers.greet.output: the action's outputSchema refuses "
+        '{"txt": "a"}: Additional properties are not allowed (\'txt\' was unexpected)',
     ]
