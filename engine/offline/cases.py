@@ -55,7 +55,7 @@ class CasesError(EngineError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # as a routine: `attempts: "2"` is refused
 
 
 class Answer(_Strict):
@@ -170,10 +170,10 @@ def load_cases(path: Path, routine: Routine, output_schemas: dict[str, dict[str,
         raise CasesError(name, [Problem(1, 1, f"YAML error: {exc}")]) from None
     if not isinstance(doc.value, dict):
         raise CasesError(name, [Problem(1, 1, "a test file is a mapping with cases (and answers)")])
+    problems = [Problem(*p) for p in doc.problems]  # duplicate keys
     try:
         file = CasesFile.model_validate(doc.value)
     except ValidationError as exc:
-        problems = []
         for err in exc.errors():
             loc = _located(err["loc"], doc.value)
             if loc is None:
@@ -182,7 +182,7 @@ def load_cases(path: Path, routine: Routine, output_schemas: dict[str, dict[str,
             where = doc.key_position(loc) if err["type"] == "extra_forbidden" else doc.position(loc)
             problems.append(Problem(*where, f"{field}: {_message(err)}"))
         raise CasesError(name, problems) from None
-    problems = _against_routine(file, routine, output_schemas, doc)
+    problems.extend(_against_routine(file, routine, output_schemas, doc))
     inputs: list[dict[str, Any]] = []
     for i, case in enumerate(file.cases):
         try:

@@ -190,6 +190,22 @@ cases:
     ]
 
 
+def test_a_test_file_is_read_as_strictly_as_a_routine() -> None:
+    text = """\
+answers:
+  greet: {output: {text: a}}
+  greet: {output: {text: b}}
+cases:
+  - name: one
+    expect:
+      steps: {greet: {attempts: "2"}}
+"""
+    assert _load(text) == [
+        "hello.test.yaml:3:3: duplicate key 'greet' (first at line 2)",
+        "hello.test.yaml:7:33: cases[0].expect.steps.greet.attempts: Input should be a valid integer",
+    ]
+
+
 def test_a_pack_whose_fixtures_its_checks_refuse_is_not_used(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
