@@ -27,8 +27,9 @@ the timer (a long call in C) or whose api died while it read one. It runs at a l
 
 The protocol, one JSON document per line: the checker says `ready` once it has started; the api sends
 `{"memory": bytes, "seconds": s, "routine": {"database": url, "yaml": text}}` per routine (the URL is
-not in argv, which `ps` shows every user) or `{"memory": bytes, "seconds": s, "manifest": {...}}` per
-manifest; the checker answers `{"routine": {...}}`, `{"problems": ["routine.yaml:line:col: ..."]}`,
+not in argv, which `ps` shows every user) or `{"memory": bytes, "seconds": s, "manifest": {...},
+"fixtures": {path: base64}}` per manifest (its fixtures are checked, check 36, when the manifest passes);
+the checker answers `{"routine": {...}}`, `{"problems": ["routine.yaml:line:col: ..."]}`,
 `{"violations": [{"check", "field", "message"}, ...]}`, `{"over_time": s}` (its CPU time was up: it then
 ends), or `{"failed": "..."}` (a fault of the checker's own: the api answers 503).
 """
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import base64
 import contextlib
 import dataclasses
 import json
@@ -47,6 +49,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from anyio import to_thread
@@ -55,6 +58,7 @@ from api.errors import InvalidRequest, ServiceUnavailable
 from api.turns import Gates, org_turn
 from packs.checks import run_checks
 from packs.errors import Violation
+from packs.fixtures import fixture_problems
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -238,19 +242,23 @@ class Checkers:
             )
         raise _failed(answer)
 
-    async def manifest(self, org_id: str, manifest: Any) -> list[Violation]:
-        """Every publish check's violation of a raw manifest (`packs.checks.run_checks`).
+    async def manifest(
+        self, org_id: str, manifest: Any, *, fixtures: Mapping[str, bytes] | None = None
+    ) -> list[Violation]:
+        """Every publish check's violation of a raw manifest (`packs.checks.run_checks`), and when it has
+        none, of its fixtures (check 36, `packs.fixtures.fixture_problems`: path -> bytes).
 
         Raises:
             InvalidRequest: the manifest could not be checked within the time or memory one may take.
             ServiceUnavailable: a checker could not start or failed on its own.
         """
-        request = {"manifest": manifest, "first_party": self._first_party}
+        encoded = {p: base64.b64encode(d).decode() for p, d in (fixtures or {}).items()}
+        request = {"manifest": manifest, "first_party": self._first_party, "fixtures": encoded}
         answer = await self._ask(org_id, request, self._manifest_s)
         if isinstance(answer, str):
             raise InvalidRequest(
-                f"The manifest could not be checked within {answer}: make its request templates fewer or "
-                "their expressions shorter.",
+                f"The manifest could not be checked within {answer}: make its request templates or its "
+                "fixtures fewer, or their expressions and schemas' patterns shorter.",
                 field="manifest",
                 reason="checks",
             )
@@ -297,6 +305,9 @@ def _answer(request: dict[str, Any], engines: dict[str, Engine]) -> dict[str, An
 
     if "manifest" in request:
         violations = run_checks(request["manifest"], first_party=request.get("first_party", ()))
+        if not violations and request.get("fixtures"):
+            fixtures = {p: base64.b64decode(d) for p, d in request["fixtures"].items()}
+            violations = fixture_problems(request["manifest"], fixtures)
         return {"violations": [dataclasses.asdict(v) for v in violations]}
     url, source = request["routine"]["database"], request["routine"]["yaml"]
     if url not in engines:

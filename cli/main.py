@@ -33,6 +33,7 @@ COMMANDS: dict[tuple[str | None, str], str] = {
     ("node", "credential"): "cli.node_credential",
     ("egress", "run"): "cli.egress_run",
     ("routine", "validate"): "cli.routine_validate",
+    ("routine", "test"): "cli.routine_test",
     ("routine", "schema"): "cli.routine_schema",
     ("routine", "run"): "cli.routine_run",
     ("routine", "schedule"): "cli.routine_schedule",

@@ -3,7 +3,8 @@
 Checks YAML syntax, fields, step ids and order, `${{ }}` expressions and durations. With
 B3OS_API_URL and B3OS_API_KEY (from the environment or .b3os/dev.env) it also resolves each `uses:`
 in the registry and checks literal `with:` values against the action's inputSchema; `--packs DIR`
-does the same against local pack directories, and `--offline` skips both.
+does the same against local pack directories, and `--offline` skips both. A routine's test file
+(`hello.test.yaml`, see `b3os routine test`) is checked with its routine beside it.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from engine.resolvers import ActionResolver
@@ -54,7 +55,37 @@ def problems(name: str, resolver: ActionResolver | None) -> list[str]:
     return []
 
 
+def test_file_problems(name: str, resolver: ActionResolver | None) -> list[str]:
+    """Every problem of a routine's test file (`hello.test.yaml`, `b3os routine test`) as
+    `file:line:column: message`, read with its routine (`hello.yaml` beside it); its answers' outputs are
+    held to their actions' outputSchema when `uses:` resolve in local packs (`--packs`)."""
+    from pathlib import Path
+
+    from engine.offline.cases import CasesError, load_cases, routine_path_of
+    from engine.resolvers import LocalPackResolver, ResolveError
+    from engine.validate import RoutineError, load_routine_file
+
+    routine_path = routine_path_of(Path(name))
+    try:
+        routine = load_routine_file(routine_path, resolver)
+    except RoutineError as exc:
+        return [f"{name}:1:1: its routine {routine_path} has problems:", *exc.lines()]
+    schemas: dict[str, Any] = {}
+    if isinstance(resolver, LocalPackResolver):
+        for step in routine.steps:
+            try:
+                schemas[step.id] = resolver.output_schema(step.uses)
+            except ResolveError:
+                schemas[step.id] = None
+    try:
+        load_cases(Path(name), routine, schemas)
+    except CasesError as exc:
+        return exc.lines()
+    return []
+
+
 def run(args: argparse.Namespace) -> int:
+    from engine.offline.cases import TEST_SUFFIX
     from engine.resolvers import LocalPackResolver, RegistryResolver, ResolveError
 
     resolver: ActionResolver | None = None
@@ -73,7 +104,9 @@ def run(args: argparse.Namespace) -> int:
     failed = False
     try:
         for name in args.files:
-            lines = problems(name, resolver)
+            lines = (
+                test_file_problems(name, resolver) if name.endswith(TEST_SUFFIX) else problems(name, resolver)
+            )
             print("\n".join(lines) if lines else f"{name}: ok")
             failed = failed or bool(lines)
     finally:

@@ -75,6 +75,18 @@ class LocalPackResolver:
         self.pins[ref] = resolved.pin
         return resolved.action.input_schema
 
+    def output_schema(self, ref: str) -> dict[str, Any] | None:
+        """The outputSchema of the action `ref` names (the schema a test's answers are held to).
+
+        Raises:
+            ResolveError: no local pack has that pack, version or action.
+        """
+        parsed = parse_ref(ref)
+        versions = self._manifests.get(parsed.pack)
+        if not versions:
+            raise ResolveError(f"pack {parsed.pack} is not among the local packs", missing="pack")
+        return resolve(parsed, versions, versions.__getitem__).action.output_schema
+
 
 class RegistryResolver:
     """Resolves refs with the api of a b3os installation (the resolution the api itself runs)."""

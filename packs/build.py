@@ -24,6 +24,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from packs.archive import build_archive
 from packs.checks import run_checks
 from packs.errors import BuildError, ChecksFailed, ManifestError, SignatureError
+from packs.fixtures import fixture_problems
 from packs.hashing import BundleFile
 from packs.js_files import check_js_files, first_party_namespaces
 from packs.loader import (
@@ -121,7 +122,7 @@ def build_pack(
     manifest.pop("signature", None)
     others = pack.other_files()
     violations = run_checks(manifest, first_party=first_party_namespaces())
-    violations = violations or check_js_files(manifest, others)
+    violations = violations or check_js_files(manifest, others) + fixture_problems(manifest, others)
     if violations:
         raise ChecksFailed(violations)
     try:

@@ -28,6 +28,7 @@ from packs.checks_util import (
     schema_error,
 )
 from packs.errors import Violation
+from packs.fixtures import RULE as FIXTURES_RULE
 from packs.names import NAME_HINT, NAMESPACE_HINT, is_name, is_namespace, is_semver
 from packs.semver import ENGINE_VERSION, CaretRange
 
@@ -91,6 +92,7 @@ CHECKS: dict[int, str] = {
     34: "js actions only in first-party namespaces: io.b3os and those the operator lists",
     35: "a js action's entry is a file of the pack's js/ that parses as an ES module, imports only the "
     "pack's own files by relative paths, and exports the function the action names",
+    36: FIXTURES_RULE,
 }
 
 TOP_LEVEL_FIELDS = (

@@ -15,6 +15,7 @@ from typing import Any
 from packs.archive import build_archive
 from packs.checks import run_checks
 from packs.errors import BuildError, HashMismatchError, KeyStoreError, ManifestError, SignatureError
+from packs.fixtures import fixture_problems
 from packs.hashing import BundleFile
 from packs.js_files import check_js_files, first_party_namespaces
 from packs.loader import PackDir, bundle_files, load_pack
@@ -99,8 +100,10 @@ def verify_pack_dir(
     if pack.is_tool:
         _check_archive(pack, report)
     violations = run_checks(m, first_party=first_party_namespaces())
-    report.problems.extend(v.message for v in violations or check_js_files(m, pack.other_files()))
-    files: list[BundleFile] = bundle_files(pack.other_files())
+    others = pack.other_files()
+    violations = violations or check_js_files(m, others) + fixture_problems(m, others)
+    report.problems.extend(v.message for v in violations)
+    files: list[BundleFile] = bundle_files(others)
     if pack.is_tool:
         declared = _declared_archive(m)
         try:

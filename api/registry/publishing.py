@@ -6,7 +6,8 @@ The rules, in order (the `reason` of each refusal in brackets):
 2. the pack's namespace is the caller's organization's in the publisher list [namespace];
 3. the version is new: versions are immutable [version_exists];
 4. the signature's kid is registered for the namespace [kid_unknown] and not revoked [kid_revoked];
-5. every publish check passes, all violations listed [checks];
+5. every publish check passes, all violations listed [checks] (check 36, each fixture fits its action, is
+   run by the route on the fixtures `read_fixtures` reads from their blobs);
 6. every file was uploaded by the caller's organization [blob_missing] with the declared sha256
    and size [blob_mismatch]; the archive is the one tool.bundle.archive declares [archive];
 7. the content hash matches [content_hash] and the signature verifies [signature].
@@ -29,6 +30,7 @@ from api.errors import Conflict, Forbidden, InvalidRequest
 from api.models import BlobUpload, Pack, PackVersion, PublishedBlob, Publisher, SigningKey
 from api.registry.blobs import BlobStore, stored_sha256
 from packs.errors import HashMismatchError, SignatureError, Violation
+from packs.fixtures import fixture_paths, size_problems
 from packs.hashing import BundleFile
 from packs.names import PACK_ID_RE, is_semver
 from packs.semver import parse_version
@@ -103,6 +105,25 @@ def _signing_key(session: Session, *, namespace: str, manifest: dict[str, Any]) 
             reason="kid_revoked",
         )
     return key
+
+
+def read_fixtures(
+    session: Session, blobs: BlobStore, *, org_id: str, files: Sequence[BundleFile]
+) -> tuple[list[Violation], dict[str, bytes]]:
+    """The fixtures of a publish (fixtures/**/*.json), for check 36 in a checker process: the violations of
+    their declared sizes (`packs.fixtures.size_problems`), else the bytes of each one the organization
+    uploaded with its declared size (any other is refused by rule 6 afterwards, unread)."""
+    by_path = {f.path: f for f in files}
+    paths = fixture_paths(by_path)
+    refused = size_problems({p: by_path[p].bytes for p in paths})
+    if refused:
+        return refused, {}
+    contents: dict[str, bytes] = {}
+    for path in paths:
+        f = by_path[path]
+        if blobs.size(f.sha256) == f.bytes and session.get(BlobUpload, (f.sha256, org_id)) is not None:
+            contents[path] = b"".join(blobs.chunks(f.sha256))
+    return [], contents
 
 
 def _version_exists(pack: str, version: str) -> Conflict:

@@ -18,7 +18,7 @@ from api.models import PackVersion
 from api.numbers import Integral
 from api.params import Namespace, PackName, Version
 from api.registry import catalog
-from api.registry.publishing import publish
+from api.registry.publishing import publish, read_fixtures
 from api.routes.blobs import BlobsDep
 from packs.checks import is_tool_pack
 from packs.hashing import BundleFile
@@ -114,9 +114,11 @@ async def publish_pack(
     """
     if is_tool_pack(body.manifest):
         principal.check(TOOLS_PUBLISH)  # a tool runs its publisher's code on the nodes
-    violations = await checkers.manifest(principal.org_id, body.manifest)
     files = [BundleFile(path=f.path, sha256=f.sha256, bytes=f.bytes) for f in body.files]
-    violations = violations or missing_entries(body.manifest, {f.path for f in files})
+    reading = partial(read_fixtures, session, blobs, org_id=principal.org_id, files=files)
+    sizes, fixtures = await to_thread.run_sync(reading)
+    violations = await checkers.manifest(principal.org_id, body.manifest, fixtures=fixtures)
+    violations = violations or missing_entries(body.manifest, {f.path for f in files}) or sizes
     publishing = partial(
         publish,
         session,

@@ -25,9 +25,17 @@ from cli.pack_publish import publish_command
 from cli.tool_publish import publish_dir
 from packs.build import build_pack
 from packs.hashing import BundleFile
-from packs.signing import public_key_b64
+from packs.signing import public_key_b64, sign_manifest
 
 ECHO_PINS = [f"{NAMESPACE}/echo/{a}@1.0.0" for a in ("noop", "echo", "fail")]
+
+
+GET_ISSUE_FIXTURE = (
+    '{"action": "get-issue", "input": {"owner": "o", "repo": "r", "number": 1}, "output": {"number": 1, '
+    '"title": "a bug", "state": "open", "url": "https://github.com/o/r/issues/1", "author": "ann", '
+    '"labels": []}}\n'
+)
+"""A fixture of get-issue that passes check 36 (a fixture fits its action's schemas)."""
 
 
 @pytest.fixture
@@ -200,6 +208,29 @@ def test_every_failing_publish_check_is_listed(client: TestClient, publisher: Or
     assert error["message"].startswith("The manifest fails 2 publish checks: check 14: ")
 
 
+def test_a_fixture_its_action_refuses_is_refused_at_publish_naming_the_file_and_field(
+    client: TestClient, publisher: Org, echo: Built, key: Ed25519PrivateKey
+) -> None:
+    # signed over its files as a build would, but a build refuses it: published by hand
+    files = {
+        **echo.files,
+        "fixtures/echo-seven.json": b'{"action": "echo", "input": {"text": "7"}, "output": {"text": 7}}',
+    }
+    unsigned = {k: v for k, v in echo.manifest.items() if k != "signature"}
+    signed = sign_manifest(unsigned, [BundleFile.of(p, d) for p, d in sorted(files.items())], key, KID)
+    upload(client, publisher, files)
+    error = _refusal(_publish(client, publisher, Built(echo.root, signed, files)), 400, "checks")
+    message = (
+        "check 36: fixtures/echo-seven.json:output.text 7 is not accepted: the outputSchema of action "
+        "\"echo\" refuses it: 7 is not of type 'string'"
+    )
+    assert error["violations"] == [
+        {"check": 36, "field": "fixtures/echo-seven.json:output.text", "message": message}
+    ]
+    assert error["message"] == f"The manifest fails 1 publish check: {message}"
+    assert client.get(f"/v1/actions/packs/{NAMESPACE}/echo", headers=publisher.headers).status_code == 404
+
+
 def test_a_manifest_changed_after_signing_fails_the_content_hash(
     client: TestClient, publisher: Org, echo: Built
 ) -> None:
@@ -369,7 +400,7 @@ def github(tmp_path: Path, key: Ed25519PrivateKey) -> Path:
     shutil.copytree(GITHUB, src)
     (src / "NOTICES.md").write_text("GitHub is a trademark of GitHub, Inc.\n")
     (src / "fixtures").mkdir()
-    (src / "fixtures" / "get-issue.json").write_text('{"input": {"owner": "o", "repo": "r", "number": 1}}\n')
+    (src / "fixtures" / "get-issue.json").write_text(GET_ISSUE_FIXTURE)
     build_pack(src, kid=IO_KID, private_key=key, out_dir=tmp_path / "github")
     return tmp_path / "github"
 

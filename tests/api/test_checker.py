@@ -229,6 +229,7 @@ async def test_a_manifest_that_takes_too_long_to_check_is_refused_while_a_routin
     )
     assert refused.message == (
         f"The manifest could not be checked within {limit:g} s (the most a manifest may take to check): "
-        "make its request templates fewer or their expressions shorter."
+        "make its request templates or its fixtures fewer, or their expressions and schemas' patterns "
+        "shorter."
     )
     assert refused.extra == {"field": "manifest", "reason": "checks"}

@@ -25,7 +25,9 @@ from engine.validate import load_routine_file, resolve_inputs
 from engine.workflow import RoutineWorkflow
 from engine.yaml_positions import compose
 
-EXAMPLES = sorted((REPO / "examples" / "routines").glob("*.yaml"))
+EXAMPLES = sorted(
+    p for p in (REPO / "examples" / "routines").glob("*.yaml") if not p.name.endswith(".test.yaml")
+)
 MODELINE = "# yaml-language-server: $schema=../../docs/routine.schema.json"
 
 RunExample = Callable[[Path, dict[str, Any]], Awaitable[tuple[dict[str, Any], dict[str, Any]]]]

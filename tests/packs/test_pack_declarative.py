@@ -21,6 +21,12 @@ from packs.verify import verify_pack_dir
 
 B3OS = str(REPO / ".venv" / "bin" / "b3os")
 EXAMPLES = REPO / "examples" / "packs"
+GET_ISSUE_FIXTURE = (
+    '{"action": "get-issue", "input": {"owner": "o", "repo": "r", "number": 1}, "output": {"number": 1, '
+    '"title": "a bug", "state": "open", "url": "https://github.com/o/r/issues/1", "author": "ann", '
+    '"labels": []}}\n'
+)
+"""A fixture of get-issue that passes check 36 (a fixture fits its action's schemas)."""
 IO_KID = "io.b3os#test"
 
 
@@ -41,7 +47,7 @@ def github(tmp_path: Path) -> Path:
     shutil.copytree(EXAMPLES / "github", root)
     (root / "NOTICES.md").write_text("GitHub is a trademark of GitHub, Inc.\n")
     (root / "fixtures").mkdir()
-    (root / "fixtures" / "get-issue.json").write_text('{"input": {"owner": "o", "repo": "r", "number": 1}}\n')
+    (root / "fixtures" / "get-issue.json").write_text(GET_ISSUE_FIXTURE)
     return root
 
 
@@ -52,7 +58,12 @@ def test_each_example_pack_builds_with_a_throwaway_key_and_passes_every_check(
     key = Ed25519PrivateKey.generate()
     out = tmp_path / "built"
     result = build_pack(EXAMPLES / name, kid=IO_KID, private_key=key, out_dir=out)
-    code = {f"js/{p.name}": p.read_bytes() for p in (EXAMPLES / name / "js").glob("*.js")}  # github's js
+    # github's js, open-meteo's fixtures
+    code = {
+        p.relative_to(EXAMPLES / name).as_posix(): p.read_bytes()
+        for part in ("js", "fixtures")
+        for p in sorted((EXAMPLES / name / part).glob("*"))
+    }
     assert result.archive is None and result.archive_path is None
     assert [f.path for f in result.files] == sorted(code)
     assert tree(out) == {"b3pack.json": result.manifest_path.read_bytes(), **code}
