@@ -55,7 +55,7 @@ class FixtureCalls:
         ledger = Ledger.of(info.heartbeat_details, info.attempt)
         if input.max_attempts is not None and ledger.failures >= input.max_attempts:
             raise ledger.exhausted(info.attempt)
-        book = self._books[info.workflow_id or ""]
+        book = self._books[input.run_workflow_id or info.workflow_id or ""]  # a foreach chunk: its run's
         try:
             # schema checks are CPU work: off the worker's event loop
             return await asyncio.to_thread(self._answer, book, input, info.attempt)

