@@ -707,7 +707,8 @@ def test_garbage_in_every_http_field_never_raises() -> None:
 
 def test_every_check_has_a_failing_fixture_here_or_in_the_general_cases() -> None:
     from test_pack_js import JS_CASES
+    from test_pack_triggers import TRIGGER_CASES
 
-    cases = [*GENERAL_CASES, *CASES, *JS_CASES]
+    cases = [*GENERAL_CASES, *CASES, *JS_CASES, *TRIGGER_CASES]
     covered = {int(msg.split(":")[0].removeprefix("check ")) for _, _, msgs in cases for msg in msgs}
     assert covered | {35} == set(CHECKS)  # 35 needs the files: test_pack_js builds packs that fail it
