@@ -4,6 +4,8 @@ Temporal (api.temporal)          the client, connected on first use
 RoutineStore (api.routines)      routines and their versions
 RunReads, RunStarts (api.runs)   reading, listing and cancelling runs; starting runs and re-runs
 SchedulesService (api.schedules) schedules and the scheduled run start
+Subscriptions, Deliveries         routines' trigger subscriptions; webhook deliveries and their runs
+(api.triggers)
 """
 
 from __future__ import annotations
@@ -12,12 +14,15 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
+from starlette.datastructures import State
 
 from api.routines.store import RoutineStore
 from api.runs.reads import RunReads
 from api.runs.starts import RunStarts
 from api.schedules.service import SchedulesService
 from api.temporal import Temporal
+from api.triggers.deliveries import Deliveries
+from api.triggers.subscriptions import Subscriptions
 
 
 @dataclass(frozen=True)
@@ -28,18 +33,31 @@ class RoutineServices:
     reads: RunReads
     starts: RunStarts
     schedules: SchedulesService
+    subscriptions: Subscriptions
+    deliveries: Deliveries
 
 
 def routine_services(request: Request) -> RoutineServices:
     """The app's routine services (`app.state.routine_services`), made on first use."""
-    state = request.app.state
+    return services_of(request.app.state)
+
+
+def services_of(state: State) -> RoutineServices:
+    """The routine services of an app's state, made on first use."""
     services: RoutineServices | None = getattr(state, "routine_services", None)
     if services is None:
         temporal = Temporal(state.settings)
         routines = RoutineStore(state.engine, state.checkers)
         reads = RunReads(state.engine, temporal)
         starts = RunStarts(state.engine, temporal, routines, reads)
-        services = RoutineServices(routines, reads, starts, SchedulesService(temporal, routines, starts))
+        services = RoutineServices(
+            routines,
+            reads,
+            starts,
+            SchedulesService(temporal, routines, starts),
+            Subscriptions(state.engine),
+            Deliveries(state.engine, state.settings, starts),
+        )
         state.routine_services = services
     return services
 
@@ -63,7 +81,17 @@ def _schedules(services: Services) -> SchedulesService:
     return services.schedules
 
 
+def _subscriptions(services: Services) -> Subscriptions:
+    return services.subscriptions
+
+
+def _deliveries(services: Services) -> Deliveries:
+    return services.deliveries
+
+
 Routines = Annotated[RoutineStore, Depends(_routines)]
 Runs = Annotated[RunReads, Depends(_reads)]
 Starts = Annotated[RunStarts, Depends(_starts)]
 Schedules = Annotated[SchedulesService, Depends(_schedules)]
+SubscriptionsDep = Annotated[Subscriptions, Depends(_subscriptions)]
+DeliveriesDep = Annotated[Deliveries, Depends(_deliveries)]

@@ -22,7 +22,8 @@ import httpx
 
 from packs.errors import ManifestError
 from packs.manifest import Manifest, parse_manifest
-from packs.resolve import ResolveError, parse_ref, resolve
+from packs.resolve import ResolveError, parse_ref, resolve, resolve_trigger
+from packs.triggers import Trigger
 
 __all__ = ["LocalPackResolver", "RegistryResolver", "ResolveError"]
 
@@ -74,6 +75,21 @@ class LocalPackResolver:
         resolved = resolve(parsed, versions, versions.__getitem__)
         self.pins[ref] = resolved.pin
         return resolved.action.input_schema
+
+    def trigger(self, ref: str) -> Trigger:
+        """The trigger `ref` (`ns/pack/key@1`) names.
+
+        Raises:
+            ResolveError: no local pack has that pack, version or trigger.
+        """
+        parsed = parse_ref(ref)
+        versions = self._manifests.get(parsed.pack)
+        if not versions:
+            known = ", ".join(sorted(self._manifests)) or "none"
+            raise ResolveError(f"pack {parsed.pack} is not among the local packs ({known})", missing="pack")
+        resolved = resolve_trigger(parsed, versions, versions.__getitem__)
+        self.pins[ref] = resolved.pin
+        return resolved.trigger
 
 
 class RegistryResolver:

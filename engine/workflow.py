@@ -173,7 +173,12 @@ class RoutineWorkflow:
     async def _run(self, input: RunRoutineInput) -> RunRoutineResult:
         routine = input.routine
         self._result = RunRoutineResult(steps={s.id: StepResult(name=s.name) for s in routine.steps})
-        scope = Scope({"inputs": input.inputs, "steps": {}})
+        names: dict[str, Any] = {"inputs": input.inputs, "steps": {}}
+        if (
+            input.event is not None
+        ):  # a run a trigger started (only those: older histories replay as they ran)
+            names["event"] = input.event
+        scope = Scope(names)
         # Before the first command: a run started by a v1 worker replays without the marker.
         v2 = workflow.patched(PATCH_NEEDS)
         cancel = await self._run_steps(routine, input, scope, v2)

@@ -59,6 +59,7 @@ class StartRequest:
     reused: dict[str, StepResult]
     rerun_of: str | None
     schedule_id: str | None
+    event: dict[str, Any] | None = None  # the event of a run a trigger starts (api.triggers.deliveries)
 
 
 @dataclass(frozen=True)
@@ -138,6 +139,7 @@ class Launches:
                     pins=pins,
                     grant=grant,
                     reused=request.reused,
+                    event=request.event,
                 )
             )
             size = payload.ByteSize()

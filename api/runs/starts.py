@@ -170,8 +170,10 @@ class RunStarts:
         reused: dict[str, StepResult] | None = None,
         rerun_of: str | None = None,
         schedule_id: str | None = None,
+        event: dict[str, Any] | None = None,
     ) -> tuple[RunRecord, bool]:
-        """Start a run of one routine version (the one path of run starts, re-runs and scheduled runs).
+        """Start a run of one routine version (the one path of run starts, re-runs, scheduled runs and the
+        runs of triggers, which give the `event`).
 
         Everything before Temporal is asked is done in one worker thread (api.runs.launch): each hop
         between the event loop and a thread waits for the interpreter's lock, which a busy process hands
@@ -186,7 +188,15 @@ class RunStarts:
             launch = await in_thread(
                 self._launches.ready,
                 StartRequest(
-                    org_id, key_id, run_id, idempotency_key, request, reused or {}, rerun_of, schedule_id
+                    org_id,
+                    key_id,
+                    run_id,
+                    idempotency_key,
+                    request,
+                    reused or {},
+                    rerun_of,
+                    schedule_id,
+                    event,
                 ),
                 version,
             )

@@ -1,0 +1,220 @@
+# ruff: noqa: E501
+"""Webhook triggers on the real stack (tests/realstack.py): a routine stored with `on: [{trigger: ...}]`
+subscribes; a delivery signed as GitHub signs (X-Hub-Signature-256) starts one run with the event in its
+steps; a forged one is refused and recorded; a redelivery starts nothing; a delivery stored while runs
+cannot start is started later by another api process; storing the routine again keeps or ends the
+subscription."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import time
+import uuid
+from typing import Any
+
+import httpx
+import loopback
+from calls.stack import Org
+from realstack import FREE_ECHO, RoutineStack
+from workers import free_port
+
+TRIAGE = f"""\
+name: triage
+inputs:
+  team: {{type: string, default: core}}
+on:
+  - trigger: io.b3os/github/issue-opened@1
+    inputs: {{team: ops}}
+steps:
+  - id: say
+    uses: {FREE_ECHO}
+    with: {{text: "${{{{ inputs.team }}}}: #${{{{ event.number }}}} ${{{{ event.title }}}} by ${{{{ event.author }}}}"}}
+outputs:
+  repository: ${{{{ event.repository }}}}
+"""
+
+
+def issue_opened(number: int, title: str) -> bytes:
+    """An `issues` delivery's body as GitHub sends it (the fields the trigger reads, and more)."""
+    return json.dumps(
+        {
+            "action": "opened",
+            "issue": {
+                "number": number,
+                "title": title,
+                "body": "It crashes.",
+                "html_url": f"https://github.com/octo/app/issues/{number}",
+                "user": {"login": "ada", "id": 1},
+                "labels": [{"name": "bug"}],
+            },
+            "repository": {"full_name": "octo/app"},
+            "sender": {"login": "ada"},
+        }
+    ).encode()
+
+
+def signed(secret: str, body: bytes, delivery: str, event: str = "issues") -> dict[str, str]:
+    digest = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    return {
+        "Content-Type": "application/json",
+        "X-GitHub-Event": event,
+        "X-GitHub-Delivery": delivery,
+        "X-Hub-Signature-256": f"sha256={digest}",
+    }
+
+
+def subscription(stack: RoutineStack, org: Org, routine: str = "triage") -> dict[str, Any]:
+    r = loopback.request(
+        "GET", f"{stack.url}/v1/triggers/subscriptions?routine={routine}", headers=org.headers
+    )
+    assert r.status_code == 200, r.text
+    (sub,) = r.json()["subscriptions"]
+    return dict(sub)
+
+
+def deliveries(stack: RoutineStack, org: Org, sub_id: str) -> list[dict[str, Any]]:
+    r = loopback.request(
+        "GET", f"{stack.url}/v1/triggers/subscriptions/{sub_id}/deliveries", headers=org.headers
+    )
+    assert r.status_code == 200, r.text
+    return list(r.json()["deliveries"])
+
+
+def post(url: str, body: bytes, headers: dict[str, str]) -> httpx.Response:
+    return loopback.request("POST", url, content=body, headers=headers, timeout=30)
+
+
+async def started(stack: RoutineStack, org: Org, sub_id: str, delivery_id: str, timeout_s: float = 60) -> str:
+    """Wait until a delivery's run has started; its run id."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        row = next(d for d in deliveries(stack, org, sub_id) if d["id"] == delivery_id)
+        if row["run_id"]:
+            assert row["status"] == "started", row
+            return str(row["run_id"])
+        assert time.monotonic() < deadline, f"delivery {delivery_id} never started: {row}"
+        await asyncio.sleep(0.2)
+
+
+def runs_of(stack: RoutineStack, org: Org, routine: str) -> list[dict[str, Any]]:
+    r = loopback.request("GET", f"{stack.url}/v1/runs?routine={routine}", headers=org.headers)
+    return list(r.json()["runs"])
+
+
+async def test_a_signed_delivery_starts_one_run_with_the_event_and_a_redelivery_starts_nothing(
+    routine_stack: RoutineStack,
+) -> None:
+    org = routine_stack.runner()
+    stored = await routine_stack.store(org, TRIAGE)
+    assert stored.status_code == 201, stored.text
+    sub = subscription(routine_stack, org)
+    assert (sub["trigger"], sub["pin"], sub["kind"]) == (
+        "io.b3os/github/issue-opened@1",
+        "io.b3os/github/issue-opened@1.0.0",
+        "webhook",
+    )
+    assert sub["hook_url"] == f"{routine_stack.url}/v1/hooks/{sub['id']}"
+    assert sub["webhook_secret"].startswith("b3whs_")
+
+    body, delivery = issue_opened(42, "Crash on start"), str(uuid.uuid4())
+    first = post(sub["hook_url"], body, signed(sub["webhook_secret"], body, delivery))
+    assert first.status_code == 202, first.text
+    (accepted,) = first.json()["deliveries"]
+    assert (accepted["status"], accepted["event_id"], accepted["verified"]) == ("pending", delivery, True)
+    run_id = await started(routine_stack, org, sub["id"], accepted["id"])
+    run = await routine_stack.final(org, run_id)
+    assert run["status"] == "succeeded", run
+    assert run["steps"]["say"]["output"] == {"text": "ops: #42 Crash on start by ada"}
+    assert run["outputs"] == {"repository": "octo/app"}
+
+    # GitHub redelivers the same delivery (same X-GitHub-Delivery), to the other api process too
+    for url in routine_stack.api_urls:
+        again = post(f"{url}/v1/hooks/{sub['id']}", body, signed(sub["webhook_secret"], body, delivery))
+        assert again.status_code == 202, again.text
+        assert [d["status"] for d in again.json()["deliveries"]] == ["duplicate"]
+    await asyncio.sleep(0.5)
+    assert [r["run_id"] for r in runs_of(routine_stack, org, "triage")] == [run_id]
+
+    # an event of another kind is recorded and starts nothing
+    ping = post(
+        sub["hook_url"], b'{"zen": "hi"}', signed(sub["webhook_secret"], b'{"zen": "hi"}', "p-1", "ping")
+    )
+    assert [d["status"] for d in ping.json()["deliveries"]] == ["ignored"]
+
+
+async def test_a_forged_or_unsigned_delivery_is_refused_and_recorded(routine_stack: RoutineStack) -> None:
+    org = routine_stack.runner()
+    assert (await routine_stack.store(org, TRIAGE)).status_code == 201
+    sub = subscription(routine_stack, org)
+    body = issue_opened(7, "Forged")
+    forged = post(sub["hook_url"], body, signed("b3whs_not-the-secret", body, "d-forged"))
+    assert forged.status_code == 401, forged.text
+    assert forged.json()["error"]["message"] == (
+        "The delivery is refused and recorded: the X-Hub-Signature-256 signature does not match the body "
+        "signed with this subscription's secret."
+    )
+    tampered = post(sub["hook_url"], issue_opened(7, "Tampered"), signed(sub["webhook_secret"], body, "d-2"))
+    assert tampered.status_code == 401
+    unsigned = post(sub["hook_url"], body, {"Content-Type": "application/json", "X-GitHub-Event": "issues"})
+    assert unsigned.status_code == 401
+    rows = deliveries(routine_stack, org, sub["id"])
+    assert [(d["status"], d["verified"], d["run_id"]) for d in rows] == [("refused", False, None)] * 3
+    assert rows[0]["reason"] == "the X-Hub-Signature-256 header is missing: the delivery is not signed"
+    assert runs_of(routine_stack, org, "triage") == []
+    unknown = post(f"{routine_stack.url}/v1/hooks/trg_nosuchsubscription0", body, {})
+    assert unknown.status_code == 404
+
+
+async def test_a_delivery_stored_while_runs_cannot_start_is_started_after_its_api_is_gone(
+    routine_stack: RoutineStack,
+) -> None:
+    org = routine_stack.runner()
+    assert (await routine_stack.store(org, TRIAGE)).status_code == 201
+    sub = subscription(routine_stack, org)
+    # an api process whose Temporal is unreachable: it stores the delivery, and cannot start its run
+    dead = f"127.0.0.1:{free_port()}"
+    url, proc = routine_stack.start_api(extra_env={"B3OS_TEMPORAL_ADDRESS": dead}, listed=False)
+    body = issue_opened(9, "Stored first")
+    r = post(f"{url}/v1/hooks/{sub['id']}", body, signed(sub["webhook_secret"], body, "d-restart"))
+    assert r.status_code == 202, r.text
+    (row,) = r.json()["deliveries"]
+    proc.stop()  # the api goes away between the delivery and its run
+    assert (
+        next(d for d in deliveries(routine_stack, org, sub["id"]) if d["id"] == row["id"])["run_id"] is None
+    )
+    # the stack's api processes start what is pending (their retry loop)
+    run_id = await started(routine_stack, org, sub["id"], row["id"])
+    run = await routine_stack.final(org, run_id)
+    assert run["steps"]["say"]["output"] == {"text": "ops: #9 Stored first by ada"}
+
+
+async def test_storing_the_routine_again_keeps_its_address_and_without_the_trigger_ends_it(
+    routine_stack: RoutineStack,
+) -> None:
+    org = routine_stack.runner()
+    assert (await routine_stack.store(org, TRIAGE)).status_code == 201
+    before = subscription(routine_stack, org)
+    assert (await routine_stack.store(org, TRIAGE.replace("team: ops", "team: web"))).status_code == 201
+    after = subscription(routine_stack, org)
+    assert (after["id"], after["webhook_secret"], after["inputs"]) == (
+        before["id"],
+        before["webhook_secret"],
+        {"team": "web"},
+    )
+    plain = (
+        TRIAGE.replace("  - trigger: io.b3os/github/issue-opened@1\n    inputs: {team: ops}\n", "")
+        .replace("on:\n", "")
+        .replace("${{ event.number }} ${{ event.title }} by ${{ event.author }}", "hi")
+        .replace("${{ event.repository }}", "x")
+    )
+    assert (await routine_stack.store(org, plain)).status_code == 201
+    r = loopback.request(
+        "GET", f"{routine_stack.url}/v1/triggers/subscriptions?ended=true", headers=org.headers
+    )
+    (ended,) = r.json()["subscriptions"]
+    assert ended["id"] == before["id"] and ended["ended_at"] is not None and ended["webhook_secret"] is None
+    body = issue_opened(1, "Late")
+    assert post(before["hook_url"], body, signed(before["webhook_secret"], body, "d-late")).status_code == 404
