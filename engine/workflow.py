@@ -174,10 +174,10 @@ class RoutineWorkflow:
         routine = input.routine
         self._result = RunRoutineResult(steps={s.id: StepResult(name=s.name) for s in routine.steps})
         names: dict[str, Any] = {"inputs": input.inputs, "steps": {}}
-        if (
-            input.event is not None
-        ):  # a run a trigger started (only those: older histories replay as they ran)
-            names["event"] = input.event
+        # the event that started the run ({} in the routine's other runs; absent in routines without a
+        # trigger, so that older histories replay as they ran)
+        if input.event is not None or routine.event_triggers:
+            names["event"] = input.event or {}
         scope = Scope(names)
         # Before the first command: a run started by a v1 worker replays without the marker.
         v2 = workflow.patched(PATCH_NEEDS)

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-DeliveryStatus = Literal["refused", "duplicate", "ignored", "pending", "started"]
+DeliveryStatus = Literal["refused", "duplicate", "ignored", "pending", "started", "failed"]
 
 
 class SubscriptionPublic(BaseModel):
@@ -48,7 +48,7 @@ class DeliveryPublic(BaseModel):
     verified: bool = Field(description="its signature was verified")
     status: DeliveryStatus = Field(
         description="refused (see reason), duplicate (its event ran before), ignored (no event in it), "
-        "pending (stored, its run not started yet) or started (run_id)"
+        "pending (stored, its run not started yet), started (run_id) or failed (refused for good: last_error)"
     )
     reason: str | None = Field(default=None, description="why it was refused or ignored")
     event_id: str | None = None

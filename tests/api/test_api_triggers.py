@@ -11,6 +11,9 @@ import asyncio
 import hashlib
 import hmac
 import json
+import os
+import subprocess
+import sys
 import time
 import uuid
 from typing import Any
@@ -18,7 +21,7 @@ from typing import Any
 import httpx
 import loopback
 from calls.stack import Org
-from realstack import FREE_ECHO, RoutineStack
+from realstack import FREE_ECHO, FREE_FAIL, RoutineStack
 from workers import free_port
 
 TRIAGE = f"""\
@@ -218,3 +221,85 @@ async def test_storing_the_routine_again_keeps_its_address_and_without_the_trigg
     assert ended["id"] == before["id"] and ended["ended_at"] is not None and ended["webhook_secret"] is None
     body = issue_opened(1, "Late")
     assert post(before["hook_url"], body, signed(before["webhook_secret"], body, "d-late")).status_code == 404
+
+
+async def test_b3os_trigger_list_deliveries_and_replay(routine_stack: RoutineStack) -> None:
+    org = routine_stack.runner()
+    assert (await routine_stack.store(org, TRIAGE)).status_code == 201
+    sub = subscription(routine_stack, org)
+    body = issue_opened(5, "Once more")
+    r = post(sub["hook_url"], body, signed(sub["webhook_secret"], body, "d-cli"))
+    (first,) = r.json()["deliveries"]
+    first_run = await started(routine_stack, org, sub["id"], first["id"])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("B3OS_")}
+    env.update(B3OS_API_URL=routine_stack.url, B3OS_API_KEY=org.key)
+
+    def b3os(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "cli.main", "trigger", *args]
+        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+
+    listed = b3os("list")
+    assert listed.returncode == 0, listed.stderr
+    assert sub["id"] in listed.stdout and "io.b3os/github/issue-opened@1.0.0" in listed.stdout
+    assert sub["hook_url"] in listed.stdout and sub["webhook_secret"] not in listed.stdout
+    shown = b3os("deliveries", sub["id"])
+    assert shown.returncode == 0, shown.stderr
+    assert "started" in shown.stdout and first_run in shown.stdout and "d-cli" in shown.stdout
+    replayed = b3os("replay", sub["id"], first["id"])
+    assert replayed.returncode == 0, replayed.stderr
+    assert replayed.stdout.startswith(f"replaying {first['id']} as dlv_") and "pending" in replayed.stdout
+    new_id = replayed.stdout.split(" as ")[1].split()[0]
+    second_run = await started(routine_stack, org, sub["id"], new_id)
+    assert second_run != first_run
+    assert (await routine_stack.final(org, second_run))["steps"]["say"]["output"] == {
+        "text": "ops: #5 Once more by ada"
+    }
+    missing = b3os("deliveries", "trg_nosuchsubscription0")
+    assert missing.returncode == 1 and "has no trigger subscription trg_nosuchsubscription0" in missing.stderr
+
+
+SLOW_TRIAGE = f"""\
+name: slow-triage
+on:
+  - trigger: io.b3os/github/issue-opened@1
+steps:
+  - id: nap
+    uses: {FREE_FAIL}
+    with: {{mode: sleep, seconds: 4}}
+  - id: say
+    uses: {FREE_ECHO}
+    with: {{text: "#${{{{ event.number }}}}"}}
+"""
+
+
+async def test_a_burst_past_the_organizations_run_limit_waits_and_each_event_runs_once(
+    routine_stack: RoutineStack,
+) -> None:
+    url, proc = routine_stack.start_api(
+        extra_env={"B3OS_RUNS_PER_ORG": "1", "B3OS_TRIGGER_RETRY_S": "0.5"}, listed=False
+    )
+    try:
+        org = routine_stack.runner()
+        assert (await routine_stack.store(org, SLOW_TRIAGE, url=url)).status_code == 201
+        sub = subscription(routine_stack, org, "slow-triage")
+        hook = f"{url}/v1/hooks/{sub['id']}"
+        ids = []
+        for n in (1, 2, 3):
+            body = issue_opened(n, f"burst {n}")
+            r = post(hook, body, signed(sub["webhook_secret"], body, f"d-burst-{n}"))
+            assert r.status_code == 202, r.text
+            ids.append(r.json()["deliveries"][0]["id"])
+            if n == 1:  # its run started and counted by Temporal's visibility, which the limit reads
+                await started(routine_stack, org, sub["id"], ids[0])
+                await asyncio.sleep(1)
+        await asyncio.sleep(0.3)
+        waiting = [d for d in deliveries(routine_stack, org, sub["id"]) if d["status"] == "pending"]
+        assert waiting, "no event waited for the organization's run limit"
+        assert any("already has 1 runs running" in (d["last_error"] or "") for d in waiting), waiting
+        runs = [await started(routine_stack, org, sub["id"], i, timeout_s=120) for i in ids]
+        assert len(set(runs)) == 3
+        texts = [(await routine_stack.final(org, r, url=url))["steps"]["say"]["output"]["text"] for r in runs]
+        assert texts == ["#1", "#2", "#3"]
+        assert len(runs_of(routine_stack, org, "slow-triage")) == 3
+    finally:
+        proc.stop()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-from standin import PACKS, run_routine
+from standin import PACKS, REPO, run_routine
 from temporalio.testing import WorkflowEnvironment
 
 from engine.validate import RoutineError, load_routine
@@ -82,3 +82,18 @@ async def test_the_event_is_read_in_steps_and_outputs(time_skipping_env: Workflo
     assert run.error is None
     assert run.progress.steps["say"].output == {"text": "#7 Crash by ada"}
     assert run.progress.outputs == {"title": "Crash"}
+
+
+async def test_the_example_notes_an_issue_and_a_run_by_hand_has_an_empty_event(
+    time_skipping_env: WorkflowEnvironment,
+) -> None:
+    source = (REPO / "examples" / "routines" / "issue-triage.yaml").read_text()
+    event = {"repository": "o/r", "number": 3, "title": "Typo", "url": "https://x/3", "author": "bo"}
+    hooked = await run_routine(
+        time_skipping_env.client, source, {"team": "triage"}, run_id="trig-2", event=event
+    )
+    assert hooked.error is None, (hooked.error, hooked.progress)
+    assert hooked.progress.outputs == {"note": "triage: #3 Typo by bo (https://x/3)"}
+    by_hand = await run_routine(time_skipping_env.client, source, run_id="trig-3")
+    assert by_hand.statuses == {"note": "skipped"}
+    assert by_hand.progress.outputs == {"note": "no event: started by hand"}

@@ -1183,10 +1183,10 @@ export interface components {
             verified: boolean;
             /**
              * Status
-             * @description refused (see reason), duplicate (its event ran before), ignored (no event in it), pending (stored, its run not started yet) or started (run_id)
+             * @description refused (see reason), duplicate (its event ran before), ignored (no event in it), pending (stored, its run not started yet), started (run_id) or failed (refused for good: last_error)
              * @enum {string}
              */
-            status: "refused" | "duplicate" | "ignored" | "pending" | "started";
+            status: "refused" | "duplicate" | "ignored" | "pending" | "started" | "failed";
             /**
              * Reason
              * @description why it was refused or ignored
