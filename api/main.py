@@ -131,6 +131,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(module.router, responses=ERROR_RESPONSES)
     app.include_router(schedules.ticks, responses=ERROR_RESPONSES)
     app.include_router(triggers.hooks, responses=ERROR_RESPONSES)
+    app.include_router(triggers.polling, responses=ERROR_RESPONSES)
     app.include_router(registry.resolve_router, responses=ERROR_RESPONSES)
     install_calls(app)
     install_docs(app)

@@ -22,6 +22,7 @@ from api.runs.starts import RunStarts
 from api.schedules.service import SchedulesService
 from api.temporal import Temporal
 from api.triggers.deliveries import Deliveries
+from api.triggers.polls import Polls
 from api.triggers.subscriptions import Subscriptions
 
 
@@ -35,6 +36,7 @@ class RoutineServices:
     schedules: SchedulesService
     subscriptions: Subscriptions
     deliveries: Deliveries
+    polls: Polls
 
 
 def routine_services(request: Request) -> RoutineServices:
@@ -50,13 +52,15 @@ def services_of(state: State) -> RoutineServices:
         routines = RoutineStore(state.engine, state.checkers)
         reads = RunReads(state.engine, temporal)
         starts = RunStarts(state.engine, temporal, routines, reads)
+        deliveries = Deliveries(state.engine, state.settings, starts)
         services = RoutineServices(
             routines,
             reads,
             starts,
             SchedulesService(temporal, routines, starts),
             Subscriptions(state.engine),
-            Deliveries(state.engine, state.settings, starts),
+            deliveries,
+            Polls(state.engine, state.settings, temporal, deliveries),
         )
         state.routine_services = services
     return services
@@ -89,9 +93,14 @@ def _deliveries(services: Services) -> Deliveries:
     return services.deliveries
 
 
+def _polls(services: Services) -> Polls:
+    return services.polls
+
+
 Routines = Annotated[RoutineStore, Depends(_routines)]
 Runs = Annotated[RunReads, Depends(_reads)]
 Starts = Annotated[RunStarts, Depends(_starts)]
 Schedules = Annotated[SchedulesService, Depends(_schedules)]
 SubscriptionsDep = Annotated[Subscriptions, Depends(_subscriptions)]
 DeliveriesDep = Annotated[Deliveries, Depends(_deliveries)]
+PollsDep = Annotated[Polls, Depends(_polls)]

@@ -17,7 +17,7 @@ from api.params import IdempotencyKey
 from api.routines.models import RoutineCreate, RoutineList, RoutinePublic, RoutineVersionList
 from api.routines.tables import RoutineRecord
 from api.runs.models import RunCreate, RunPublic
-from api.services import Routines, Runs, Schedules, Starts, SubscriptionsDep
+from api.services import PollsDep, Routines, Runs, Schedules, Starts, SubscriptionsDep
 from engine.routine import Routine
 
 router = APIRouter(prefix="/v1/routines", tags=["routines"])
@@ -44,6 +44,7 @@ async def store_routine(
     routines: Routines,
     schedules: Schedules,
     triggers: SubscriptionsDep,
+    polls: PollsDep,
 ) -> RoutinePublic:
     """Validate a routine's YAML and store it (a routine of the same name is replaced)."""
 
@@ -55,10 +56,17 @@ async def store_routine(
     routine = Routine.model_validate(row.routine)
     # the schedules its file declares replace those it declared before (api.schedules.service)
     await schedules.apply_declared(org_id=principal.org_id, key_id=principal.key_id, routine=routine)
-    # its triggers' subscriptions are kept, made or ended (api.triggers.subscriptions)
-    await in_thread(
+    # its triggers' subscriptions are kept, made or ended (api.triggers.subscriptions), and a poll's
+    # Temporal Schedule with them (api.triggers.polls)
+    applied = await in_thread(
         triggers.apply_declared, org_id=principal.org_id, key_id=principal.key_id, routine=routine
     )
+    for sub in applied.ended:
+        if sub.kind == "poll":
+            await polls.unschedule(sub)
+    for sub in applied.active:
+        if sub.id in applied.every_s:
+            await polls.schedule(sub, applied.every_s[sub.id])
     return _public(row)
 
 

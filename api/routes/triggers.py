@@ -8,11 +8,12 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request
 
 from api.accounts.scopes import ROUTINES_READ, ROUTINES_RUN
+from api.calls.auth import is_worker_token
 from api.db import in_thread
-from api.deps import Principal, require
-from api.errors import error_responses
+from api.deps import Principal, bearer_token, require
+from api.errors import Unauthorized, error_responses
 from api.routes.routines import require_call_scope
-from api.services import DeliveriesDep, SubscriptionsDep
+from api.services import DeliveriesDep, PollsDep, SubscriptionsDep
 from api.triggers.deliveries import Deliveries
 from api.triggers.models import (
     DeliveryAccepted,
@@ -23,9 +24,11 @@ from api.triggers.models import (
     SubscriptionPublic,
 )
 from api.triggers.tables import TriggerDelivery, TriggerSubscription
+from engine.polls import PollTriggerResult
 
 router = APIRouter(prefix="/v1/triggers", tags=["triggers"])
 hooks = APIRouter(prefix="/v1/hooks", tags=["triggers"])
+polling = APIRouter(prefix="/v1/triggers/polls", tags=["triggers"], include_in_schema=False)
 Runner = Annotated[Principal, Depends(require(ROUTINES_RUN))]
 Reader = Annotated[Principal, Depends(require(ROUTINES_READ))]
 HOOK_PATH = "/v1/hooks/"
@@ -134,3 +137,11 @@ async def receive_delivery(
     rows = await in_thread(deliveries.receive, subscription_id, headers, body)
     deliveries.wake()
     return DeliveryAccepted(deliveries=[delivery_public(r) for r in rows])
+
+
+@polling.post("/{subscription_id}", response_model=PollTriggerResult)
+async def poll_subscription(subscription_id: str, request: Request, polls: PollsDep) -> PollTriggerResult:
+    """Poll a poll subscription once (a `trigger-poll` workflow's activity: the worker token)."""
+    if not is_worker_token(request.app.state.settings.worker_token, bearer_token(request)):
+        raise Unauthorized("Only a routine worker polls a trigger's subscription (the worker token).")
+    return await polls.poll(subscription_id)

@@ -86,39 +86,51 @@ class Deliveries:
             raise InvalidRequest(f"Subscription {sub.id} polls {sub.trigger}: it takes no deliveries.")
         refused = check_signature(trigger.webhook, self.secret(sub.id), headers, body, time.time())
         if refused is not None:
-            self._insert(_row(sub, status="refused", reason=refused))
+            self._record(new_row(sub, status="refused", reason=refused))
             raise Unauthorized(f"The delivery is refused and recorded: {refused}.", reason="signature")
         events = read_events(trigger.webhook, trigger.event_schema, headers, body)
         if isinstance(events, str):
-            return [self._insert(_row(sub, status="refused", reason=events, verified=True))]
+            return [self._record(new_row(sub, status="refused", reason=events, verified=True))]
         if not events:
             return [
-                self._insert(_row(sub, status="ignored", reason="the delivery holds no event", verified=True))
+                self._record(
+                    new_row(sub, status="ignored", reason="the delivery holds no event", verified=True)
+                )
             ]
         rows = []
         for read in events:
             if read.refused is not None:
                 rows.append(
-                    self._insert(
-                        _row(
+                    self._record(
+                        new_row(
                             sub, status="refused", reason=read.refused, verified=True, event_id=read.event_id
                         )
                     )
                 )
                 continue
-            row = _row(sub, status="pending", verified=True, event_id=read.event_id, event=read.event)
+            row = new_row(sub, status="pending", verified=True, event_id=read.event_id, event=read.event)
             row.dedupe = read.event_id
-            rows.append(self._insert(row))
+            rows.append(self._record(row))
         return rows
 
-    def _insert(self, row: TriggerDelivery) -> TriggerDelivery:
-        """Write one row in its own transaction; a second row of the same event becomes a duplicate."""
+    def _record(self, row: TriggerDelivery) -> TriggerDelivery:
+        stored = self.insert(row)
+        assert stored is not None  # a duplicate is written as one
+        return stored
+
+    def insert(
+        self, row: TriggerDelivery, *, kind: str = "webhook", quiet_duplicate: bool = False
+    ) -> TriggerDelivery | None:
+        """Write one row in its own transaction; a second row of the same event becomes a duplicate (or,
+        with `quiet_duplicate`, a poll's item seen before, is not written: None)."""
         with Session(self._engine, expire_on_commit=False) as session:
             session.add(row)
             try:
                 session.commit()
             except IntegrityError:
                 session.rollback()
+                if quiet_duplicate:
+                    return None
                 row = TriggerDelivery(
                     **{
                         **row.model_dump(),
@@ -130,7 +142,7 @@ class Deliveries:
                 )
                 session.add(row)
                 session.commit()
-        metrics.TRIGGER_DELIVERIES.labels(kind="webhook", status=row.status).inc()
+        metrics.TRIGGER_DELIVERIES.labels(kind=kind, status=row.status).inc()
         return row
 
     def wake(self) -> None:
@@ -241,9 +253,11 @@ class Deliveries:
             raise InvalidRequest(
                 f"Delivery {old.id} is {old.status}: it holds no event that may run.", field="delivery_id"
             )
-        row = _row(subscription, status="pending", verified=old.verified, event_id=old.event_id, event=event)
+        row = new_row(
+            subscription, status="pending", verified=old.verified, event_id=old.event_id, event=event
+        )
         row.reason = f"a replay of delivery {old.id}"
-        return self._insert(row)
+        return self._record(row)
 
     def _event_of(self, subscription_id: str, event_id: str | None) -> dict | None:  # type: ignore[type-arg]
         """The event of the delivery that ran `event_id` (a duplicate keeps none of its own)."""
@@ -263,7 +277,7 @@ def _trigger(session: Session, pin: str) -> Trigger | None:
         return None
 
 
-def _row(
+def new_row(
     sub: TriggerSubscription,
     *,
     status: str,

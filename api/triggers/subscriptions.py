@@ -33,6 +33,7 @@ class Applied:
     active: list[TriggerSubscription] = field(default_factory=list)
     created: list[TriggerSubscription] = field(default_factory=list)
     ended: list[TriggerSubscription] = field(default_factory=list)
+    every_s: dict[str, int] = field(default_factory=dict)  # a poll subscription's interval, by its id
 
 
 class Subscriptions:
@@ -102,6 +103,8 @@ class Subscriptions:
                 )
                 session.add(row)
                 applied.active.append(row)
+                if trigger.poll is not None:
+                    applied.every_s[row.id] = trigger.poll.every_s
             now = utcnow()
             for row in old:
                 row.ended_at = now

@@ -38,6 +38,7 @@ class TriggerSubscription(SQLModel, table=True):
     connection: str | None = Field(default=None, max_length=64)
     inputs: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
     cursor: Any = Field(default=None, sa_column=Column(JSON, nullable=True))
+    polled_at: dt.datetime | None = Field(default=None, sa_type=UTCDateTime, description="its last poll")
     created_at: dt.datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
     ended_at: dt.datetime | None = Field(default=None, sa_type=UTCDateTime)
 

@@ -149,8 +149,8 @@ ROWS: dict[str, dict[str, Any]] = {
     "trigger_subscriptions": {
         "id": "trg_" + "x" * 20, "org_id": "org_1", "routine_name": "hello", "key_id": "key_1",
         "position": 0, "trigger": "io.b3os/github/issue-opened@1", "pin": "io.b3os/github/issue-opened@1.0.0",
-        "kind": "webhook",
-        "with_input": {}, "connection": None, "inputs": {}, "cursor": None, "created_at": T, "ended_at": None,
+        "kind": "webhook", "with_input": {}, "connection": None, "inputs": {}, "cursor": None,
+        "polled_at": None, "created_at": T, "ended_at": None,
     },
     "trigger_deliveries": {
         "id": "dlv_1", "subscription_id": "trg_" + "x" * 20, "org_id": "org_1", "received_at": T,

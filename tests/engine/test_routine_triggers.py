@@ -59,7 +59,7 @@ def test_event_outside_a_triggered_routine_is_refused() -> None:
 def test_an_unknown_trigger_and_a_bad_with_are_named() -> None:
     assert problems(HOOKED.replace("issue-opened@1", "issue-closed@1")) == [
         "3:14: on[0]: trigger: cannot resolve io.b3os/github/issue-closed@1: io.b3os/github@1.0.0 has no trigger "
-        "'issue-closed' (triggers: issue-opened)"
+        "'issue-closed' (triggers: issue-opened, issue-created)"
     ]
     with_ = HOOKED.replace("issue-opened@1\n", "issue-opened@1\n    with: {repo: x}\n")
     assert problems(with_) == [

@@ -34,6 +34,7 @@ def upgrade() -> None:
         sa.Column("connection", sa.String(length=64), nullable=True),
         sa.Column("inputs", sa.JSON(), nullable=False),
         sa.Column("cursor", sa.JSON(), nullable=True),
+        sa.Column("polled_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("ended_at", sa.DateTime(timezone=True), nullable=True),
         sa.PrimaryKeyConstraint("id"),
