@@ -119,6 +119,7 @@ class Launches:
             idempotency_key=request.idempotency_key,
             request_hash=request_hash,
             inputs=resolved,
+            event=request.event,
         )
         cleanup = [step.id for step in routine.steps if expressions.runs_after_cancel(step.if_)]
         steps = {

@@ -157,6 +157,7 @@ class RunStarts:
             request={"rerun": old.id, "from": point},
             reused=kept_steps(routine, result, point),
             rerun_of=old.id,
+            event=old.event,
         )
 
     async def start(

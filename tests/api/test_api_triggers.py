@@ -132,6 +132,16 @@ async def test_a_signed_delivery_starts_one_run_with_the_event_and_a_redelivery_
     assert run["status"] == "succeeded", run
     assert run["steps"]["say"]["output"] == {"text": "ops: #42 Crash on start by ada"}
     assert run["outputs"] == {"repository": "octo/app"}
+    rerun = loopback.request(
+        "POST",
+        f"{routine_stack.url}/v1/runs/{run_id}/rerun",
+        headers=org.headers,
+        json={"from": "say"},
+        timeout=30,
+    )
+    assert rerun.status_code == 201, rerun.text
+    again_run = await routine_stack.final(org, rerun.json()["run_id"])
+    assert again_run["steps"]["say"]["output"] == {"text": "ops: #42 Crash on start by ada"}  # the same event
 
     # GitHub redelivers the same delivery (same X-GitHub-Delivery), to the other api process too
     for url in routine_stack.api_urls:
@@ -139,7 +149,9 @@ async def test_a_signed_delivery_starts_one_run_with_the_event_and_a_redelivery_
         assert again.status_code == 202, again.text
         assert [d["status"] for d in again.json()["deliveries"]] == ["duplicate"]
     await asyncio.sleep(0.5)
-    assert [r["run_id"] for r in runs_of(routine_stack, org, "triage")] == [run_id]
+    assert sorted(r["run_id"] for r in runs_of(routine_stack, org, "triage")) == sorted(
+        [run_id, again_run["run_id"]]
+    )
 
     # an event of another kind is recorded and starts nothing
     ping = post(

@@ -1,5 +1,5 @@
 """`trigger_subscriptions` and `trigger_deliveries`: routines' subscriptions to packs' triggers, and each
-delivery received with what became of it (issue 40).
+delivery received with what became of it (issue 40); `routine_runs.event`, the event a run started with.
 
 Frozen: every definition is written out here, never read from the models.
 
@@ -75,8 +75,11 @@ def upgrade() -> None:
         unique=True,
     )
     op.create_index("ix_trigger_deliveries_status", "trigger_deliveries", ["status"], unique=False)
+    op.add_column("routine_runs", sa.Column("event", sa.JSON(), nullable=True))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("routine_runs") as batch:
+        batch.drop_column("event")
     op.drop_table("trigger_deliveries")
     op.drop_table("trigger_subscriptions")
