@@ -37,7 +37,7 @@ from temporalio.client import (
     ScheduleSpec,
     ScheduleState,
 )
-from temporalio.common import Priority
+from temporalio.common import Priority, SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 from temporalio.service import RPCError, RPCStatusCode
 
 from api.calls.http_action import FETCH_PATH, MAX_BODY_BYTES, MAX_REDIRECTS, retry_after_s
@@ -55,6 +55,7 @@ from api.triggers.tables import TriggerDelivery, TriggerSubscription
 from engine import expressions
 from engine.expressions import ExpressionError
 from engine.polls import POLL_WORKFLOW_TYPE, PollInput, PollTriggerResult, poll_schedule_id
+from engine.runs import SEARCH_ATTRIBUTE_ROUTINE
 from packs.manifest import HttpRequest, Manifest
 from packs.resolve import parse_ref
 from packs.schemas import schema_errors
@@ -97,6 +98,13 @@ class Polls:
             task_queue=await self._lanes.queue(client, POLL_PRIORITY),
             execution_timeout=timedelta(hours=1),
             priority=Priority(priority_key=POLL_PRIORITY),
+            typed_search_attributes=TypedSearchAttributes(
+                [
+                    SearchAttributePair(
+                        SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_ROUTINE), sub.routine_name
+                    )
+                ]
+            ),
         )
         schedule = Schedule(
             action=action,

@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import loopback
+import pytest
 from calls.stack import Org
 from realstack import FREE_ECHO, RoutineStack
 from temporalio.client import ScheduleActionStartWorkflow
+from temporalio.service import RPCError, RPCStatusCode
 
 from engine.polls import POLL_WORKFLOW_TYPE, poll_schedule_id
 
@@ -151,8 +153,16 @@ async def test_polls_start_each_new_issue_once_from_now_through_the_egress_proxy
     r = loopback.request("GET", f"{routine_stack.url}/v1/runs?routine=watch-issues", headers=org.headers)
     assert len(r.json()["runs"]) == 2
 
+    # each poll is a workflow of its own, as the Temporal UI lists them under the routine
+    query = f"WorkflowType = '{POLL_WORKFLOW_TYPE}' AND WorkflowId STARTS_WITH 'trigger-poll-{sub['id']}'"
+    polled = [w async for w in routine_stack.temporal_client.list_workflows(query)]
+    assert len(polled) >= 4 and all(
+        w.search_attributes.get("B3osRoutine") == ["watch-issues"] for w in polled
+    )
+
     # storing the routine without the trigger ends the subscription and deletes its schedule
     plain = f"name: watch-issues\nsteps:\n  - id: say\n    uses: {FREE_ECHO}\n    with: {{text: hi}}\n"
     assert (await routine_stack.store(org, plain)).status_code == 201
-    schedules = [s.id async for s in await routine_stack.temporal_client.list_schedules()]
-    assert poll_schedule_id(sub["id"], "watch-issues") not in schedules
+    with pytest.raises(RPCError) as gone:
+        await handle.describe()
+    assert gone.value.status == RPCStatusCode.NOT_FOUND
