@@ -1,4 +1,5 @@
-"""Action resolvers for validation: find an action's inputSchema from a `uses:` ref (`ActionResolver`).
+"""Action resolvers for validation: find an action's inputSchema from a `uses:` ref (`ActionResolver`), and
+a trigger from an `on:` trigger ref (`trigger(ref)`, engine.routine_events).
 
 Both resolve by the one rule of `packs.resolve` (exact version, or the newest release of the major):
 
@@ -142,6 +143,46 @@ class RegistryResolver:
             self.pins[ref] = body["pin"]
         schema = action.get("inputSchema") if isinstance(action, dict) else None
         return schema if isinstance(schema, dict) else None
+
+    def trigger(self, ref: str) -> Trigger:
+        """The trigger `ref` (`ns/pack/key@1`) names, resolved by the one rule over the registry's versions
+        of its pack (`GET /v1/actions/packs/{ns}/{name}/versions`, then the version's manifest).
+
+        Raises:
+            ResolveError: the api cannot be reached, or has no such pack, version or trigger.
+        """
+        parsed = parse_ref(ref)
+        base = f"/v1/actions/packs/{parsed.pack}"
+        listed = self._get(f"{base}/versions", parsed.pack)
+        versions = [
+            v["version"] for v in listed.get("versions", []) if isinstance(v, dict) and "version" in v
+        ]
+
+        def manifest_of(version: str) -> Manifest:
+            try:
+                return parse_manifest(self._get(f"{base}/versions/{version}/manifest", parsed.pack))
+            except ManifestError as exc:
+                raise ResolveError(f"{parsed.pack}@{version}: {exc}", missing="version") from None
+
+        resolved = resolve_trigger(parsed, versions, manifest_of)
+        self.pins[ref] = resolved.pin
+        return resolved.trigger
+
+    def _get(self, path: str, pack: str) -> dict[str, Any]:
+        try:
+            response = self._client.get(path)
+        except httpx.HTTPError as exc:
+            raise ResolveError(
+                f"the registry at {self._base} cannot be reached ({type(exc).__name__})", missing="pack"
+            ) from None
+        body = _json(response)
+        if response.status_code == 404:
+            raise ResolveError(f"pack {pack} is not in the registry", missing="pack")
+        if response.status_code != 200 or not isinstance(body, dict):
+            raise ResolveError(
+                f"the registry answered {response.status_code} for {pack}: {_problem(body)}", missing="pack"
+            )
+        return body
 
 
 def _json(response: httpx.Response) -> Any:

@@ -20,9 +20,13 @@ from typing import Any
 
 import httpx
 import loopback
+import pytest
 from calls.stack import Org
 from realstack import FREE_ECHO, FREE_FAIL, RoutineStack
 from workers import free_port
+
+from engine.resolvers import RegistryResolver
+from engine.validate import RoutineError, load_routine
 
 TRIAGE = f"""\
 name: triage
@@ -315,3 +319,21 @@ async def test_a_burst_past_the_organizations_run_limit_waits_and_each_event_run
         assert len(runs_of(routine_stack, org, "slow-triage")) == 3
     finally:
         proc.stop()
+
+
+def test_a_routine_on_a_trigger_is_checked_against_the_api_registry_as_the_cli_does(
+    routine_stack: RoutineStack,
+) -> None:
+    org = routine_stack.runner()
+    with RegistryResolver(routine_stack.url, org.key) as registry:
+        routine = load_routine(TRIAGE, "triage.yaml", registry)
+        assert registry.pins["io.b3os/github/issue-opened@1"] == "io.b3os/github/issue-opened@1.0.0"
+        with pytest.raises(RoutineError) as info:
+            load_routine(TRIAGE.replace("event.author", "event.login"), "triage.yaml", registry)
+        with pytest.raises(RoutineError) as missing:
+            load_routine(TRIAGE.replace("io.b3os/github", "io.b3os/gitlab"), "triage.yaml", registry)
+    assert routine.event_triggers[0].inputs == {"team": "ops"}
+    assert "the events of io.b3os/github/issue-opened@1 have no field 'login'" in str(info.value)
+    assert "cannot resolve io.b3os/gitlab/issue-opened@1: pack io.b3os/gitlab is not in the registry" in str(
+        missing.value
+    )
