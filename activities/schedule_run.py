@@ -1,4 +1,5 @@
-"""The activities of a schedule's tick (engine.schedule_workflow): start a scheduled run, wait for its end.
+"""The activities of a schedule's tick (engine.schedule_workflow): start a scheduled run, wait for its end;
+and of a poll trigger's poll (engine.poll_workflow): ask the api to poll.
 
 `start_scheduled_run` sends `POST {B3OS_API_URL}/v1/schedules/{id}/runs` with the worker token and
 the schedule's grant (`X-B3OS-Schedule-Grant`) and an Idempotency-Key derived from the tick's
@@ -23,6 +24,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.config import ActivitySettings
 from activities.errors import error_for_response, network_error
+from engine.polls import PollTriggerInput, PollTriggerResult
 from engine.ticks import (
     StartScheduledRunInput,
     StartScheduledRunResult,
@@ -89,3 +91,27 @@ class ScheduleActivities:
             if status is not None and status != WorkflowExecutionStatus.RUNNING:
                 return WaitRunEndedResult(status=status.name.lower())
             await asyncio.sleep(POLL_S)
+
+    @activity.defn(name="poll_trigger")
+    async def poll_trigger(self, input: PollTriggerInput) -> PollTriggerResult:
+        """Ask the api to poll a poll trigger's subscription (`POST /v1/triggers/polls/{id}`, worker token).
+
+        Raises:
+            ApplicationError: retryable after Retry-After (429, 503: the api's or the upstream's) or with
+                backoff (5xx, network); non-retryable for any other refusal (the api's code and sentence).
+        """
+        info = activity.info()
+        headers = {"Authorization": f"Bearer {self._settings.worker_token.get_secret_value()}"}
+        url = f"{self._settings.api_url.rstrip('/')}/v1/triggers/polls/{input.subscription_id}"
+        try:
+            self._tls = self._tls or httpx.create_ssl_context()
+            async with httpx.AsyncClient(timeout=httpx.Timeout(50.0, connect=10.0), verify=self._tls) as http:
+                response = await http.post(url, headers=headers, json={})
+        except httpx.TransportError as exc:
+            raise network_error(exc, self._settings.api_url, attempt=info.attempt) from None
+        if response.status_code // 100 != 2:
+            raise error_for_response(response, attempt=info.attempt, key=None)
+        try:
+            return PollTriggerResult.model_validate(response.json())
+        except ValueError:
+            raise ApplicationError("the api's answer is not a poll's", type="bad_answer") from None

@@ -28,7 +28,7 @@ the timer (a long call in C) or whose api died while it read one. It runs at a l
 The protocol, one JSON document per line: the checker says `ready` once it has started; the api sends
 `{"memory": bytes, "seconds": s, "routine": {"database": url, "yaml": text}}` per routine (the URL is
 not in argv, which `ps` shows every user) or `{"memory": bytes, "seconds": s, "manifest": {...},
-"fixtures": {path: base64}}` per manifest (its fixtures are checked, check 36, when the manifest passes);
+"fixtures": {path: base64}}` per manifest (its fixtures are checked, check 41, when the manifest passes);
 the checker answers `{"routine": {...}}`, `{"problems": ["routine.yaml:line:col: ..."]}`,
 `{"violations": [{"check", "field", "message"}, ...]}`, `{"over_time": s}` (its CPU time was up: it then
 ends), or `{"failed": "..."}` (a fault of the checker's own: the api answers 503).
@@ -246,7 +246,7 @@ class Checkers:
         self, org_id: str, manifest: Any, *, fixtures: Mapping[str, bytes] | None = None
     ) -> list[Violation]:
         """Every publish check's violation of a raw manifest (`packs.checks.run_checks`), and when it has
-        none, of its fixtures (check 36, `packs.fixtures.fixture_problems`: path -> bytes).
+        none, of its fixtures (check 41, `packs.fixtures.fixture_problems`: path -> bytes).
 
         Raises:
             InvalidRequest: the manifest could not be checked within the time or memory one may take.

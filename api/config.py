@@ -64,6 +64,16 @@ class Settings(BaseSettings):
         description="the networks (CIDRs, comma-separated) a node's heartbeat URL may be on",
     )
     worker_token: str | None = Field(default=None, description="the bearer token routine workers present")
+    hooks_secret: str | None = Field(
+        default=None,
+        min_length=32,
+        description="the key each webhook subscription's signing secret is derived from "
+        "(api.triggers.secrets); "
+        "default: one kept in data_dir/hooks-secret (set it for several api replicas)",
+    )
+    trigger_retry_s: float = Field(
+        default=5.0, gt=0, le=3600, description="how often pending trigger deliveries are started again"
+    )
     max_blob_bytes: int = Field(default=64 * MIB, ge=1, description="the largest blob a PUT accepts")
     max_body_bytes: int = Field(default=2 * MIB, ge=1024, description="the largest JSON request body")
     routine_check_s: float = Field(

@@ -8,6 +8,8 @@ import time.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import gc
 from collections.abc import AsyncIterator
@@ -41,7 +43,9 @@ from api.routes import (
     routines,
     runs,
     schedules,
+    triggers,
 )
+from api.services import services_of
 from http1.server import limits as http_limits
 from telemetry import interpreter, logs, tracing
 from telemetry.config import TelemetrySettings
@@ -78,7 +82,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(started: FastAPI) -> AsyncIterator[None]:
         logs.install()  # here: uvicorn has set up its logging by now
         _settle_heap()
+        # trigger events stored before (this api restarted, a start past the limits) start from here on
+        starter = asyncio.create_task(services_of(started.state).deliveries.run_forever())
         yield
+        starter.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await starter
         started.state.health.close()
         engine.dispose()
 
@@ -107,9 +116,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(JsonGuard, exempt_prefixes=(BLOB_PREFIX,))  # inside BodyLimit: sizes are checked first
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, exempt_prefixes=(BLOB_PREFIX,))
     app.include_router(health.router)
-    for module in (keys, publishers, blobs, registry, nodes, routines, schedules, runs, connections):
+    for module in (
+        keys,
+        publishers,
+        blobs,
+        registry,
+        nodes,
+        routines,
+        schedules,
+        runs,
+        connections,
+        triggers,
+    ):
         app.include_router(module.router, responses=ERROR_RESPONSES)
     app.include_router(schedules.ticks, responses=ERROR_RESPONSES)
+    app.include_router(triggers.hooks, responses=ERROR_RESPONSES)
+    app.include_router(triggers.polling, responses=ERROR_RESPONSES)
     app.include_router(registry.resolve_router, responses=ERROR_RESPONSES)
     install_calls(app)
     install_docs(app)

@@ -5,6 +5,10 @@
     b3os_call_duration_seconds{tier, outcome}           the whole call in this api, request to answer
     b3os_call_phase_seconds{tier, phase}                each phase of the answer's `timings`
     b3os_limit_refusals_total{limit}                    requests refused by a limit (429, 503 node_busy)
+    b3os_trigger_deliveries_total{kind, status}         trigger deliveries and events recorded, by what
+                                                        became of them (refused, duplicate, ignored, pending)
+    b3os_trigger_runs_total{outcome}                    starts of the runs of trigger events (started,
+                                                        waiting, failed)
 
 Labels are bounded sets: no organization, key, call id or ref. Each api process has its own registry
 (`REGISTRY`); with several processes, scrape each one.
@@ -30,6 +34,21 @@ CALLS = Counter(
     "Action calls answered, by surface (http, mcp, routine), tier (vm, http; none when refused before "
     "the action was known), outcome (ok, invalid, refused, failed) and error code (ok on success).",
     ["surface", "tier", "outcome", "code"],
+    registry=REGISTRY,
+)
+TRIGGER_DELIVERIES = Counter(
+    "b3os_trigger_deliveries",
+    "Trigger deliveries (one per event of a delivery or polled item) recorded, by trigger kind (webhook, "
+    "poll) "
+    "and status (refused, duplicate, ignored, pending).",
+    ["kind", "status"],
+    registry=REGISTRY,
+)
+TRIGGER_RUNS = Counter(
+    "b3os_trigger_runs",
+    "Starts of the runs of trigger events, by outcome: started, waiting (past the organization's run limits "
+    "or Temporal unreachable: tried again) or failed (refused for good: the reason is on the delivery).",
+    ["outcome"],
     registry=REGISTRY,
 )
 REPLAYS = Counter(

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from alembic.config import Config
 
 SCRIPT_DIR = Path(__file__).resolve().parent / "alembic"
-HEAD = "0012_schedule_temporal_id"
+HEAD = "0013_triggers"
 """The newest revision in api/alembic/versions (tests/api/test_api_errors.py checks it)."""
 BASELINE = "0001_baseline"
 LEGACY_TABLE = "schema_version"
@@ -71,6 +71,7 @@ def api_metadata() -> MetaData:
     from api.routines import tables as routine_tables  # noqa: F401
     from api.runs import tables as run_tables  # noqa: F401
     from api.schedules import tables as schedule_tables  # noqa: F401
+    from api.triggers import tables as trigger_tables  # noqa: F401
 
     return SQLModel.metadata
 

@@ -5,7 +5,8 @@
   itself (`idempotency_key_reused`) stays. Each route declares its other statuses
   (`api.errors.error_responses`), with `Retry-After` on 429 and 503.
 - Security: the HTTP bearer scheme `bearer` on every operation that can answer 401, which is every
-  operation but `/healthz`; so the docs page's Authorize button sends the key.
+  operation but `/healthz`, except a webhook delivery (`/v1/hooks/{id}`), whose signature authenticates
+  it; so the docs page's Authorize button sends the key.
 - Numbers: every integer a schema leaves unbounded is declared within +-(2^53 - 1), the range
   `api.jsonbody` accepts.
 - Links: how an answer's ids feed the next request (a stored routine to its runs, a run to its cancel,
@@ -22,6 +23,8 @@ from fastapi.openapi.utils import get_openapi
 from api.jsonbody import MAX_SAFE_INTEGER
 
 SECURITY_SCHEME = "bearer"
+SIGNED_PREFIX = "/v1/hooks/"
+"""Operations a signature authenticates, not a key (api.routes.triggers)."""
 _VALIDATION_SCHEMAS = ("HTTPValidationError", "ValidationError")
 _ERROR_BODY = {"$ref": "#/components/schemas/ErrorBody"}
 _BODY = "$response.body#/"
@@ -60,11 +63,11 @@ def openapi_document(app: FastAPI) -> dict[str, Any]:
         "scheme": "bearer",
         "description": "An API key (`b3_...`); the node routes take a node's own credential (`b3n_...`).",
     }
-    for path in schema.get("paths", {}).values():
+    for where, path in schema.get("paths", {}).items():
         for operation in path.values():
             responses = operation.get("responses", {})
             _validation_as_400(responses)
-            if "401" in responses:
+            if "401" in responses and not where.startswith(SIGNED_PREFIX):
                 operation["security"] = [{SECURITY_SCHEME: []}]
     for name in _VALIDATION_SCHEMAS:
         components.get("schemas", {}).pop(name, None)

@@ -5,6 +5,8 @@ RoutineStore (api.routines)      routines and their versions
 RunReads, RunStarts (api.runs)   reading, listing and cancelling runs; starting runs and re-runs
 SchedulesService (api.schedules) schedules and the scheduled run start
 ForeachLinks (api.runs.links)    whose child the workflow sending a step's call is
+Subscriptions, Deliveries         routines' trigger subscriptions; webhook deliveries and their runs
+(api.triggers)
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
+from starlette.datastructures import State
 
 from api.routines.store import RoutineStore
 from api.runs.links import ForeachLinks
@@ -20,6 +23,9 @@ from api.runs.reads import RunReads
 from api.runs.starts import RunStarts
 from api.schedules.service import SchedulesService
 from api.temporal import Temporal
+from api.triggers.deliveries import Deliveries
+from api.triggers.polls import Polls
+from api.triggers.subscriptions import Subscriptions
 
 
 @dataclass(frozen=True)
@@ -31,19 +37,35 @@ class RoutineServices:
     starts: RunStarts
     schedules: SchedulesService
     links: ForeachLinks
+    subscriptions: Subscriptions
+    deliveries: Deliveries
+    polls: Polls
 
 
 def routine_services(request: Request) -> RoutineServices:
     """The app's routine services (`app.state.routine_services`), made on first use."""
-    state = request.app.state
+    return services_of(request.app.state)
+
+
+def services_of(state: State) -> RoutineServices:
+    """The routine services of an app's state, made on first use."""
     services: RoutineServices | None = getattr(state, "routine_services", None)
     if services is None:
         temporal = Temporal(state.settings)
         routines = RoutineStore(state.engine, state.checkers)
         reads = RunReads(state.engine, temporal)
         starts = RunStarts(state.engine, temporal, routines, reads)
-        schedules = SchedulesService(temporal, routines, starts)
-        services = RoutineServices(routines, reads, starts, schedules, ForeachLinks(temporal))
+        deliveries = Deliveries(state.engine, state.settings, starts)
+        services = RoutineServices(
+            routines,
+            reads,
+            starts,
+            SchedulesService(temporal, routines, starts),
+            ForeachLinks(temporal),
+            Subscriptions(state.engine),
+            deliveries,
+            Polls(state.engine, state.settings, temporal, deliveries),
+        )
         state.routine_services = services
     return services
 
@@ -67,7 +89,22 @@ def _schedules(services: Services) -> SchedulesService:
     return services.schedules
 
 
+def _subscriptions(services: Services) -> Subscriptions:
+    return services.subscriptions
+
+
+def _deliveries(services: Services) -> Deliveries:
+    return services.deliveries
+
+
+def _polls(services: Services) -> Polls:
+    return services.polls
+
+
 Routines = Annotated[RoutineStore, Depends(_routines)]
 Runs = Annotated[RunReads, Depends(_reads)]
 Starts = Annotated[RunStarts, Depends(_starts)]
 Schedules = Annotated[SchedulesService, Depends(_schedules)]
+SubscriptionsDep = Annotated[Subscriptions, Depends(_subscriptions)]
+DeliveriesDep = Annotated[Deliveries, Depends(_deliveries)]
+PollsDep = Annotated[Polls, Depends(_polls)]

@@ -1,4 +1,5 @@
-"""Action resolvers for validation: find an action's inputSchema from a `uses:` ref (`ActionResolver`).
+"""Action resolvers for validation: find an action's inputSchema from a `uses:` ref (`ActionResolver`), and
+a trigger from an `on:` trigger ref (`trigger(ref)`, engine.routine_events).
 
 Both resolve by the one rule of `packs.resolve` (exact version, or the newest release of the major):
 
@@ -22,7 +23,8 @@ import httpx
 
 from packs.errors import ManifestError
 from packs.manifest import Manifest, parse_manifest
-from packs.resolve import ResolveError, parse_ref, resolve
+from packs.resolve import ResolveError, parse_ref, resolve, resolve_trigger
+from packs.triggers import Trigger
 
 __all__ = ["LocalPackResolver", "RegistryResolver", "ResolveError"]
 
@@ -67,10 +69,7 @@ class LocalPackResolver:
             ResolveError: no local pack has that pack, version or action.
         """
         parsed = parse_ref(ref)
-        versions = self._manifests.get(parsed.pack)
-        if not versions:
-            known = ", ".join(sorted(self._manifests)) or "none"
-            raise ResolveError(f"pack {parsed.pack} is not among the local packs ({known})", missing="pack")
+        versions = self._versions(parsed.pack)
         resolved = resolve(parsed, versions, versions.__getitem__)
         self.pins[ref] = resolved.pin
         return resolved.action.input_schema
@@ -82,10 +81,28 @@ class LocalPackResolver:
             ResolveError: no local pack has that pack, version or action.
         """
         parsed = parse_ref(ref)
-        versions = self._manifests.get(parsed.pack)
-        if not versions:
-            raise ResolveError(f"pack {parsed.pack} is not among the local packs", missing="pack")
+        versions = self._versions(parsed.pack)
         return resolve(parsed, versions, versions.__getitem__).action.output_schema
+
+    def trigger(self, ref: str) -> Trigger:
+        """The trigger `ref` (`ns/pack/key@1`) names.
+
+        Raises:
+            ResolveError: no local pack has that pack, version or trigger.
+        """
+        parsed = parse_ref(ref)
+        versions = self._versions(parsed.pack)
+        resolved = resolve_trigger(parsed, versions, versions.__getitem__)
+        self.pins[ref] = resolved.pin
+        return resolved.trigger
+
+    def _versions(self, pack: str) -> dict[str, Manifest]:
+        """The local versions of `pack` (ResolveError: none)."""
+        versions = self._manifests.get(pack)
+        if not versions:
+            known = ", ".join(sorted(self._manifests)) or "none"
+            raise ResolveError(f"pack {pack} is not among the local packs ({known})", missing="pack")
+        return versions
 
 
 class RegistryResolver:
@@ -138,6 +155,46 @@ class RegistryResolver:
             self.pins[ref] = body["pin"]
         schema = action.get("inputSchema") if isinstance(action, dict) else None
         return schema if isinstance(schema, dict) else None
+
+    def trigger(self, ref: str) -> Trigger:
+        """The trigger `ref` (`ns/pack/key@1`) names, resolved by the one rule over the registry's versions
+        of its pack (`GET /v1/actions/packs/{ns}/{name}/versions`, then the version's manifest).
+
+        Raises:
+            ResolveError: the api cannot be reached, or has no such pack, version or trigger.
+        """
+        parsed = parse_ref(ref)
+        base = f"/v1/actions/packs/{parsed.pack}"
+        listed = self._get(f"{base}/versions", parsed.pack)
+        versions = [
+            v["version"] for v in listed.get("versions", []) if isinstance(v, dict) and "version" in v
+        ]
+
+        def manifest_of(version: str) -> Manifest:
+            try:
+                return parse_manifest(self._get(f"{base}/versions/{version}/manifest", parsed.pack))
+            except ManifestError as exc:
+                raise ResolveError(f"{parsed.pack}@{version}: {exc}", missing="version") from None
+
+        resolved = resolve_trigger(parsed, versions, manifest_of)
+        self.pins[ref] = resolved.pin
+        return resolved.trigger
+
+    def _get(self, path: str, pack: str) -> dict[str, Any]:
+        try:
+            response = self._client.get(path)
+        except httpx.HTTPError as exc:
+            raise ResolveError(
+                f"the registry at {self._base} cannot be reached ({type(exc).__name__})", missing="pack"
+            ) from None
+        body = _json(response)
+        if response.status_code == 404:
+            raise ResolveError(f"pack {pack} is not in the registry", missing="pack")
+        if response.status_code != 200 or not isinstance(body, dict):
+            raise ResolveError(
+                f"the registry answered {response.status_code} for {pack}: {_problem(body)}", missing="pack"
+            )
+        return body
 
 
 def _json(response: httpx.Response) -> Any:

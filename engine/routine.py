@@ -20,7 +20,16 @@ import re
 from datetime import timedelta
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Strict,
+    Tag,
+    field_validator,
+    model_validator,
+)
 
 from engine.cron import Overlap
 
@@ -271,6 +280,47 @@ class Triggers(_Model):
     )
 
 
+TRIGGERS_PER_ROUTINE = 10
+"""The most triggers (`on: [{trigger: ...}]`) one routine may subscribe to."""
+
+CONNECTION_KEY_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,62}[a-z0-9])?$"
+
+
+class EventTrigger(_Model):
+    """A subscription to a pack's trigger: each of its events starts a run, with the event as `event`."""
+
+    trigger: str = Field(
+        pattern=USES_PATTERN,
+        description="The trigger: ns/pack/trigger@1 (newest 1.x.y) or ns/pack/trigger@1.0.0 (exact).",
+        examples=["io.b3os/github/issue-opened@1"],
+    )
+    with_: dict[str, Any] = Field(
+        default_factory=dict,
+        alias="with",
+        description="The trigger's input (its inputSchema): literal values, such as the repository to watch.",
+    )
+    connection: str | None = Field(
+        default=None,
+        pattern=CONNECTION_KEY_PATTERN,
+        description="The pack's connection a poll trigger uses (one of the trigger's connections); the "
+        "organization's connection of that key is used.",
+    )
+    inputs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The inputs of each run it starts (the routine's defaults fill the rest).",
+    )
+
+
+def _on_item(value: Any) -> str:
+    return "trigger" if isinstance(value, dict) and "trigger" in value else "schedule"
+
+
+OnItem = Annotated[
+    Annotated[EventTrigger, Tag("trigger")] | Annotated[ScheduleTrigger, Tag("schedule")],
+    Discriminator(_on_item),
+]
+
+
 class Routine(_Model):
     """A routine: inputs, steps run in order, and outputs."""
 
@@ -300,11 +350,44 @@ class Routine(_Model):
         default_factory=dict,
         description="The run's result, by name; values may hold ${{ }} expressions over inputs and steps.",
     )
-    on: Triggers | None = Field(
+    on: Triggers | list[OnItem] | None = Field(
         default=None,
-        description="What starts the routine on its own: `schedule:`, a list of cron schedules.",
-        examples=[{"schedule": [{"cron": "0 7 * * 1-5", "timezone": "Europe/Paris"}]}],
+        description="What starts the routine on its own: `{schedule: [...]}`, a list of cron schedules, or a "
+        "list whose items are pack triggers (`{trigger: ns/pack/key@1, with: {...}}`) and cron schedules "
+        "(`{cron: ...}`).",
+        examples=[
+            {"schedule": [{"cron": "0 7 * * 1-5", "timezone": "Europe/Paris"}]},
+            [{"trigger": "io.b3os/github/issue-opened@1"}, {"cron": "0 7 * * 1-5"}],
+        ],
     )
+
+    @property
+    def schedules(self) -> list[ScheduleTrigger]:
+        """The schedules of `on:`, in either form."""
+        if isinstance(self.on, Triggers):
+            return list(self.on.schedule)
+        return [item for item in self.on or [] if isinstance(item, ScheduleTrigger)]
+
+    @property
+    def event_triggers(self) -> list[EventTrigger]:
+        """The pack triggers `on:` subscribes to."""
+        return (
+            [item for item in self.on or [] if isinstance(item, EventTrigger)]
+            if isinstance(self.on, list)
+            else []
+        )
+
+    @model_validator(mode="after")
+    def _on_fits(self) -> Routine:
+        if len(self.schedules) > SCHEDULES_PER_ROUTINE:
+            raise ValueError(
+                f"on: has {len(self.schedules)} schedules; a routine has at most {SCHEDULES_PER_ROUTINE}"
+            )
+        if len(self.event_triggers) > TRIGGERS_PER_ROUTINE:
+            raise ValueError(
+                f"on: has {len(self.event_triggers)} triggers; a routine has at most {TRIGGERS_PER_ROUTINE}"
+            )
+        return self
 
     def step(self, step_id: str) -> Step:
         """The step with this id.

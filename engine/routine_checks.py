@@ -71,7 +71,9 @@ def check_expressions(data: dict[str, Any], doc: Located) -> list[Triple]:
             order.setdefault(step["id"], i)
     readable, explicit = readable_steps(data), explicit_needs(data)
     inputs = _as_dict(data.get("inputs"))
-    scope = _Scope(order, set(inputs), len(steps), False, "outputs", frozenset(order))
+    on = data.get("on")
+    event = isinstance(on, list) and any(isinstance(item, dict) and "trigger" in item for item in on)
+    scope = _Scope(order, set(inputs), len(steps), False, "outputs", frozenset(order), event=event)
     outputs = data.get("outputs")
     if isinstance(outputs, dict):
         for path, text in _strings(outputs, ("outputs",)):
@@ -89,7 +91,7 @@ def check_expressions(data: dict[str, Any], doc: Located) -> list[Triple]:
             problems.extend(_field_length(doc, ("steps", i, key), step.get(key), f"{label}: {key}"))
         for key in ("if", "foreach"):
             value = step.get(key)
-            here = _Scope(order, set(inputs), i, False, f"{label}: {key}", reads, needs, key)
+            here = _Scope(order, set(inputs), i, False, f"{label}: {key}", reads, needs, key, event)
             if isinstance(value, str):
                 problems.extend(_check_bare(doc, ("steps", i, key), value, here))
                 if key == "foreach":
@@ -99,7 +101,7 @@ def check_expressions(data: dict[str, Any], doc: Located) -> list[Triple]:
                     problems.extend(_check_template(doc, path, text, here))
         with_ = step.get("with")
         if isinstance(with_, dict):
-            here = _Scope(order, set(inputs), i, has_foreach, f"{label}: with", reads, needs, "with")
+            here = _Scope(order, set(inputs), i, has_foreach, f"{label}: with", reads, needs, "with", event)
             for path, text in _strings(with_, ("steps", i, "with")):
                 problems.extend(_check_template(doc, path, text, here))
     return problems
@@ -251,6 +253,7 @@ class _Scope:
         readable: frozenset[str],
         needs: bool = False,
         field: str = "outputs",
+        event: bool = False,
     ):
         self.order = order
         self.inputs = inputs
@@ -260,6 +263,7 @@ class _Scope:
         self.readable = readable  # the steps this one needs, directly or through others
         self.needs = needs  # the step sets needs:
         self.field = field  # if, foreach, with or outputs
+        self.event = event  # the routine subscribes to a trigger: `event` is the event that started the run
 
 
 def _check_bare(doc: Located, path: Path, text: str, scope: _Scope) -> list[Triple]:
@@ -363,7 +367,16 @@ def _scope_problem(ref: ex.Reference, scope: _Scope) -> str | None:
         if scope.foreach:
             return None
         return f"'{ref.root}' exists only in with: of a step with foreach:"
-    names = ["inputs", "steps", *(["item", "index"] if scope.foreach else [])]
+    if ref.root == "event":
+        if scope.event:
+            return None
+        return "'event' exists only in a routine started by a trigger (on: [{trigger: ns/pack/key@1}])"
+    names = [
+        "inputs",
+        "steps",
+        *(["event"] if scope.event else []),
+        *(["item", "index"] if scope.foreach else []),
+    ]
     return f"unknown name '{ref.root}' (in scope: {', '.join(names)})"
 
 

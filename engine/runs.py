@@ -181,6 +181,8 @@ class RunRoutineInput(BaseModel):
     pins: dict[str, str] = Field(default_factory=dict)
     grant: str | None = None
     reused: dict[str, StepResult] = Field(default_factory=dict)
+    event: dict[str, Any] | None = None
+    """The event that started the run, read as `event` (a run a trigger started; None in every other)."""
 
 
 class RunRoutineResult(BaseModel):

@@ -27,8 +27,18 @@ from pydantic import ValidationError
 
 from engine import expressions as ex
 from engine.errors import EngineError
-from engine.routine import MIN_TIMEOUT_MS, InputType, RetryPolicy, Routine, Step, duration_ms
+from engine.routine import (
+    MIN_TIMEOUT_MS,
+    EventTrigger,
+    InputType,
+    RetryPolicy,
+    Routine,
+    ScheduleTrigger,
+    Step,
+    duration_ms,
+)
 from engine.routine_checks import check_expressions, check_sizes, check_with
+from engine.routine_events import check_triggers
 from engine.routine_needs import check_needs
 from engine.yaml_positions import Located, YamlRefused, compose
 from packs.schemas import schema_errors, schema_problem
@@ -70,6 +80,8 @@ _FIELDS: dict[str, list[str]] = {
     "routine": [f.alias or n for n, f in Routine.model_fields.items()],
     "step": [f.alias or n for n, f in Step.model_fields.items()],
     "retry": [f.alias or n for n, f in RetryPolicy.model_fields.items()],
+    "trigger": [f.alias or n for n, f in EventTrigger.model_fields.items()],
+    "schedule": [f.alias or n for n, f in ScheduleTrigger.model_fields.items()],
 }
 
 
@@ -135,15 +147,32 @@ def load_routine(text: str, filename: str = "<routine>", resolver: ActionResolve
         problems.extend(Problem(*p) for p in _schedule_problems(routine, doc))
     if resolver is not None:
         problems.extend(Problem(*p) for p in check_with(data, doc, resolver))
+        problems.extend(Problem(*p) for p in check_triggers(data, doc, resolver))
     if problems or routine is None:
         raise RoutineError(filename, problems)
     return routine
 
 
+def _on_errors(errors: list[Any], data: dict[str, Any]) -> list[Any]:
+    """The errors of `on:` as the file wrote it: the errors of the form it did not use (a mapping or a
+    list) left out, and the union's member names taken out of each place."""
+    kept = []
+    listed = isinstance(data.get("on"), list)
+    for err in errors:
+        loc = tuple(err["loc"])
+        if loc[:1] == ("on",) and len(loc) > 1 and isinstance(loc[1], str):
+            if loc[1].startswith("list[") != listed:
+                continue
+            loc = ("on", *loc[2:3], *loc[4:]) if listed else ("on", *loc[2:])
+        kept.append({**err, "loc": loc})
+    return kept
+
+
 def _pydantic_problems(exc: ValidationError, doc: Located) -> list[Problem]:
     problems: list[Problem] = []
     seen: set[tuple[Any, ...]] = set()
-    for err in exc.errors():
+    data = doc.value if isinstance(doc.value, dict) else {}
+    for err in _on_errors(exc.errors(), data):
         loc = tuple(err["loc"])
         kind = err["type"]
         if kind == "extra_forbidden":
@@ -196,6 +225,11 @@ def _message(path: tuple[Any, ...], err: Any, doc: Located, loc: tuple[Any, ...]
         return (
             f"{where}{value!r} is not a duration: use a whole number and a unit, such as 500ms, 30s, 2m or 1h"
         )
+    if field == "trigger" and err["type"] == "string_pattern_mismatch":
+        return (
+            f"{where}{value!r} is not a trigger ref: use ns/pack/trigger@1 or @1.0.0, such as "
+            "io.b3os/github/issue-opened@1"
+        )
     if field == "foreach":
         return f"{where}must be an expression such as ${{{{ inputs.names }}}} or a list, got {value!r}"
     if field == "if":
@@ -217,6 +251,10 @@ def _owner(path: tuple[Any, ...]) -> str:
         return "step"
     if len(path) == 3 and path[0] == "steps" and path[2] == "retry":
         return "retry"
+    if len(path) == 2 and path[0] == "on" and isinstance(path[1], int):
+        return "trigger"
+    if len(path) == 3 and path[:2] == ("on", "schedule"):
+        return "schedule"
     return ""
 
 
@@ -337,8 +375,9 @@ def _schedule_problems(routine: Routine, doc: Located) -> list[tuple[int, int, s
     from engine.cron import ScheduleError, check_cron, check_timezone
 
     problems: list[tuple[int, int, str]] = []
-    for i, schedule in enumerate(routine.on.schedule if routine.on else []):
-        at = ("on", "schedule", i)
+    listed = isinstance(routine.on, list)
+    for i, schedule in enumerate(routine.schedules):
+        at = ("on", _index_in_on(routine, schedule)) if listed else ("on", "schedule", i)
         for name, check, value in (
             ("cron", check_cron, schedule.cron),
             ("timezone", check_timezone, schedule.timezone),
@@ -353,7 +392,20 @@ def _schedule_problems(routine: Routine, doc: Located) -> list[tuple[int, int, s
             for problem in exc.problems:
                 where = doc.position(doc.known_prefix((*at, "inputs")))
                 problems.append((*where, f"on.schedule[{i}].inputs: {problem}"))
+    on = routine.on if isinstance(routine.on, list) else []
+    for i, item in enumerate(on):
+        if isinstance(item, EventTrigger):
+            try:
+                resolve_inputs(routine, item.inputs)
+            except RoutineInputError as exc:
+                where = doc.position(doc.known_prefix(("on", i, "inputs")))
+                problems.extend((*where, f"on[{i}].inputs: {problem}") for problem in exc.problems)
     return problems
+
+
+def _index_in_on(routine: Routine, item: Any) -> int:
+    """The index of an item of a listed `on:`."""
+    return next(i for i, x in enumerate(routine.on or []) if x is item)  # type: ignore[arg-type]
 
 
 def resolve_inputs(routine: Routine, given: Mapping[str, Any]) -> dict[str, Any]:

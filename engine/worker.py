@@ -39,6 +39,7 @@ from activities.schedule_run import ScheduleActivities
 from engine import expressions
 from engine.converter import DATA_CONVERTER
 from engine.foreach import ForeachWorkflow
+from engine.poll_workflow import TriggerPollWorkflow
 from engine.runs import ROUTINES_TASK_QUEUE, SEARCH_ATTRIBUTES
 from engine.schedule_workflow import ScheduleTickWorkflow
 from engine.stuck import HUNG_S, GuardedRunner, StuckRuns
@@ -253,7 +254,7 @@ def build_worker(
     return Worker(
         client,
         task_queue=task_queue,
-        workflows=[RoutineWorkflow, ForeachWorkflow, ScheduleTickWorkflow],
+        workflows=[RoutineWorkflow, ForeachWorkflow, ScheduleTickWorkflow, TriggerPollWorkflow],
         workflow_runner=workflow_runner() if stuck is None else GuardedRunner(workflow_runner(), stuck),
         activities=[activities.call_action, *_tick_activities(ticks)],
         max_concurrent_workflow_tasks=workflow_tasks,
@@ -266,7 +267,7 @@ def build_worker(
 
 
 def _tick_activities(ticks: ScheduleActivities | None) -> list[Callable[..., Any]]:
-    return [] if ticks is None else [ticks.start_scheduled_run, ticks.wait_run_ended]
+    return [] if ticks is None else [ticks.start_scheduled_run, ticks.wait_run_ended, ticks.poll_trigger]
 
 
 async def main() -> int:

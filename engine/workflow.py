@@ -143,7 +143,12 @@ class RoutineWorkflow:
         routine = input.routine
         self._calls = StepCaller(self._pacer, RunCalls(input.key_id, input.grant, input.pins))
         self._result = RunRoutineResult(steps={s.id: StepResult(name=s.name) for s in routine.steps})
-        scope = Scope({"inputs": input.inputs, "steps": {}})
+        names: dict[str, Any] = {"inputs": input.inputs, "steps": {}}
+        # the event that started the run ({} in the routine's other runs; absent in routines without a
+        # trigger, so that older histories replay as they ran)
+        if input.event is not None or routine.event_triggers:
+            names["event"] = input.event or {}
+        scope = Scope(names)
         # Before the first command: a run started by a v1 worker replays without the marker.
         v2 = workflow.patched(PATCH_NEEDS)
         cancel = await self._run_steps(routine, input, scope, v2)

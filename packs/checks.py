@@ -16,6 +16,7 @@ from packs.checks_connections import CONNECTION_CHECKS
 from packs.checks_http import HTTP_CHECKS
 from packs.checks_js import FIRST_PARTY, JS_CHECKS, first_party_check
 from packs.checks_tool import TOOL_CHECKS
+from packs.checks_triggers import TRIGGER_CHECKS
 from packs.checks_util import (
     HOST_RE,
     Report,
@@ -92,7 +93,19 @@ CHECKS: dict[int, str] = {
     34: "js actions only in first-party namespaces: io.b3os and those the operator lists",
     35: "a js action's entry is a file of the pack's js/ that parses as an ES module, imports only the "
     "pack's own files by relative paths, and exports the function the action names",
-    36: FIXTURES_RULE,
+    36: 'each trigger has a title, a description, kind "webhook" or "poll" with its section of that name '
+    "(and not the other), and only known fields",
+    37: "a trigger's eventSchema and inputSchema (when present) are valid JSON Schemas (2020-12) of type "
+    '"object"',
+    38: 'a webhook is {"verify": {"kind": "hmac-sha256", "header", "prefix"?, "timestamp"?: {"header", '
+    '"toleranceS"?: 1 to 3600}}, "events"?: one ${{ }} expression, "id": one ${{ }} expression} and uses no '
+    "connection",
+    39: 'a poll is {"everyS"?: 60 to 86400, "request": {"method"?: GET or POST, "url": https with its host '
+    'written out and in egress, "query"?, "headers"?, "body"? (POST)}, "items", "dedupe", "cursor"?: one '
+    '${{ }} expression each, "event"?}, its connections are the pack\'s, and no template sets a header they '
+    "inject",
+    40: "every ${{ }} of a trigger parses as CEL, within the caps of routines' expressions",
+    41: FIXTURES_RULE,
 }
 
 TOP_LEVEL_FIELDS = (
@@ -141,7 +154,7 @@ def run_checks(manifest: Any, *, first_party: Collection[str] = FIRST_PARTY) -> 
         report.add(1, "manifest", manifest, "a manifest is a JSON object")
         return report.violations(Violation)
     js = (*JS_CHECKS, first_party_check(first_party))
-    for check in (*GENERAL_CHECKS, *HTTP_CHECKS, *CONNECTION_CHECKS, *TOOL_CHECKS, *js):
+    for check in (*GENERAL_CHECKS, *HTTP_CHECKS, *CONNECTION_CHECKS, *TOOL_CHECKS, *js, *TRIGGER_CHECKS):
         check(manifest, report)
     return report.violations(Violation)
 

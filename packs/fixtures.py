@@ -12,7 +12,7 @@ fixture reads)::
 with `reason`, `message`, `retryable`, `retry_after` for a 429 or 503, and the detail fields of
 docs/calls.md). `title` is optional text.
 
-`fixture_problems` is publish check 36: each fixture parses and fits its action (input against the
+`fixture_problems` is publish check 41: each fixture parses and fits its action (input against the
 inputSchema, output against the outputSchema), named by its file and field. `PackFixtures` finds the
 fixture of a call (same action, same input): `b3os routine test` answers steps with them.
 """
@@ -28,7 +28,7 @@ from packs.checks_util import Report, actions_of, missing_or, path_of, same
 from packs.errors import Violation
 from packs.schemas import schema_errors
 
-CHECK = 36
+CHECK = 41
 RULE = (
     'each .json file under fixtures/ is {"action", "title"?, "input", "output" or "error"}: an '
     "action of the pack, an input its inputSchema accepts, an output its outputSchema accepts or an error "
@@ -38,7 +38,7 @@ PREFIX = "fixtures/"
 MAX_FIXTURE_BYTES = 2 << 20
 """The largest fixture file: a call's input is at most 1 MiB, a step's output 1.5 MiB."""
 MAX_FIXTURES_BYTES = 16 << 20
-"""The fixtures of a pack in all: what check 36 reads (at publish, in the api)."""
+"""The fixtures of a pack in all: what check 41 reads (at publish, in the api)."""
 
 ERROR_STATUS: dict[str, int] = {
     "invalid_request": 400,
@@ -102,7 +102,7 @@ def fixture_paths(files: Mapping[str, Any]) -> list[str]:
 
 
 def fixture_problems(manifest: Mapping[str, Any], files: Mapping[str, bytes]) -> list[Violation]:
-    """Check 36 over every fixture of a pack: each violation names the fixture file and its field.
+    """Check 41 over every fixture of a pack: each violation names the fixture file and its field.
 
     Args:
         manifest: the manifest (its actions passed checks 8 to 10).
@@ -120,7 +120,7 @@ def fixture_problems(manifest: Mapping[str, Any], files: Mapping[str, bytes]) ->
 
 
 def size_problems(sizes: Mapping[str, int]) -> list[Violation]:
-    """Check 36 by the fixtures' sizes alone (path -> bytes), before any is read: each at most
+    """Check 41 by the fixtures' sizes alone (path -> bytes), before any is read: each at most
     `MAX_FIXTURE_BYTES`, all together at most `MAX_FIXTURES_BYTES`."""
     report = Report()
     for path, size in sorted(sizes.items()):
@@ -221,7 +221,7 @@ def error_problems(error: Any) -> list[tuple[str, Any, str]]:
 
 
 def parse_fixture(path: str, data: bytes) -> Fixture:
-    """One fixture file as a `Fixture` (the file passed check 36).
+    """One fixture file as a `Fixture` (the file passed check 41).
 
     Raises:
         ValueError: it does not parse or lacks its fields (a sentence naming the file).

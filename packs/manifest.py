@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
 from packs.errors import ManifestError
+from packs.triggers import Trigger
 
 DEFAULT_TIMEOUT_MS = 30_000
 
@@ -233,7 +234,7 @@ class Manifest(_Model):
     egress: list[Egress] = []
     connections: list[Connection] = []
     actions: list[Action]
-    triggers: list[dict[str, Any]] = []
+    triggers: list[Trigger] = []
     pricing: Pricing | None = None
     tool: Tool | None = None
     signature: Signature | None = None
@@ -251,6 +252,10 @@ class Manifest(_Model):
     def action(self, key: str) -> Action | None:
         """The action of that key, or None."""
         return next((a for a in self.actions if a.key == key), None)
+
+    def trigger(self, key: str) -> Trigger | None:
+        """The trigger of that key, or None."""
+        return next((t for t in self.triggers if t.key == key), None)
 
     def connection(self, key: str) -> Connection | None:
         """The connection of that key, or None."""

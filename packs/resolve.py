@@ -19,6 +19,7 @@ from packs.errors import PackError, RefError
 from packs.manifest import Action, Manifest
 from packs.names import is_semver
 from packs.refs import ActionRef
+from packs.triggers import Trigger
 
 
 class ResolveError(PackError):
@@ -116,3 +117,37 @@ def resolve(ref: ActionRef, versions: Iterable[str], manifest_of: Callable[[str]
             f"{ref.pack}@{version} has no action {ref.action!r} (actions: {keys})", missing="action"
         )
     return Resolved(ref=ref, version=version, manifest=manifest, action=action)
+
+
+@dataclass(frozen=True)
+class ResolvedTrigger:
+    """A trigger ref (`ns/pack/key@1`, parsed as an action ref) resolved: its exact version and trigger."""
+
+    ref: ActionRef
+    version: str
+    manifest: Manifest
+    trigger: Trigger
+
+    @property
+    def pin(self) -> str:
+        """The exact ref of the version resolved: `ns/pack/key@1.2.3`."""
+        return f"{self.ref.pack}/{self.ref.action}@{self.version}"
+
+
+def resolve_trigger(
+    ref: ActionRef, versions: Iterable[str], manifest_of: Callable[[str], Manifest]
+) -> ResolvedTrigger:
+    """Resolve a trigger ref by the same rule as an action's (the version found must have the trigger).
+
+    Raises:
+        ResolveError: no such pack, version or trigger, with a sentence naming it.
+    """
+    version = pick_version(ref, versions)
+    manifest = manifest_of(version)
+    trigger = manifest.trigger(ref.action)
+    if trigger is None:
+        keys = ", ".join(t.key for t in manifest.triggers) or "none"
+        raise ResolveError(
+            f"{ref.pack}@{version} has no trigger {ref.action!r} (triggers: {keys})", missing="trigger"
+        )
+    return ResolvedTrigger(ref=ref, version=version, manifest=manifest, trigger=trigger)

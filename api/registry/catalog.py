@@ -99,6 +99,14 @@ def resolve(session: Session, *, ref: ActionRef) -> tuple[resolving.Resolved, Pa
     return resolved, rows[resolved.version]
 
 
+def resolve_trigger(session: Session, *, ref: ActionRef) -> resolving.ResolvedTrigger:
+    """Resolve a trigger ref by the one rule over the registry's versions of its pack (ResolveError)."""
+    listed = session.exec(select(PackVersion.version).where(col(PackVersion.pack) == ref.pack)).all()
+    return resolving.resolve_trigger(
+        ref, listed, lambda version: typed(get_version(session, pack=ref.pack, version=version))
+    )
+
+
 KNOWN_MAX = 512
 KnownVersions = dict[tuple[str, str], tuple[Manifest, dict[str, Any]]]
 """Versions a process has read, (pack, version) -> (typed manifest, manifest): a cache of one engine."""

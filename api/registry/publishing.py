@@ -6,7 +6,7 @@ The rules, in order (the `reason` of each refusal in brackets):
 2. the pack's namespace is the caller's organization's in the publisher list [namespace];
 3. the version is new: versions are immutable [version_exists];
 4. the signature's kid is registered for the namespace [kid_unknown] and not revoked [kid_revoked];
-5. every publish check passes, all violations listed [checks] (check 36, each fixture fits its action, is
+5. every publish check passes, all violations listed [checks] (check 41, each fixture fits its action, is
    run by the route on the fixtures `read_fixtures` reads from their blobs);
 6. every file was uploaded by the caller's organization [blob_missing] with the declared sha256
    and size [blob_mismatch]; the archive is the one tool.bundle.archive declares [archive];
@@ -110,7 +110,7 @@ def _signing_key(session: Session, *, namespace: str, manifest: dict[str, Any]) 
 def read_fixtures(
     session: Session, blobs: BlobStore, *, org_id: str, files: Sequence[BundleFile]
 ) -> tuple[list[Violation], dict[str, bytes]]:
-    """The fixtures of a publish (fixtures/**/*.json), for check 36 in a checker process: the violations of
+    """The fixtures of a publish (fixtures/**/*.json), for check 41 in a checker process: the violations of
     their declared sizes (`packs.fixtures.size_problems`), else the bytes of each one the organization
     uploaded with its declared size (any other is refused by rule 6 afterwards, unread)."""
     by_path = {f.path: f for f in files}

@@ -1,5 +1,5 @@
-"""Routines of the caller's organization: store (validated, applying its `on: schedule`), read, list,
-list its versions, and start a run."""
+"""Routines of the caller's organization: store (validated, applying its `on:` schedules and triggers), read,
+list, list its versions, and start a run."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from api.params import IdempotencyKey
 from api.routines.models import RoutineCreate, RoutineList, RoutinePublic, RoutineVersionList
 from api.routines.tables import RoutineRecord
 from api.runs.models import RunCreate, RunPublic
-from api.services import Routines, Runs, Schedules, Starts
+from api.services import PollsDep, Routines, Runs, Schedules, Starts, SubscriptionsDep
 from engine.routine import Routine
 
 router = APIRouter(prefix="/v1/routines", tags=["routines"])
@@ -39,19 +39,34 @@ def _public(row: RoutineRecord) -> RoutinePublic:
 
 @router.post("", status_code=201, response_model=RoutinePublic, responses=error_responses(400, 403, 413, 503))
 async def store_routine(
-    body: RoutineCreate, principal: Runner, routines: Routines, schedules: Schedules
+    body: RoutineCreate,
+    principal: Runner,
+    routines: Routines,
+    schedules: Schedules,
+    triggers: SubscriptionsDep,
+    polls: PollsDep,
 ) -> RoutinePublic:
     """Validate a routine's YAML and store it (a routine of the same name is replaced)."""
 
     def check(routine: Routine) -> None:
-        if routine.on is not None and routine.on.schedule:
-            require_call_scope(principal, "a routine with on: schedule")
+        if routine.schedules or routine.event_triggers:
+            require_call_scope(principal, "a routine with on: schedule or a trigger")
 
     row = await routines.store_routine(org_id=principal.org_id, source=body.yaml, check=check)
+    routine = Routine.model_validate(row.routine)
     # the schedules its file declares replace those it declared before (api.schedules.service)
-    await schedules.apply_declared(
-        org_id=principal.org_id, key_id=principal.key_id, routine=Routine.model_validate(row.routine)
+    await schedules.apply_declared(org_id=principal.org_id, key_id=principal.key_id, routine=routine)
+    # its triggers' subscriptions are kept, made or ended (api.triggers.subscriptions), and a poll's
+    # Temporal Schedule with them (api.triggers.polls)
+    applied = await in_thread(
+        triggers.apply_declared, org_id=principal.org_id, key_id=principal.key_id, routine=routine
     )
+    for sub in applied.ended:
+        if sub.kind == "poll":
+            await polls.unschedule(sub)
+    for sub in applied.active:
+        if sub.id in applied.every_s:
+            await polls.schedule(sub, applied.every_s[sub.id])
     return _public(row)
 
 

@@ -13,8 +13,9 @@ from typing import Any
 
 from sqlmodel import Session
 
-from api.registry.catalog import resolve
+from api.registry.catalog import resolve, resolve_trigger
 from packs.resolve import parse_ref
+from packs.triggers import Trigger
 
 
 class DbResolver:
@@ -38,3 +39,13 @@ class DbResolver:
         resolved, _ = resolve(self._session, ref=parse_ref(ref))
         self.pins[ref] = resolved.pin
         return resolved.action.input_schema
+
+    def trigger(self, ref: str) -> Trigger:
+        """The trigger `ref` (`ns/pack/key@1`) names.
+
+        Raises:
+            ResolveError: the ref does not parse, or the registry has no such pack, version or trigger.
+        """
+        resolved = resolve_trigger(self._session, ref=parse_ref(ref))
+        self.pins[ref] = resolved.pin
+        return resolved.trigger

@@ -59,6 +59,7 @@ class StartRequest:
     reused: dict[str, StepResult]
     rerun_of: str | None
     schedule_id: str | None
+    event: dict[str, Any] | None = None  # the event of a run a trigger starts (api.triggers.deliveries)
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,7 @@ class Launches:
             idempotency_key=request.idempotency_key,
             request_hash=request_hash,
             inputs=resolved,
+            event=request.event,
         )
         cleanup = [step.id for step in routine.steps if expressions.runs_after_cancel(step.if_)]
         steps = {
@@ -138,6 +140,7 @@ class Launches:
                     pins=pins,
                     grant=grant,
                     reused=request.reused,
+                    event=request.event,
                 )
             )
             size = payload.ByteSize()

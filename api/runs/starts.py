@@ -157,6 +157,7 @@ class RunStarts:
             request={"rerun": old.id, "from": point},
             reused=kept_steps(routine, result, point),
             rerun_of=old.id,
+            event=old.event,
         )
 
     async def start(
@@ -170,8 +171,10 @@ class RunStarts:
         reused: dict[str, StepResult] | None = None,
         rerun_of: str | None = None,
         schedule_id: str | None = None,
+        event: dict[str, Any] | None = None,
     ) -> tuple[RunRecord, bool]:
-        """Start a run of one routine version (the one path of run starts, re-runs and scheduled runs).
+        """Start a run of one routine version (the one path of run starts, re-runs, scheduled runs and the
+        runs of triggers, which give the `event`).
 
         Everything before Temporal is asked is done in one worker thread (api.runs.launch): each hop
         between the event loop and a thread waits for the interpreter's lock, which a busy process hands
@@ -186,7 +189,15 @@ class RunStarts:
             launch = await in_thread(
                 self._launches.ready,
                 StartRequest(
-                    org_id, key_id, run_id, idempotency_key, request, reused or {}, rerun_of, schedule_id
+                    org_id,
+                    key_id,
+                    run_id,
+                    idempotency_key,
+                    request,
+                    reused or {},
+                    rerun_of,
+                    schedule_id,
+                    event,
                 ),
                 version,
             )

@@ -49,6 +49,11 @@ class RunRecord(SQLModel, table=True):
     )
     rerun_of: str | None = Field(default=None, max_length=40, description="the run this run re-ran")
     schedule_id: str | None = Field(default=None, max_length=40, description="the schedule that started it")
+    event: dict[str, Any] | None = Field(
+        default=None,
+        sa_column=Column(JSON, nullable=True),
+        description="the trigger event that started it (a re-run runs with it again)",
+    )
 
 
 class RunGrant(SQLModel, table=True):

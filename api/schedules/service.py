@@ -223,7 +223,7 @@ class SchedulesService:
             await in_thread(self._delete_row, row.id)
             await self._delete_temporal(row)
         created = []
-        for trigger in routine.on.schedule if routine.on else []:
+        for trigger in routine.schedules:
             body = ScheduleCreate.model_validate(trigger.model_dump())
             created.append(
                 await self.create(org_id=org_id, key_id=key_id, name=routine.name, body=body, declared=True)

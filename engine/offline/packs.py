@@ -3,7 +3,7 @@
 `--packs DIR` (repeatable) names a pack directory (holding `b3pack.json`) or a directory of them (each
 subdirectory holding one); without it, `examples/packs` and `examples/tools` of the current directory
 (those that exist). Refs resolve by the one rule of `packs.resolve` (engine.resolvers.LocalPackResolver),
-and each pack's fixtures must pass publish check 36 before a test may use them.
+and each pack's fixtures must pass publish check 41 before a test may use them.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class LocalPacks:
         """Load each pack directory and its fixtures.
 
         Raises:
-            PacksError: a directory is not a pack, or a pack's fixtures fail check 36.
+            PacksError: a directory is not a pack, or a pack's fixtures fail check 41.
         """
         self.directories = directories
         self._packs: dict[tuple[str, str], LocalPack] = {}

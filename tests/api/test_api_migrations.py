@@ -54,6 +54,7 @@ from api.models import (
 from api.routines.tables import RoutineRecord, RoutineVersion
 from api.runs.tables import RunGrant, RunRecord
 from api.schedules.tables import RoutineSchedule
+from api.triggers.tables import TriggerDelivery, TriggerSubscription
 from cli.main import main
 
 T = dt.datetime(2025, 3, 4, 5, 6, 7, tzinfo=dt.UTC)
@@ -145,12 +146,24 @@ ROWS: dict[str, dict[str, Any]] = {
     },
     "blobs": {"sha256": "a" * 64, "size": 5, "data": b"\x00\xffab\n", "created_at": T},
     "published_blobs": {"sha256": "d" * 64},
+    "trigger_subscriptions": {
+        "id": "trg_" + "x" * 20, "org_id": "org_1", "routine_name": "hello", "key_id": "key_1",
+        "position": 0, "trigger": "io.b3os/github/issue-opened@1", "pin": "io.b3os/github/issue-opened@1.0.0",
+        "kind": "webhook", "with_input": {}, "connection": None, "inputs": {}, "cursor": None,
+        "polled_at": None, "created_at": T, "ended_at": None,
+    },
+    "trigger_deliveries": {
+        "id": "dlv_1", "subscription_id": "trg_" + "x" * 20, "org_id": "org_1", "received_at": T,
+        "verified": True, "status": "started", "reason": None, "event_id": "e-1", "dedupe": "e-1",
+        "event": {"number": 7}, "run_id": "run_1", "attempts": 1, "last_error": None,
+    },
 }
 # tables renamed by a later revision: their name at the baseline (ROWS and MODELS go by it)
 BASELINE_NAMES = {"action_calls": "tool_calls"}
 # tables of later revisions
 AFTER_BASELINE = {
-    "node_credentials", "run_grants", "routine_versions", "routine_schedules", "blobs", "published_blobs"
+    "node_credentials", "run_grants", "routine_versions", "routine_schedules", "blobs", "published_blobs",
+    "trigger_subscriptions", "trigger_deliveries",
 }
 
 MODELS: dict[str, type[SQLModel]] = {
@@ -160,7 +173,8 @@ MODELS: dict[str, type[SQLModel]] = {
     "routines": RoutineRecord, "routine_runs": RunRecord, "call_cancels": CallCancel,
     "connections": ConnectionRecord, "run_grants": RunGrant, "node_credentials": NodeCredential,
     "routine_versions": RoutineVersion, "routine_schedules": RoutineSchedule, "blobs": BlobContent,
-    "published_blobs": PublishedBlob,
+    "published_blobs": PublishedBlob, "trigger_subscriptions": TriggerSubscription,
+    "trigger_deliveries": TriggerDelivery,
 }
 # fmt: on
 

@@ -35,7 +35,7 @@ GET_ISSUE_FIXTURE = (
     '"title": "a bug", "state": "open", "url": "https://github.com/o/r/issues/1", "author": "ann", '
     '"labels": []}}\n'
 )
-"""A fixture of get-issue that passes check 36 (a fixture fits its action's schemas)."""
+"""A fixture of get-issue that passes check 41 (a fixture fits its action's schemas)."""
 
 
 @pytest.fixture
@@ -221,11 +221,11 @@ def test_a_fixture_its_action_refuses_is_refused_at_publish_naming_the_file_and_
     upload(client, publisher, files)
     error = _refusal(_publish(client, publisher, Built(echo.root, signed, files)), 400, "checks")
     message = (
-        "check 36: fixtures/echo-seven.json:output.text 7 is not accepted: the outputSchema of action "
+        "check 41: fixtures/echo-seven.json:output.text 7 is not accepted: the outputSchema of action "
         "\"echo\" refuses it: 7 is not of type 'string'"
     )
     assert error["violations"] == [
-        {"check": 36, "field": "fixtures/echo-seven.json:output.text", "message": message}
+        {"check": 41, "field": "fixtures/echo-seven.json:output.text", "message": message}
     ]
     assert error["message"] == f"The manifest fails 1 publish check: {message}"
     assert client.get(f"/v1/actions/packs/{NAMESPACE}/echo", headers=publisher.headers).status_code == 404

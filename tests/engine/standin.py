@@ -202,6 +202,7 @@ async def run_routine(
     cancel_when_sleeping: str | None = None,
     sleeping: str | None = None,
     reused: dict[str, Any] | None = None,
+    event: dict[str, Any] | None = None,
 ) -> Run:
     """Validate a routine and run it to its end on the real workflow, with this stand-in, on a worker
     of its own. Once the step `sleeping` sleeps, its progress is read (`Run.midway`); once the step
@@ -221,6 +222,7 @@ async def run_routine(
                 key_id="key_standin",
                 run_id=run_id,
                 reused={k: StepResult.model_validate(v) for k, v in (reused or {}).items()},
+                event=event,
             ),
             id=routine_workflow_id(routine.name, run_id),
             task_queue=queue,

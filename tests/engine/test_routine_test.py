@@ -217,7 +217,7 @@ def test_a_pack_whose_fixtures_its_checks_refuse_is_not_used(
     code = main(["routine", "test", str(ROUTINES / "hello.yaml"), "--packs", str(tmp_path)])
     assert code == 2
     assert capsys.readouterr().err == (
-        f"b3os routine test: {echo}: check 36: fixtures/echo-text.json:output {{}} is not accepted: the "
+        f"b3os routine test: {echo}: check 41: fixtures/echo-text.json:output {{}} is not accepted: the "
         "outputSchema of action \"echo\" refuses it: 'text' is a required property\n"
     )
 

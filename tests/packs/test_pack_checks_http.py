@@ -17,6 +17,7 @@ from packs.manifest import parse_manifest
 EXAMPLES = REPO / "examples" / "packs"
 GH = json.loads((EXAMPLES / "github" / "b3pack.json").read_text())
 GH["actions"] = GH["actions"][:2]  # its http actions: test_pack_js checks the js one
+GH.pop("triggers")  # test_pack_triggers checks them
 ECHO = echo_manifest()
 KEY = {
     "key": "key",
@@ -707,8 +708,9 @@ def test_garbage_in_every_http_field_never_raises() -> None:
 
 def test_every_check_has_a_failing_fixture_here_or_in_the_general_cases() -> None:
     from test_pack_js import JS_CASES
+    from test_pack_triggers import TRIGGER_CASES
 
-    cases = [*GENERAL_CASES, *CASES, *JS_CASES]
+    cases = [*GENERAL_CASES, *CASES, *JS_CASES, *TRIGGER_CASES]
     covered = {int(msg.split(":")[0].removeprefix("check ")) for _, _, msgs in cases for msg in msgs}
     # 35 and 36 need the files: test_pack_js and test_pack_fixtures build packs that fail them
     assert covered | {35, 36} == set(CHECKS)

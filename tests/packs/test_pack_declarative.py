@@ -26,7 +26,7 @@ GET_ISSUE_FIXTURE = (
     '"title": "a bug", "state": "open", "url": "https://github.com/o/r/issues/1", "author": "ann", '
     '"labels": []}}\n'
 )
-"""A fixture of get-issue that passes check 36 (a fixture fits its action's schemas)."""
+"""A fixture of get-issue that passes check 41 (a fixture fits its action's schemas)."""
 IO_KID = "io.b3os#test"
 
 

@@ -1,4 +1,4 @@
-"""A pack's fixtures (fixtures/*.json: input -> output or error) and publish check 36: each fixture fits its
+"""A pack's fixtures (fixtures/*.json: input -> output or error) and publish check 41: each fixture fits its
 action, and a build or a verify refuses one that does not, naming the fixture file and the field."""
 
 from __future__ import annotations
@@ -45,38 +45,38 @@ ACTIONS = "use the key of one of the pack's actions: echo, fail, noop"
 @pytest.mark.parametrize(
     ("fixture", "messages"),
     [
-        (b"{", ["check 36: fixtures/x.json is not accepted: it is not JSON: Expecting property name enclosed "
+        (b"{", ["check 41: fixtures/x.json is not accepted: it is not JSON: Expecting property name enclosed "
                 "in double quotes at line 1, column 2"]),
-        ([1], ['check 36: fixtures/x.json is not accepted: a fixture is a JSON object {"action", "input", '
+        ([1], ['check 41: fixtures/x.json is not accepted: a fixture is a JSON object {"action", "input", '
                '"output" or "error"}']),
         ({"input": {}, "output": {}},
-         [f"check 36: fixtures/x.json:action is missing: {ACTIONS}"]),
+         [f"check 41: fixtures/x.json:action is missing: {ACTIONS}"]),
         ({"action": "shout", "input": {}, "output": {}},
-         [f'check 36: fixtures/x.json:action "shout" is not accepted: {ACTIONS}']),
+         [f'check 41: fixtures/x.json:action "shout" is not accepted: {ACTIONS}']),
         ({"action": "noop", "output": {}},
-         ["check 36: fixtures/x.json:input is missing: use the call's input, a JSON object"]),
+         ["check 41: fixtures/x.json:input is missing: use the call's input, a JSON object"]),
         ({"action": "noop", "input": {}},
-         ['check 36: fixtures/x.json:output is missing: give what the call answers: "output", or "error"']),
+         ['check 41: fixtures/x.json:output is missing: give what the call answers: "output", or "error"']),
         ({"action": "noop", "input": {}, "output": {}, "error": {"code": "tool_failed"}},
-         ['check 36: fixtures/x.json:error {"code": "tool_failed"} is not accepted: give exactly one of '
+         ['check 41: fixtures/x.json:error {"code": "tool_failed"} is not accepted: give exactly one of '
           '"output" and "error", not both']),
         ({"action": "noop", "input": {}, "output": {}, "when": "now"},
-         ['check 36: fixtures/x.json:when "now" is not accepted: a fixture has only the fields action, '
+         ['check 41: fixtures/x.json:when "now" is not accepted: a fixture has only the fields action, '
           "title, input, output, error"]),
         ({"action": "echo", "input": {"text": 7}, "output": {"text": "7"}},
-         ['check 36: fixtures/x.json:input.text 7 is not accepted: the inputSchema of action "echo" refuses '
+         ['check 41: fixtures/x.json:input.text 7 is not accepted: the inputSchema of action "echo" refuses '
           "it: 7 is not of type 'string'"]),
         ({"action": "echo", "input": {"text": "hi"}, "output": {"text": ["hi"]}},
-         ['check 36: fixtures/x.json:output.text ["hi"] is not accepted: the outputSchema of action "echo" '
+         ['check 41: fixtures/x.json:output.text ["hi"] is not accepted: the outputSchema of action "echo" '
           "refuses it: ['hi'] is not of type 'string'"]),
         ({"action": "fail", "input": {"mode": "exit"}, "error": {"code": "boom", "retryable": "yes"}},
-         ['check 36: fixtures/x.json:error.code "boom" is not accepted: use one of invalid_request, '
+         ['check 41: fixtures/x.json:error.code "boom" is not accepted: use one of invalid_request, '
           "unauthorized, forbidden, not_found, rate_limited, concurrency_limited, quota_exceeded, "
           "tool_failed, action_failed, output_invalid, tool_unavailable, pack_unavailable, "
           "action_unavailable, tool_timed_out, action_timed_out",
-          'check 36: fixtures/x.json:error.retryable "yes" is not accepted: use true or false']),
+          'check 41: fixtures/x.json:error.retryable "yes" is not accepted: use true or false']),
         ({"action": "fail", "input": {"mode": "exit"}, "error": {"code": "tool_failed", "exitcode": 3}},
-         ["check 36: fixtures/x.json:error.exitcode 3 is not accepted: an error has only the fields code, "
+         ["check 41: fixtures/x.json:error.exitcode 3 is not accepted: an error has only the fields code, "
           "reason, message, retryable, retry_after, tool_code, tool_message, exit_code, signal, errors, "
           "pack_error, field, connection, upstream_status"]),
     ],
@@ -90,7 +90,7 @@ def test_a_fixture_that_does_not_fit_is_refused_naming_its_file_and_field(
 def test_a_fixture_over_its_size_is_refused_before_it_is_read() -> None:
     big = b" " * MAX_FIXTURE_BYTES + b"{}"
     assert _problems(big) == [
-        f"check 36: fixtures/x.json is not accepted: it has {len(big)} bytes: a fixture has at most "
+        f"check 41: fixtures/x.json is not accepted: it has {len(big)} bytes: a fixture has at most "
         f"{MAX_FIXTURE_BYTES}"
     ]
 
@@ -100,7 +100,7 @@ def test_the_fixtures_of_a_pack_hold_at_most_16_mib_in_all() -> None:
     assert [(v.field, v.message) for v in size_problems(sizes)] == [
         (
             "fixtures/",
-            f"check 36: fixtures/ holds {9 * MAX_FIXTURE_BYTES} bytes of fixtures: a pack's fixtures hold at "
+            f"check 41: fixtures/ holds {9 * MAX_FIXTURE_BYTES} bytes of fixtures: a pack's fixtures hold at "
             f"most {MAX_FIXTURES_BYTES} in all",
         )
     ]
@@ -121,15 +121,15 @@ def test_a_build_refuses_a_fixture_its_action_refuses_and_verify_reports_it(
         build_pack(echo_copy, kid=KID, private_key=key, out_dir=tmp_path / "out")
     assert [(v.check, v.field, v.message) for v in refused.value.violations] == [
         (
-            36,
+            41,
             "fixtures/echo-typo.json:output",
-            'check 36: fixtures/echo-typo.json:output {"txt": "hi"} is not accepted: the outputSchema of '
+            'check 41: fixtures/echo-typo.json:output {"txt": "hi"} is not accepted: the outputSchema of '
             "action \"echo\" refuses it: 'text' is a required property",
         ),
         (
-            36,
+            41,
             "fixtures/echo-typo.json:output",
-            'check 36: fixtures/echo-typo.json:output {"txt": "hi"} is not accepted: the outputSchema of '
+            'check 41: fixtures/echo-typo.json:output {"txt": "hi"} is not accepted: the outputSchema of '
             "action \"echo\" refuses it: Additional properties are not allowed ('txt' was unexpected)",
         ),
     ]
@@ -141,7 +141,7 @@ def test_a_build_refuses_a_fixture_its_action_refuses_and_verify_reports_it(
     )
     problems = verify_pack_dir(tmp_path / "out").problems
     assert (
-        'check 36: fixtures/noop.json:input {"a": 1} is not accepted: the inputSchema of action "noop" '
+        'check 41: fixtures/noop.json:input {"a": 1} is not accepted: the inputSchema of action "noop" '
         "refuses it: Additional properties are not allowed ('a' was unexpected)"
     ) in problems
 

@@ -4,6 +4,8 @@ node joining by hand, `b3os routine run` using the live stack, and everything st
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import hmac
 import json
 import signal
 import socket
@@ -227,3 +229,59 @@ def test_the_data_dirs_files_are_readable_by_their_owner_only(dev: Dev) -> None:
     assert {str(p): oct(p.stat().st_mode & 0o777) for p in dirs if p.stat().st_mode & 0o077} == {}
     egress_key = data / "egress" / "egress.key"
     assert egress_key.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_signed_github_delivery_starts_the_example_routine_once(dev: Dev) -> None:
+    headers = {"Authorization": f"Bearer {dev.dev_env['B3OS_API_KEY']}"}
+    source = (REPO / "examples" / "routines" / "issue-triage.yaml").read_text()
+    stored = loopback.request(
+        "POST", f"{dev.api_url}/v1/routines", headers=headers, json={"yaml": source}, timeout=120
+    )
+    assert stored.status_code == 201, stored.text
+    listed = loopback.request(
+        "GET", f"{dev.api_url}/v1/triggers/subscriptions?routine=issue-triage", headers=headers
+    )
+    (sub,) = listed.json()["subscriptions"]
+    body = json.dumps(
+        {
+            "action": "opened",
+            "issue": {
+                "number": 12,
+                "title": "Dev crash",
+                "body": None,
+                "html_url": "https://github.com/o/r/issues/12",
+                "user": {"login": "ada"},
+                "labels": [],
+            },
+            "repository": {"full_name": "o/r"},
+        }
+    ).encode()
+    digest = hmac.new(sub["webhook_secret"].encode(), body, hashlib.sha256).hexdigest()
+    signed = {
+        "Content-Type": "application/json",
+        "X-GitHub-Event": "issues",
+        "X-GitHub-Delivery": "dev-1",
+        "X-Hub-Signature-256": f"sha256={digest}",
+    }
+    for expected in ("pending", "duplicate"):  # GitHub's redelivery of the same delivery starts nothing
+        r = loopback.request("POST", sub["hook_url"], content=body, headers=signed, timeout=30)
+        assert r.status_code == 202, r.text
+        assert [d["status"] for d in r.json()["deliveries"]] == [expected]
+
+    def run_of_delivery() -> str | None:
+        got = loopback.request(
+            "GET", f"{dev.api_url}/v1/triggers/subscriptions/{sub['id']}/deliveries", headers=headers
+        )
+        return next((d["run_id"] for d in got.json()["deliveries"] if d["run_id"]), None)
+
+    wait_until("the delivery started no run", lambda: run_of_delivery() is not None)
+    run_id = run_of_delivery()
+    run = loopback.request(
+        "GET", f"{dev.api_url}/v1/runs/{run_id}?wait_s=30", headers=headers, timeout=60
+    ).json()
+    assert run["status"] == "succeeded", run
+    assert run["outputs"] == {"note": "triage: #12 Dev crash by ada (https://github.com/o/r/issues/12)"}
+    runs = loopback.request("GET", f"{dev.api_url}/v1/runs?routine=issue-triage", headers=headers).json()[
+        "runs"
+    ]
+    assert [r["run_id"] for r in runs] == [run_id]

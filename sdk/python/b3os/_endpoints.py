@@ -218,3 +218,21 @@ def list_connections() -> ApiRequest:
 
 def remove_connection(connection_id: str) -> ApiRequest:
     return ApiRequest("DELETE", f"/v1/connections/{segment(connection_id)}", expect="empty")
+
+
+# --- triggers -----------------------------------------------------------------------------------------
+
+
+def list_subscriptions(routine: str | None, ended: bool) -> ApiRequest:
+    params: dict[str, str | int | float | None] = {"routine": routine, "ended": "true" if ended else None}
+    return ApiRequest("GET", "/v1/triggers/subscriptions", params=params, unwrap="subscriptions")
+
+
+def list_deliveries(subscription_id: str, limit: int) -> ApiRequest:
+    path = f"/v1/triggers/subscriptions/{segment(subscription_id)}/deliveries"
+    return ApiRequest("GET", path, params={"limit": limit}, unwrap="deliveries")
+
+
+def replay_delivery(subscription_id: str, delivery_id: str) -> ApiRequest:
+    path = f"/v1/triggers/subscriptions/{segment(subscription_id)}/replays"
+    return ApiRequest("POST", path, json={"delivery_id": delivery_id})

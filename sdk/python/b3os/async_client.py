@@ -37,6 +37,7 @@ from b3os.actions import AsyncActions
 from b3os.connections import AsyncConnections
 from b3os.routines import AsyncRoutines
 from b3os.runs import AsyncRuns
+from b3os.triggers import AsyncTriggers
 
 
 class AsyncB3OS:
@@ -108,6 +109,7 @@ class AsyncB3OS:
         self.routines = AsyncRoutines(self._send)
         self.runs = AsyncRuns(self._send)
         self.connections = AsyncConnections(self._send)
+        self.triggers = AsyncTriggers(self._send)
 
     @property
     def api_url(self) -> str:

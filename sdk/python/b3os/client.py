@@ -37,6 +37,7 @@ from b3os.actions import Actions
 from b3os.connections import Connections
 from b3os.routines import Routines
 from b3os.runs import Runs
+from b3os.triggers import Triggers
 
 
 class B3OS:
@@ -103,6 +104,7 @@ class B3OS:
         self.routines = Routines(self._send)
         self.runs = Runs(self._send)
         self.connections = Connections(self._send)
+        self.triggers = Triggers(self._send)
 
     @property
     def api_url(self) -> str:

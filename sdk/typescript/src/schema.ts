@@ -659,6 +659,86 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/triggers/subscriptions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List Subscriptions
+         * @description The organization's trigger subscriptions (a webhook's secret shown to keys with routines:run).
+         */
+        get: operations["list_subscriptions_v1_triggers_subscriptions_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/triggers/subscriptions/{subscription_id}/deliveries": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List Deliveries
+         * @description A subscription's deliveries, newest first: refused (with the reason), duplicate, pending, started.
+         */
+        get: operations["list_deliveries_v1_triggers_subscriptions__subscription_id__deliveries_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/triggers/subscriptions/{subscription_id}/replays": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Replay Delivery
+         * @description Run a delivery's event again, as a new run (a new pending delivery).
+         */
+        post: operations["replay_delivery_v1_triggers_subscriptions__subscription_id__replays_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/hooks/{subscription_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Receive Delivery
+         * @description A webhook delivery: verified by its signature, stored, answered; each event's run starts once.
+         */
+        post: operations["receive_delivery_v1_hooks__subscription_id__post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/actions/resolve": {
         parameters: {
             query?: never;
@@ -1070,6 +1150,64 @@ export interface components {
             created_at: string;
         };
         /**
+         * DeliveryAccepted
+         * @description A delivery stored: each of its events runs once.
+         */
+        DeliveryAccepted: {
+            /** Deliveries */
+            deliveries: components["schemas"]["DeliveryPublic"][];
+        };
+        /** DeliveryList */
+        DeliveryList: {
+            /** Deliveries */
+            deliveries: components["schemas"]["DeliveryPublic"][];
+        };
+        /**
+         * DeliveryPublic
+         * @description One delivery (or one event of a delivery, or one polled item) and what became of it.
+         */
+        DeliveryPublic: {
+            /** Id */
+            id: string;
+            /** Subscription Id */
+            subscription_id: string;
+            /**
+             * Received At
+             * Format: date-time
+             */
+            received_at: string;
+            /**
+             * Verified
+             * @description its signature was verified
+             */
+            verified: boolean;
+            /**
+             * Status
+             * @description refused (see reason), duplicate (its event ran before), ignored (no event in it), pending (stored, its run not started yet), started (run_id) or failed (refused for good: last_error)
+             * @enum {string}
+             */
+            status: "refused" | "duplicate" | "ignored" | "pending" | "started" | "failed";
+            /**
+             * Reason
+             * @description why it was refused or ignored
+             */
+            reason?: string | null;
+            /** Event Id */
+            event_id?: string | null;
+            /** Run Id */
+            run_id?: string | null;
+            /**
+             * Attempts
+             * @description starts of its run tried
+             */
+            attempts: number;
+            /**
+             * Last Error
+             * @description why the last start did not start the run
+             */
+            last_error?: string | null;
+        };
+        /**
          * ErrorBody
          * @description Every error response has this shape.
          */
@@ -1212,6 +1350,14 @@ export interface components {
             }[];
             /** Cursor */
             cursor: number;
+        };
+        /**
+         * ReplayCreate
+         * @description Which delivery to start again.
+         */
+        ReplayCreate: {
+            /** Delivery Id */
+            delivery_id: string;
         };
         /**
          * RerunCreate
@@ -1653,6 +1799,76 @@ export interface components {
             retry_after?: number | null;
             /** Retry In S */
             retry_in_s?: number | null;
+        };
+        /** SubscriptionList */
+        SubscriptionList: {
+            /** Subscriptions */
+            subscriptions: components["schemas"]["SubscriptionPublic"][];
+        };
+        /**
+         * SubscriptionPublic
+         * @description A routine's subscription to a pack's trigger.
+         */
+        SubscriptionPublic: {
+            /**
+             * Id
+             * @description unguessable: a webhook subscription's address is /v1/hooks/{id}
+             */
+            id: string;
+            /** Routine */
+            routine: string;
+            /**
+             * Trigger
+             * @description the trigger ref as the routine writes it
+             * @example io.b3os/github/issue-opened@1
+             */
+            trigger: string;
+            /**
+             * Pin
+             * @description the exact version it resolved to when the routine was stored
+             */
+            pin: string;
+            /**
+             * Kind
+             * @enum {string}
+             */
+            kind: "webhook" | "poll";
+            /**
+             * With
+             * @description the trigger's input
+             */
+            with: {
+                [key: string]: unknown;
+            };
+            /** Connection */
+            connection?: string | null;
+            /**
+             * Inputs
+             * @description the inputs of each run it starts
+             */
+            inputs: {
+                [key: string]: unknown;
+            };
+            /**
+             * Hook Url
+             * @description a webhook's address: where the other service posts
+             */
+            hook_url?: string | null;
+            /**
+             * Webhook Secret
+             * @description a webhook's signing secret, for the other service's settings (shown to keys with routines:run only)
+             */
+            webhook_secret?: string | null;
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /**
+             * Ended At
+             * @description when the routine stopped subscribing
+             */
+            ended_at?: string | null;
         };
         /** ToolList */
         ToolList: {
@@ -4046,6 +4262,229 @@ export interface operations {
             };
             /** @description forbidden: the key lacks a scope (`missing_scope`) or the organization a right */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not_found: there is none, or it is another organization's */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    list_subscriptions_v1_triggers_subscriptions_get: {
+        parameters: {
+            query?: {
+                /** @description only this routine's */
+                routine?: string | null;
+                /** @description ended subscriptions too */
+                ended?: boolean;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SubscriptionList"];
+                };
+            };
+            /** @description invalid_request: a field or value is wrong (`field` names it) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: no key, an unknown key or a revoked key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description forbidden: the key lacks a scope (`missing_scope`) or the organization a right */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    list_deliveries_v1_triggers_subscriptions__subscription_id__deliveries_get: {
+        parameters: {
+            query?: {
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                subscription_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DeliveryList"];
+                };
+            };
+            /** @description invalid_request: a field or value is wrong (`field` names it) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: no key, an unknown key or a revoked key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description forbidden: the key lacks a scope (`missing_scope`) or the organization a right */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not_found: there is none, or it is another organization's */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    replay_delivery_v1_triggers_subscriptions__subscription_id__replays_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                subscription_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ReplayCreate"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DeliveryPublic"];
+                };
+            };
+            /** @description invalid_request: a field or value is wrong (`field` names it) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: no key, an unknown key or a revoked key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description forbidden: the key lacks a scope (`missing_scope`) or the organization a right */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not_found: there is none, or it is another organization's */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    receive_delivery_v1_hooks__subscription_id__post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                subscription_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DeliveryAccepted"];
+                };
+            };
+            /** @description invalid_request: a field or value is wrong (`field` names it) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: no key, an unknown key or a revoked key */
+            401: {
                 headers: {
                     [name: string]: unknown;
                 };
