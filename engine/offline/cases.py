@@ -6,6 +6,7 @@ the cases to run, each with its inputs and what it expects.
     cases:
       - name: greets Ann
         inputs: {name: Ann}
+        event: {title: a bug}  # a routine with triggers: the event that starts the run ({} without)
         answers:
           friends:           # one answer, or a list: the first that matches a call answers it
             - {item: 0, output: {text: 1. hello ada}}
@@ -109,6 +110,7 @@ class Case(_Strict):
 
     name: str = Field(min_length=1, max_length=200)
     inputs: dict[str, Any] = Field(default_factory=dict)
+    event: dict[str, Any] | None = None  # the event a trigger starts the run with (`event` in scope)
     answers: Answers = Field(default_factory=dict)
     expect: Expect = Field(default_factory=Expect)
 
@@ -185,6 +187,9 @@ def load_cases(path: Path, routine: Routine, output_schemas: dict[str, dict[str,
     problems.extend(_against_routine(file, routine, output_schemas, doc))
     inputs: list[dict[str, Any]] = []
     for i, case in enumerate(file.cases):
+        if case.event is not None and not routine.event_triggers:
+            where = doc.key_position(("cases", i, "event"))
+            problems.append(Problem(*where, f"cases[{i}].event: routine {routine.name!r} has no trigger in on:"))
         try:
             inputs.append(resolve_inputs(routine, case.inputs))
         except RoutineInputError as exc:

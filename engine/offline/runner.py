@@ -172,6 +172,7 @@ async def _run_file(client: Client, calls: FixtureCalls, packs: LocalPacks, path
                     key_id="key_test",
                     run_id=run_id,
                     pins=pins,
+                    event=case.event,
                 ),
                 id=workflow_id,
                 task_queue=TASK_QUEUE,

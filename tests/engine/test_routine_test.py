@@ -256,3 +256,10 @@ def test_routine_validate_checks_a_test_file_with_its_routine(
         f"{tmp_path}/hello.test.yaml:3:31: cases[0].answers.greet.output: the action's outputSchema refuses "
         '{"txt": "a"}: Additional properties are not allowed (\'txt\' was unexpected)',
     ]
+
+
+def test_a_case_gives_an_event_only_to_a_routine_with_a_trigger() -> None:
+    text = "cases:\n  - name: one\n    event: {title: a bug}\n"
+    assert _load(text) == [
+        "hello.test.yaml:3:5: cases[0].event: routine 'hello' has no trigger in on:",
+    ]
