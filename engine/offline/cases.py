@@ -189,7 +189,8 @@ def load_cases(path: Path, routine: Routine, output_schemas: dict[str, dict[str,
     for i, case in enumerate(file.cases):
         if case.event is not None and not routine.event_triggers:
             where = doc.key_position(("cases", i, "event"))
-            problems.append(Problem(*where, f"cases[{i}].event: routine {routine.name!r} has no trigger in on:"))
+            what = f"cases[{i}].event: routine {routine.name!r} has no trigger in on:"
+            problems.append(Problem(*where, what))
         try:
             inputs.append(resolve_inputs(routine, case.inputs))
         except RoutineInputError as exc:
