@@ -2,6 +2,7 @@
 
 Temporal (api.temporal)          the client, connected on first use
 RoutineStore (api.routines)      routines and their versions
+Estimates (api.routines)         the cost ceiling of a run
 RunReads, RunStarts (api.runs)   reading, listing and cancelling runs; starting runs and re-runs
 SchedulesService (api.schedules) schedules and the scheduled run start
 """
@@ -13,6 +14,8 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from api.calls.settings import CallSettings
+from api.routines.estimates import Estimates
 from api.routines.store import RoutineStore
 from api.runs.reads import RunReads
 from api.runs.starts import RunStarts
@@ -28,6 +31,7 @@ class RoutineServices:
     reads: RunReads
     starts: RunStarts
     schedules: SchedulesService
+    estimates: Estimates
 
 
 def routine_services(request: Request) -> RoutineServices:
@@ -37,9 +41,14 @@ def routine_services(request: Request) -> RoutineServices:
     if services is None:
         temporal = Temporal(state.settings)
         routines = RoutineStore(state.engine, state.checkers)
+        calls = getattr(state, "calls", None)  # the call service's settings: its unit prices and times
+        estimates = Estimates(
+            state.engine, routines, state.checkers, calls.settings if calls else CallSettings()
+        )
         reads = RunReads(state.engine, temporal)
-        starts = RunStarts(state.engine, temporal, routines, reads)
-        services = RoutineServices(routines, reads, starts, SchedulesService(temporal, routines, starts))
+        starts = RunStarts(state.engine, temporal, routines, reads, estimates)
+        schedules = SchedulesService(temporal, routines, starts)
+        services = RoutineServices(routines, reads, starts, schedules, estimates)
         state.routine_services = services
     return services
 
@@ -63,7 +72,12 @@ def _schedules(services: Services) -> SchedulesService:
     return services.schedules
 
 
+def _estimates(services: Services) -> Estimates:
+    return services.estimates
+
+
 Routines = Annotated[RoutineStore, Depends(_routines)]
 Runs = Annotated[RunReads, Depends(_reads)]
 Starts = Annotated[RunStarts, Depends(_starts)]
 Schedules = Annotated[SchedulesService, Depends(_schedules)]
+EstimatesOf = Annotated[Estimates, Depends(_estimates)]

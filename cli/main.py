@@ -35,6 +35,7 @@ COMMANDS: dict[tuple[str | None, str], str] = {
     ("routine", "validate"): "cli.routine_validate",
     ("routine", "schema"): "cli.routine_schema",
     ("routine", "run"): "cli.routine_run",
+    ("routine", "cost"): "cli.routine_cost",
     ("routine", "schedule"): "cli.routine_schedule",
     ("routine", "schedules"): "cli.routine_schedules",
     ("run", "show"): "cli.run_show",
