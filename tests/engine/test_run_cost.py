@@ -12,25 +12,15 @@ slack, at 1 vCPU and 512 MiB), plus the floor: 244, and its price once: a call w
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import os
 import sys
-import uuid
 from pathlib import Path
 from typing import Any
 
 import loopback
-import pytest
 from calls.calltest import usage
 from calls.stack import Org
 from realstack import ECHO_REF, FAIL_REF, RoutineStack
-from sqlmodel import Session
-from temporalio.client import WorkflowFailureError
-from temporalio.exceptions import ApplicationError
-
-from api.runs import grants
-from engine.routine import Routine
-from engine.runs import WORKFLOW_TYPE, RunRoutineInput
 
 REPO = Path(__file__).resolve().parents[2]
 HELLO = (REPO / "examples" / "routines" / "hello.yaml").read_text()
@@ -219,54 +209,55 @@ async def _stored_as(stack: RoutineStack, org: Org, source: str) -> None:
     assert stored.status_code == 201, stored.text
 
 
+THREE = f"""\
+name: three
+steps:
+  - {{id: first, uses: {ECHO_REF}, retry: {{max-attempts: 1}}, with: {{text: one}}}}
+  - {{id: second, uses: {ECHO_REF}, retry: {{max-attempts: 1}}, with: {{text: two}}}}
+  - {{id: third, uses: {ECHO_REF}, retry: {{max-attempts: 1}}, with: {{text: three}}}}
+"""
+
+
 async def test_a_call_that_could_take_its_run_past_its_max_stops_the_run_naming_the_step(
     routine_stack: RoutineStack,
 ) -> None:
-    """The api's own stop: a run's grant holding a max below what its steps may cost (as a start refused
-    by its ceiling never is: here the grant is minted by hand, as a rise of the api's unit prices while a
-    run runs would leave it). The first call is held at its 344 micro-USD ceiling; the second would pass."""
-    org = routine_stack.runner()
-    run_id, most = f"run_{uuid.uuid4().hex[:20]}", 344 + 1
-    routine = Routine.model_validate(
-        {
-            "name": "two",
-            "steps": [
-                {"id": "first", "uses": ECHO_REF, "with": {"text": "one"}},
-                {"id": "second", "uses": ECHO_REF, "with": {"text": "two"}},
-            ],
-        }
+    """The api's own stop, mid-run: the run starts within its max at the api's prices (3 calls of at most 344
+    micro-USD), then its calls reach an api whose floor was raised to 500 micro-USD (an operator's new
+    prices, say): each call may now cost 834, so the second could take the run past its max."""
+    queue = f"{routine_stack.queue}-cost"
+    starter, starter_proc = routine_stack.start_api(
+        extra_env={"B3OS_TEMPORAL_TASK_QUEUE": queue}, listed=False
     )
-    workflow_id = f"routine-two-{run_id}"
-    with Session(routine_stack.engine) as session:
-        grant = grants.mint(
-            session,
-            run_id=run_id,
-            org_id=org.org_id,
-            key_id=org.key_id,
-            workflow_id=workflow_id,
-            lasts=dt.timedelta(hours=1),
-            max_cost_microusd=most,
-        )
-        session.commit()
-    handle = await routine_stack.temporal_client.start_workflow(
-        WORKFLOW_TYPE,
-        RunRoutineInput(routine=routine, org_id=org.org_id, key_id=org.key_id, run_id=run_id, grant=grant),
-        id=workflow_id,
-        task_queue=routine_stack.queue,
+    dearer, dearer_proc = routine_stack.start_api(
+        extra_env={"B3OS_TEMPORAL_TASK_QUEUE": queue, "B3OS_PRICE_TOOL_CALL_USD": "0.0005"}, listed=False
     )
-    with pytest.raises(WorkflowFailureError) as info:
-        await handle.result()
-    cause = info.value.cause
-    assert isinstance(cause, ApplicationError)
+    worker = routine_stack.start_worker(queue=queue, api_url=dearer)
+    try:
+        org = await _stored(routine_stack, THREE)
+        async with loopback.async_client(base_url=starter, timeout=60) as http:
+            r = await http.post(
+                "/v1/routines/three/runs", json={"max_cost_microusd": 1032}, headers=org.headers
+            )
+        assert r.status_code == 201, r.text
+        run_id = r.json()["run_id"]
+        run = await routine_stack.final(org, run_id, url=starter)
+    finally:
+        for proc in (worker, dearer_proc, starter_proc):
+            proc.stop()
+    assert run["status"] == "failed", run
+    steps = run["steps"]
+    assert [steps[s]["status"] for s in ("first", "second", "third")] == ["succeeded", "failed", "skipped"]
     charged = usage(routine_stack, org)["cost"]["total"]
-    assert 110 < charged <= most  # the first call ran; the run's charges stay within its max
-    assert cause.message == (
-        f"step second failed: forbidden (max_cost): Run {run_id} stopped at step second: its call may cost "
-        f"up to 344 micro-USD, which with the {charged} micro-USD the run's calls were charged so far could "
-        f"take the run past its max_cost_microusd of {most}; the call was not made."
+    assert 600 < charged <= 1032  # the first call ran at the new prices; the run stays within its max
+    error = run["error"]
+    assert (error["step"], error["code"], error["reason"]) == ("second", "forbidden", "max_cost")
+    assert error["message"] == (
+        f"Run {run_id} stopped at step second: its call may cost up to 834 micro-USD, which with the "
+        f"{charged} micro-USD the run's calls were charged so far could take the run past its "
+        "max_cost_microusd of 1032; the call was not made."
     )
     (call,) = routine_stack.calls_of(org)
-    assert call.run_id == run_id and call.ceiling_microusd == 344
+    assert call.run_id == run_id and call.ceiling_microusd == 834
 
 
 async def _b3os(stack: RoutineStack, org: Org, cwd: Path, *args: str) -> tuple[int, str, str]:
@@ -321,16 +312,26 @@ async def test_routine_cost_prints_each_steps_part_and_the_ceiling(
     assert usage(routine_stack, org)["calls"] == 0  # nothing stored, nothing run
 
 
-async def test_routine_run_with_a_max_cost_below_the_ceiling_is_refused(
+async def test_a_run_of_the_priced_foreach_example_stays_under_what_routine_cost_prints(
     routine_stack: RoutineStack, tmp_path: Path
 ) -> None:
+    """The issue's Done-when: `b3os routine cost examples/routines/hello.yaml` prints a ceiling that a real
+    run stays under (the usage ledger); `b3os routine run --max-cost` refuses a max below it, runs at it."""
     org = routine_stack.runner()
     hello = str(REPO / "examples" / "routines" / "hello.yaml")
-    code, out, err = await _b3os(routine_stack, org, tmp_path, "routine", "run", hello, "--max-cost", "5000")
+    code, out, err = await _b3os(routine_stack, org, tmp_path, "routine", "cost", hello)
+    assert code == 0, err
+    assert out.splitlines()[-1] == "in all: at most 5,824 micro-USD (0.005824 USD)"
+    assert "  friends  com.example.tools/echo/echo@1.0.0  3 (inputs)         3      244    100  2,496" in out
+    code, out, err = await _b3os(routine_stack, org, tmp_path, "routine", "run", hello, "--max-cost", "5823")
     assert code == 1 and out == ""
     assert err == (
-        "b3os routine run: max_cost_microusd 5000: the run can cost up to 5824 micro-USD (POST "
+        "b3os routine run: max_cost_microusd 5823: the run can cost up to 5824 micro-USD (POST "
         "/v1/routines/hello/estimate gives each step's part), more than its max, so it was not started and "
         "nothing was charged. (400 invalid_request)\n"
     )
     assert usage(routine_stack, org)["calls"] == 0
+    code, out, err = await _b3os(routine_stack, org, tmp_path, "routine", "run", hello, "--max-cost", "5824")
+    assert code == 0, err
+    ledger = usage(routine_stack, org)
+    assert ledger["calls"] == 7 and 0 < ledger["cost"]["total"] <= 5824
