@@ -87,12 +87,19 @@ class Estimates:
 
 def known_inputs(routine: Routine, given: dict[str, Any]) -> dict[str, Any]:
     """The inputs a run with `given` would have: checked and defaults filled when every required input is
-    given; else the given values and the other defaults, unchecked (a missing one is left out).
+    given; else the given values (refused when the routine has no such input) and the other defaults, their
+    values unchecked (a missing one is left out).
 
     Raises:
         InvalidRequest: `field: "inputs"`, the inputs do not fit (every problem in `problems`).
     """
     missing = [name for name, spec in routine.inputs.items() if spec.required and name not in given]
+    unknown = sorted(set(given) - set(routine.inputs))
+    if missing and unknown:
+        raise InvalidRequest(
+            f"The inputs do not fit routine {routine.name!r}: it has no input {unknown[0][:100]!r}.",
+            field=f"inputs.{unknown[0][:100]}",
+        )
     if missing:
         defaults = {name: spec.default for name, spec in routine.inputs.items() if not spec.required}
         return {**defaults, **given}

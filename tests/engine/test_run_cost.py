@@ -187,6 +187,8 @@ async def test_a_foreach_of_unknown_length_is_unbounded_and_a_max_refuses_the_ru
         assert (await http.get("/v1/routines/from-a-step", headers=org.headers)).status_code == 404
     r = await _post(routine_stack, org, "/v1/routines/other/estimate", body)
     assert r.status_code == 400 and r.json()["error"]["field"] == "yaml", r.text
+    r = await _post(routine_stack, org, "/v1/routines/from-a-step/estimate", {**body, "inputs": {"nope": 1}})
+    assert r.status_code == 400 and r.json()["error"]["field"] == "inputs.nope", r.text
 
     await _stored_as(routine_stack, org, FROM_A_STEP)
     r = await _post(
