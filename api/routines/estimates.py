@@ -66,14 +66,21 @@ class Estimates:
         return await in_thread(stored)
 
     def of(
-        self, routine: Routine, version: str, inputs: dict[str, Any], pins: dict[str, str] | None = None
+        self,
+        routine: Routine,
+        version: str,
+        inputs: dict[str, Any],
+        pins: dict[str, str] | None = None,
+        *,
+        checked: bool = False,
     ) -> RoutineEstimate:
-        """The ceiling of one routine version (in a worker thread): its `uses:` pinned now, or by `pins`.
+        """The ceiling of one routine version (in a worker thread): its `uses:` pinned now, or by `pins`;
+        `checked`: the inputs are a run start's, already checked with their defaults.
 
         Raises:
             InvalidRequest: the inputs do not fit; a `uses:` no longer resolves.
         """
-        known = known_inputs(routine, inputs)
+        known = inputs if checked else known_inputs(routine, inputs)
         refs = {step.uses: (pins or {}).get(step.uses, step.uses) for step in routine.steps}
         try:
             with Reads(self._engine) as reads:

@@ -174,7 +174,7 @@ class Launches:
         Raises:
             InvalidRequest: `field: "max_cost_microusd"`, `reason: "max_cost"`, with the ceiling.
         """
-        estimate = self._estimates.of(routine, version, inputs, pins)
+        estimate = self._estimates.of(routine, version, inputs, pins, checked=True)
         if estimate.ceiling_microusd is not None and estimate.ceiling_microusd <= most:
             return
         if estimate.ceiling_microusd is None:
