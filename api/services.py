@@ -2,6 +2,7 @@
 
 Temporal (api.temporal)          the client, connected on first use
 RoutineStore (api.routines)      routines and their versions
+Estimates (api.routines)         the cost ceiling of a run
 RunReads, RunStarts (api.runs)   reading, listing and cancelling runs; starting runs and re-runs
 SchedulesService (api.schedules) schedules and the scheduled run start
 ForeachLinks (api.runs.links)    whose child the workflow sending a step's call is
@@ -17,6 +18,8 @@ from typing import Annotated
 from fastapi import Depends, Request
 from starlette.datastructures import State
 
+from api.calls.settings import CallSettings
+from api.routines.estimates import Estimates
 from api.routines.store import RoutineStore
 from api.runs.links import ForeachLinks
 from api.runs.reads import RunReads
@@ -40,6 +43,7 @@ class RoutineServices:
     subscriptions: Subscriptions
     deliveries: Deliveries
     polls: Polls
+    estimates: Estimates
 
 
 def routine_services(request: Request) -> RoutineServices:
@@ -53,8 +57,12 @@ def services_of(state: State) -> RoutineServices:
     if services is None:
         temporal = Temporal(state.settings)
         routines = RoutineStore(state.engine, state.checkers)
+        calls = getattr(state, "calls", None)  # the call service's settings: its unit prices and times
+        estimates = Estimates(
+            state.engine, routines, state.checkers, calls.settings if calls else CallSettings()
+        )
         reads = RunReads(state.engine, temporal)
-        starts = RunStarts(state.engine, temporal, routines, reads)
+        starts = RunStarts(state.engine, temporal, routines, reads, estimates)
         deliveries = Deliveries(state.engine, state.settings, starts)
         services = RoutineServices(
             routines,
@@ -65,6 +73,7 @@ def services_of(state: State) -> RoutineServices:
             Subscriptions(state.engine),
             deliveries,
             Polls(state.engine, state.settings, temporal, deliveries),
+            estimates,
         )
         state.routine_services = services
     return services
@@ -101,6 +110,10 @@ def _polls(services: Services) -> Polls:
     return services.polls
 
 
+def _estimates(services: Services) -> Estimates:
+    return services.estimates
+
+
 Routines = Annotated[RoutineStore, Depends(_routines)]
 Runs = Annotated[RunReads, Depends(_reads)]
 Starts = Annotated[RunStarts, Depends(_starts)]
@@ -108,3 +121,6 @@ Schedules = Annotated[SchedulesService, Depends(_schedules)]
 SubscriptionsDep = Annotated[Subscriptions, Depends(_subscriptions)]
 DeliveriesDep = Annotated[Deliveries, Depends(_deliveries)]
 PollsDep = Annotated[Polls, Depends(_polls)]
+
+
+EstimatesOf = Annotated[Estimates, Depends(_estimates)]

@@ -36,6 +36,7 @@ COMMANDS: dict[tuple[str | None, str], str] = {
     ("routine", "test"): "cli.routine_test",
     ("routine", "schema"): "cli.routine_schema",
     ("routine", "run"): "cli.routine_run",
+    ("routine", "cost"): "cli.routine_cost",
     ("routine", "schedule"): "cli.routine_schedule",
     ("routine", "schedules"): "cli.routine_schedules",
     ("trigger", "list"): "cli.trigger_list",

@@ -7,6 +7,8 @@ The file is validated, stored as the organization's routine of its name (POST /v
 (`ref`: the exact version the step called).
 A file with problems is not run: each is printed as `b3os routine validate` prints it (the same list,
 its `uses:` resolved in the registry of the api the run would use). Ctrl-C cancels the run.
+`--max-cost MICRO_USD` starts the run with `max_cost_microusd` (see `b3os routine cost`): a start refused for
+it prints the api's sentence and exits 1; a run stopped by it fails at the step named.
 Exits 0 when the run succeeded, 1 when the file has problems or the run failed or was cancelled
 elsewhere, 130 when Ctrl-C cancelled it (128 + SIGINT, as shells report an interrupted command).
 With no --api-url, no B3OS_API_URL and no live stack in .b3os/dev.env, it starts the embedded stack
@@ -43,6 +45,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a run input; the value parses as JSON when it can, else it is text; repeatable",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object at the end, nothing else")
+    parser.add_argument(
+        "--max-cost",
+        type=int,
+        default=None,
+        metavar="MICRO_USD",
+        help="the most the run may cost, in micro-USD: refused before it starts when its ceiling (b3os "
+        "routine cost) is above it or unbounded, and stopped at the step whose call could take it past it",
+    )
     add_api_arguments(parser)
 
 
@@ -110,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
 
             def start() -> dict[str, Any]:
                 client.routines.put(source)
-                return client.routines.run(routine.name, inputs)
+                return client.routines.run(routine.name, inputs, max_cost_microusd=args.max_cost)
 
             final = follow_new_run(
                 client, start, lambda run: f"run {run['run_id']} of {routine.name} started", quiet=args.json

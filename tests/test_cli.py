@@ -78,7 +78,7 @@ def test_b3os_help_names_only_commands_that_exist() -> None:
     out = subprocess.run([sys.executable, "-m", "cli", "--help"], capture_output=True, text=True, check=True)
     text = " ".join(out.stdout.split())
     assert "describe" not in text
-    assert "routine routines: validate, test, schema, run, schedule, schedules" in text
+    assert "routine routines: validate, test, schema, run, cost, schedule, schedules" in text
     for group, about in GROUP_HELP.items():
         listed = text.split(f" {group} {about}: ", 1)[1].split(" ")[0:20]
         names = []

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hmac
+from dataclasses import replace
 from typing import Protocol
 
 from fastapi import Request
@@ -107,7 +108,13 @@ def caller_for(
     if grant.execution_id is None and grant.steps:  # a call before the api wrote what it started
         if not execution or not grants.bind_first(request.app.state.engine, grant.grant_hash, execution):
             raise grants.not_its_execution(grant.run_id)
-    return _caller(grant.key, surface="routine", run_key=step.key, run_ref=step.ref)
+    caller = _caller(grant.key, surface="routine", run_key=step.key, run_ref=step.ref)
+    return replace(
+        caller,
+        run_id=grant.run_id,
+        run_step=request.headers.get(grants.STEP_HEADER, "").strip(),
+        run_max_cost=grant.max_cost_microusd,
+    )
 
 
 def _caller(

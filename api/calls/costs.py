@@ -141,3 +141,68 @@ def http_call_cost(prices: UnitPrices, *, sent: bool, answered: bool, price: int
     if not sent:
         return Cost()
     return Cost(floor=prices.action_call_microusd, price=price if answered else 0)
+
+
+VM_VCPU = 1
+VM_MEMORY_MB = 512
+"""A VM's size when its manifest names none (the seed's: 1 vCPU and 512 MiB, swap included)."""
+COMPUTE_SLACK_MS = 1_000
+"""What a call's metered time may pass its timeout by (the node's poll of the command and its kill), so that
+the most a call's compute can cost is a bound, not an estimate."""
+JS_REQUESTS_MAX = 100
+"""The most requests a js call makes through the egress proxy (node.js.relay.MAX_REQUESTS), each charged an
+HTTP action's floor."""
+
+
+@dataclass(frozen=True)
+class CallCeiling:
+    """The most one attempt of a call can cost, in micro-USD: its compute for its whole time at its VM's
+    full size, its floor (a js call's requests included), and the publisher's price (charged once, by the
+    attempt that succeeds; a failed attempt is charged compute and the floor, never the price)."""
+
+    compute: int = 0
+    floor: int = 0
+    price: int = 0
+
+    def attempts(self, count: int) -> int:
+        """The most `count` attempts of one call (one foreach item) can cost: each its compute and floor,
+        and the price once."""
+        return count * (self.compute + self.floor) + (self.price if count > 0 else 0)
+
+    @property
+    def total(self) -> int:
+        """One attempt that succeeds: compute + floor + price."""
+        return self.attempts(1)
+
+    def as_dict(self) -> dict[str, int]:
+        """`{"compute", "floor", "price", "total"}`, as a call's `cost` reads."""
+        return {**asdict(self), "total": self.total}
+
+
+def call_ceiling(
+    prices: UnitPrices,
+    *,
+    kind: str,
+    price: int,
+    timeout_ms: int,
+    vcpu: int = VM_VCPU,
+    memory_mb: int = VM_MEMORY_MB,
+) -> CallCeiling:
+    """The most one attempt of a call can cost (see `CallCeiling`).
+
+    Args:
+        prices: the unit prices.
+        kind: the action's `impl.kind`: `vm` and `js` run on a node (compute and the tool call's floor; js
+            adds an HTTP action's floor for each of its requests), `http` is charged its floor alone.
+        price: the publisher's price in micro-USD.
+        timeout_ms: the call's time (the least of the step's, the action's own and the api's most).
+        vcpu: the VM's vCPUs. memory_mb: its memory.
+    """
+    if kind == "http":
+        return CallCeiling(floor=prices.action_call_microusd, price=price)
+    ms = timeout_ms + COMPUTE_SLACK_MS
+    compute = compute_microusd(prices, vcpu_ms=ms * vcpu, gib_ms=-(-ms * memory_mb // 1024))
+    floor = prices.tool_call_microusd
+    if kind == "js":
+        floor += JS_REQUESTS_MAX * prices.action_call_microusd
+    return CallCeiling(compute=compute, floor=floor, price=price)

@@ -4,6 +4,7 @@
     └── CallError (api.errors)      reason, details, retry_after (whole seconds, also as Retry-After)
         ├── CallInvalid             400 invalid_request (with `errors`: path and message each)
         ├── RefNotOfStep            403 forbidden (reason ref_not_of_step: a routine step's other ref)
+        ├── RunMaxCost              403 forbidden (reason max_cost: the call could take its run past its max)
         ├── RefNotFound             404 not_found (names the ref)
         ├── IdempotencyInProgress   409 idempotency_in_progress
         ├── BodyTooLarge            413 payload_too_large
@@ -31,6 +32,14 @@ class CallInvalid(CallError):
 
 
 class RefNotOfStep(CallError):
+    status = 403
+    code = "forbidden"
+
+
+class RunMaxCost(CallError):
+    """A routine step's call that could take its run past the run's `max_cost_microusd` (final: the step
+    fails, no retry could fit)."""
+
     status = 403
     code = "forbidden"
 

@@ -24,6 +24,9 @@ Retry-After is computed from the state that refused the call:
 - rate_limited: when the oldest start of the 60 s window leaves it;
 - quota_exceeded: when the month ends (UTC), or, when only running calls' reservations tip the
   balance, when the soonest of them must have ended.
+
+A routine step's call's row names its run and its ceiling (the most it can cost), which
+`api.calls.run_cost` holds against the run's max_cost_microusd in the same transaction (`admit`'s `also`).
 """
 
 from __future__ import annotations
@@ -105,6 +108,8 @@ class Admission:
     price: int
     timeout_ms: int
     lane: str | None = None  # None: a tool call placed on a node; else the lane its row holds (`http`)
+    run_id: str | None = None  # a routine step's call: its run
+    ceiling: int | None = None  # the most this call can cost (set for a routine step's call)
 
     def floor_microusd(self, settings: CallSettings) -> int:
         """The per-call floor this call is charged once it runs."""
@@ -355,6 +360,8 @@ def admit(
             node_id=node_id,
             timeout_ms=adm.timeout_ms,
             price_microusd=adm.price,
+            run_id=adm.run_id,
+            ceiling_microusd=adm.ceiling,
             started_at=now,
             deadline_at=deadline,
             lease_expires_at=deadline + dt.timedelta(seconds=settings.lease_grace_s),

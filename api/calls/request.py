@@ -28,7 +28,9 @@ class Caller:
     """Who calls: the key the call is metered under, and the surface it came through.
 
     `run_key` is set for a routine step's call (api.runs.grants): the one Idempotency-Key it may use, and
-    `run_ref` the one ref it may call (None: any, for a grant minted before steps were bound).
+    `run_ref` the one ref it may call (None: any, for a grant minted before steps were bound); `run_id`,
+    `run_step` (`<step id>` or `<step id>/<index>`) and `run_max_cost` (its max_cost_microusd, if any) name
+    the run and what its calls may cost in all.
     """
 
     org_id: str
@@ -37,6 +39,9 @@ class Caller:
     surface: str = "http"
     run_key: str | None = None
     run_ref: str | None = None
+    run_id: str | None = None
+    run_step: str | None = None
+    run_max_cost: int | None = None
 
 
 class CallBody(BaseModel):

@@ -39,10 +39,10 @@ from sqlmodel import Session
 
 from api import metrics
 from api.accounts.organizations import new_id
-from api.calls import cancel, idempotency, limits, metering
+from api.calls import cancel, idempotency, limits, metering, run_cost
 from api.calls.admission import Admissions
 from api.calls.answers import Answer, answer_of, failed_outcome, outcome_of
-from api.calls.costs import action_price_microusd
+from api.calls.costs import VM_MEMORY_MB, VM_VCPU, action_price_microusd, call_ceiling
 from api.calls.errors import (
     CallInvalid,
     IdempotencyInProgress,
@@ -100,7 +100,7 @@ class CallService:
         self._admissions = Admissions(self.db)
         self._twins: dict[tuple[str, str], asyncio.Event] = {}  # (org, key) of this process's running calls
         self._versions: catalog.KnownVersions = {}  # pack versions read (immutable: never invalidated)
-        prices = settings.unit_prices()
+        prices = self._prices = settings.unit_prices()
         self._vm = VmExecutor(db=self.db, settings=settings, prices=prices, clock=clock)
         self._http = HttpExecutor(db=self.db, prices=prices, egress_url=egress_url, egress_token=egress_token)
         self._js = JsExecutor(
@@ -305,11 +305,21 @@ class CallService:
             price=prepared.price,
             timeout_ms=prepared.timeout_ms,
             lane=None if executor.tier in ("vm", "js") else HTTP_LANE,
+            run_id=caller.run_id,
+            ceiling=None if caller.run_id is None else self._ceiling(prepared),
         )
 
-        def link(session: Session) -> None:  # a cancel by key finds the running call
-            if key is not None:
+        def link(session: Session) -> None:
+            if key is not None:  # a cancel by key finds the running call
                 idempotency.link_call(session, org_id=caller.org_id, key=key, call_id=adm.call_id)
+            if caller.run_id is not None and caller.run_max_cost is not None:  # its run's max holds
+                run_cost.check(
+                    session,
+                    run_id=caller.run_id,
+                    step=caller.run_step or "",
+                    most=caller.run_max_cost,
+                    ceiling=adm.ceiling or 0,
+                )
 
         def admit(session: Session) -> ActionCall:
             return limits.admit(
@@ -348,6 +358,19 @@ class CallService:
         except BaseException:
             await self.db.record(lambda s: self._finish(s, caller, None, None, call, failed_outcome()))
             raise
+
+    def _ceiling(self, prepared: Prepared) -> int:
+        """The most this call can cost (api.calls.costs.call_ceiling), held against its run's max."""
+        resolved = prepared.resolved
+        size = resolved.manifest.tool.size if resolved.manifest.tool is not None else None
+        return call_ceiling(
+            self._prices,
+            kind=resolved.kind,
+            price=prepared.price,
+            timeout_ms=prepared.timeout_ms,
+            vcpu=size.vcpu if size else VM_VCPU,
+            memory_mb=size.memory_mb if size else VM_MEMORY_MB,
+        ).total
 
     def _timeout_ms(self, resolved: Resolved, request: CallBody, price: int, *, step: bool) -> int:
         """The call's time: the least of the request's, the action's own and the most a call may take. A

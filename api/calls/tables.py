@@ -66,6 +66,14 @@ class ActionCall(SQLModel, table=True):
     floor: int = Field(default=0, sa_type=BigInteger)
     price: int = Field(default=0, sa_type=BigInteger)
     total: int = Field(default=0, sa_type=BigInteger)
+    run_id: str | None = Field(
+        default=None, max_length=40, index=True, description="the run of a routine step's call"
+    )
+    ceiling_microusd: int | None = Field(
+        default=None,
+        sa_type=BigInteger,
+        description="the most the call can cost, held against its run's max_cost_microusd while it runs",
+    )
 
 
 class MeterEvent(SQLModel, table=True):

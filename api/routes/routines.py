@@ -14,10 +14,17 @@ from api.db import in_thread
 from api.deps import Principal, require
 from api.errors import Forbidden, error_responses
 from api.params import IdempotencyKey
-from api.routines.models import RoutineCreate, RoutineList, RoutinePublic, RoutineVersionList
+from api.routines.models import (
+    EstimateCreate,
+    RoutineCreate,
+    RoutineEstimate,
+    RoutineList,
+    RoutinePublic,
+    RoutineVersionList,
+)
 from api.routines.tables import RoutineRecord
 from api.runs.models import RunCreate, RunPublic
-from api.services import PollsDep, Routines, Runs, Schedules, Starts, SubscriptionsDep
+from api.services import EstimatesOf, PollsDep, Routines, Runs, Schedules, Starts, SubscriptionsDep
 from engine.routine import Routine
 
 router = APIRouter(prefix="/v1/routines", tags=["routines"])
@@ -129,8 +136,19 @@ async def start_run(
         name=name,
         inputs=body.inputs,
         idempotency_key=idempotency_key,
+        max_cost_microusd=body.max_cost_microusd,
     )
     response.headers["Server-Timing"] = server_timing.header(phases)
     if not created:
         response.status_code = 200
     return await runs.answer_start(row, created)
+
+
+@router.post(
+    "/{name}/estimate", response_model=RoutineEstimate, responses=error_responses(400, 403, 404, 413, 503)
+)
+async def estimate_run(
+    name: str, body: EstimateCreate, principal: Reader, estimates: EstimatesOf
+) -> RoutineEstimate:
+    """The most a run can cost, per step and in all, in micro-USD (api.routines.ceiling)."""
+    return await estimates.estimate(org_id=principal.org_id, name=name, inputs=body.inputs, yaml=body.yaml)

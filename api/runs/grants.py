@@ -75,11 +75,12 @@ def mint(
     lasts: dt.timedelta,
     steps: Mapping[str, GrantStep] | None = None,
     cleanup_steps: Sequence[str] = (),
+    max_cost_microusd: int | None = None,
 ) -> str:
     """Store a new grant for a run that is about to start (the caller commits); the secret, shown once.
     `steps`: each step of the run's routine version (None: any step, as grants minted before steps were
     bound); `cleanup_steps`: the steps that may still call for
-    `CLEANUP_TIME` after a cancel."""
+    `CLEANUP_TIME` after a cancel; `max_cost_microusd`: the most the run's calls may cost in all."""
     secret = GRANT_PREFIX + secrets.token_urlsafe(32)
     session.add(
         RunGrant(
@@ -90,6 +91,7 @@ def mint(
             workflow_id=workflow_id,
             expires_at=utcnow() + lasts + EXPIRY_SLACK,
             cleanup_steps=list(cleanup_steps),
+            max_cost_microusd=max_cost_microusd,
             steps={
                 step_id: {"ref": step.ref, "foreach": step.foreach} for step_id, step in (steps or {}).items()
             },
@@ -162,6 +164,7 @@ class FoundGrant:
     steps: dict[str, dict[str, Any]] = field(default_factory=dict)
     execution_id: str | None = None
     grant_hash: str = ""
+    max_cost_microusd: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +195,7 @@ _GRANT_AND_KEY = (
         col(RunGrant.cleanup_steps),
         col(RunGrant.steps),
         col(RunGrant.execution_id),
+        col(RunGrant.max_cost_microusd),
         *FOUND_KEY_COLUMNS,
     )
     .join(ApiKey, col(ApiKey.id) == col(RunGrant.key_id))
@@ -225,6 +229,7 @@ def lookup(reads: Reads, secret: str) -> FoundGrant:
         steps=dict(row.steps or {}),
         execution_id=row.execution_id,
         grant_hash=grant_hash,
+        max_cost_microusd=row.max_cost_microusd,
     )
 
 

@@ -1,8 +1,9 @@
 """A run start made ready, in one worker thread: the Idempotency-Key's earlier run if it has one; else the
 organization's starts of the last minute counted (api.runs.limits), the routine version read, each
 `uses:` pinned to the exact version the registry resolves now, the inputs checked with their defaults,
-the run's grant minted (api.runs.grants) and the workflow's start encoded and checked against Temporal's
-payload limit. Only then is Temporal asked (api.runs.starts).
+the run's ceiling checked against its `max_cost_microusd` when it has one (api.routines.ceiling), the run's
+grant minted (api.runs.grants) and the workflow's start encoded and checked against Temporal's payload limit.
+Only then is Temporal asked (api.runs.starts).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from api.db import read_session
 from api.errors import InvalidRequest
 from api.rawsql import Reads
 from api.registry import catalog
+from api.routines.estimates import Estimates
 from api.routines.store import RoutineStore
 from api.runs import grants
 from api.runs.limits import RunLimits
@@ -60,6 +62,7 @@ class StartRequest:
     rerun_of: str | None
     schedule_id: str | None
     event: dict[str, Any] | None = None  # the event of a run a trigger starts (api.triggers.deliveries)
+    max_cost_microusd: int | None = None
 
 
 @dataclass(frozen=True)
@@ -77,9 +80,16 @@ class Launches:
     """Makes run starts ready, over one database engine (its methods run in worker threads)."""
 
     def __init__(
-        self, engine: Engine, routines: RoutineStore, limits: RunLimits, *, lasts: timedelta
+        self,
+        engine: Engine,
+        routines: RoutineStore,
+        limits: RunLimits,
+        estimates: Estimates,
+        *,
+        lasts: timedelta,
     ) -> None:
         self._engine = engine
+        self._estimates = estimates
         self._routines = routines
         self._limits = limits
         self._lasts = lasts
@@ -105,6 +115,8 @@ class Launches:
         pins = v.pins if v.pins is not None else self._pinned(v.name, routine)
         keyed = request.body if request.idempotency_key is not None else None
         resolved, request_hash = _checked_inputs(v.name, routine, v.inputs, keyed)
+        if request.max_cost_microusd is not None:
+            self._check_ceiling(routine, v.version, resolved, pins, request.max_cost_microusd)
         row = RunRecord(
             id=request.run_id,
             org_id=request.org_id,
@@ -120,6 +132,7 @@ class Launches:
             request_hash=request_hash,
             inputs=resolved,
             event=request.event,
+            max_cost_microusd=request.max_cost_microusd,
         )
         cleanup = [step.id for step in routine.steps if expressions.runs_after_cancel(step.if_)]
         steps = {
@@ -155,6 +168,38 @@ class Launches:
             self.forget_grant(grant)
             raise
         return Launch(row, routine, payload, grant, self._lasts)
+
+    def _check_ceiling(
+        self, routine: Routine, version: str, inputs: dict[str, Any], pins: dict[str, str], most: int
+    ) -> None:
+        """Refuse a start whose ceiling (its pins, these inputs) is above `most` micro-USD, or unbounded.
+
+        Raises:
+            InvalidRequest: `field: "max_cost_microusd"`, `reason: "max_cost"`, with the ceiling.
+        """
+        estimate = self._estimates.of(routine, version, inputs, pins, checked=True)
+        if estimate.ceiling_microusd is not None and estimate.ceiling_microusd <= most:
+            return
+        if estimate.ceiling_microusd is None:
+            steps = ", ".join(estimate.unbounded)
+            message = (
+                f"max_cost_microusd {most}: the run's cost has no bound (step {steps}: "
+                f"{next(s.note for s in estimate.steps if s.ceiling_microusd is None)}), so it cannot start "
+                "within a max; nothing was started or charged."
+            )
+        else:
+            message = (
+                f"max_cost_microusd {most}: the run can cost up to {estimate.ceiling_microusd} micro-USD "
+                f"(POST /v1/routines/{routine.name}/estimate gives each step's part), more than its max, so "
+                "it was not started and nothing was charged."
+            )
+        raise InvalidRequest(
+            message,
+            field="max_cost_microusd",
+            reason="max_cost",
+            ceiling_microusd=estimate.ceiling_microusd,
+            unbounded=estimate.unbounded,
+        )
 
     def _pinned(self, name: str, routine: Routine) -> dict[str, str]:
         """The exact pin of each `uses:` as the registry resolves it now: what the run calls, whatever is
@@ -192,6 +237,7 @@ class Launches:
                 lasts=lasts,
                 steps=steps,
                 cleanup_steps=cleanup_steps,
+                max_cost_microusd=row.max_cost_microusd,
             )
             session.commit()
             return secret

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt
 
+from api.numbers import integral
 from engine.routine import STEP_ID_PATTERN
 from engine.runs import StepResult
 
@@ -18,6 +19,14 @@ class RunCreate(BaseModel):
 
     model_config = _FORBID
     inputs: dict[str, Any] = Field(default_factory=dict)
+    max_cost_microusd: Annotated[StrictInt, Field(ge=0, le=2**53 - 1), BeforeValidator(integral)] | None = (
+        Field(
+            default=None,
+            description="the most the run may cost, in micro-USD: refused before it starts when its "
+            "ceiling (POST /v1/routines/{name}/estimate) is above it or unbounded, and stopped at the step "
+            "whose call could take it past it",
+        )
+    )
 
 
 class RerunCreate(BaseModel):
@@ -63,6 +72,9 @@ class RunPublic(BaseModel):
     error: RunError | None = None
     created_at: dt.datetime
     finished_at: dt.datetime | None = None
+    max_cost_microusd: int | None = Field(
+        default=None, description="the run's max cost, when it started with one"
+    )
 
 
 class RunSummary(BaseModel):

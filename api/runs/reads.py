@@ -304,4 +304,5 @@ def public(row: RunRecord) -> RunPublic:
         error=RunError.model_validate(row.error) if row.error else None,
         created_at=row.created_at,
         finished_at=row.finished_at,
+        max_cost_microusd=row.max_cost_microusd,
     )

@@ -39,6 +39,7 @@ from api.calls import idempotency
 from api.calls.errors import IdempotencyKeyReused
 from api.db import in_thread
 from api.errors import Conflict, ServiceUnavailable
+from api.routines.estimates import Estimates
 from api.routines.store import RoutineStore
 from api.runs.lanes import Lanes
 from api.runs.launch import Launch, Launches, RunVersion, StartRequest
@@ -68,7 +69,14 @@ _SCHEDULE = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_SCHEDULE)
 class RunStarts:
     """Starts the runs of every organization, over one database engine and one Temporal client."""
 
-    def __init__(self, engine: Engine, temporal: Temporal, routines: RoutineStore, reads: RunReads) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        temporal: Temporal,
+        routines: RoutineStore,
+        reads: RunReads,
+        estimates: Estimates,
+    ) -> None:
         settings = temporal.settings
         self._engine = engine
         self._temporal = temporal
@@ -79,28 +87,42 @@ class RunStarts:
         self.limits = RunLimits(
             engine, starts_per_minute=settings.run_starts_per_minute, runs_per_org=settings.runs_per_org
         )
-        self._launches = Launches(engine, routines, self.limits, lasts=self._lasts)
+        self._launches = Launches(engine, routines, self.limits, estimates, lasts=self._lasts)
 
     async def start_run(
-        self, *, org_id: str, key_id: str, name: str, inputs: dict[str, Any], idempotency_key: str | None
+        self,
+        *,
+        org_id: str,
+        key_id: str,
+        name: str,
+        inputs: dict[str, Any],
+        idempotency_key: str | None,
+        max_cost_microusd: int | None = None,
     ) -> tuple[RunRecord, bool]:
-        """Start a run of a stored routine; with an Idempotency-Key a repeat gives the same run.
+        """Start a run of a stored routine; with an Idempotency-Key a repeat gives the same run. With
+        `max_cost_microusd` the run starts only when its ceiling (api.routines.ceiling) is within it, and its
+        steps' calls stop once they could take it past it (api.calls.limits).
 
         Returns:
             The run's row, and whether this request started it (False: the key's earlier run).
 
         Raises:
-            NotFound: no such routine. InvalidRequest: the inputs do not fit or the key is malformed.
+            NotFound: no such routine. InvalidRequest: the inputs do not fit or the key is malformed; the
+                run's ceiling is above `max_cost_microusd`, or unbounded (`field: "max_cost_microusd"`).
             IdempotencyKeyReused: 422, the key was used with another request.
             ServiceUnavailable: Temporal is not reachable.
         """
+        request: dict[str, Any] = {"routine": name, "inputs": inputs}
+        if max_cost_microusd is not None:  # (absent: the request hash of a start before the max)
+            request["max_cost_microusd"] = max_cost_microusd
         async with self.limits.turn(org_id):
             return await self.start(
                 org_id=org_id,
                 key_id=key_id,
                 version=self.current(org_id, name, inputs),
                 idempotency_key=idempotency_key,
-                request={"routine": name, "inputs": inputs},
+                request=request,
+                max_cost_microusd=max_cost_microusd,
             )
 
     def current(self, org_id: str, name: str, inputs: dict[str, Any]) -> Callable[[], RunVersion]:
@@ -172,6 +194,7 @@ class RunStarts:
         rerun_of: str | None = None,
         schedule_id: str | None = None,
         event: dict[str, Any] | None = None,
+        max_cost_microusd: int | None = None,
     ) -> tuple[RunRecord, bool]:
         """Start a run of one routine version (the one path of run starts, re-runs, scheduled runs and the
         runs of triggers, which give the `event`).
@@ -198,6 +221,7 @@ class RunStarts:
                     rerun_of,
                     schedule_id,
                     event,
+                    max_cost_microusd,
                 ),
                 version,
             )

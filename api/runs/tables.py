@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from sqlalchemy import JSON, Column, Index, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, Column, Index, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 from api.models import UTCDateTime, utcnow
@@ -54,6 +54,9 @@ class RunRecord(SQLModel, table=True):
         sa_column=Column(JSON, nullable=True),
         description="the trigger event that started it (a re-run runs with it again)",
     )
+    max_cost_microusd: int | None = Field(
+        default=None, sa_type=BigInteger, description="the most the run may cost (api.routines.ceiling)"
+    )
 
 
 class RunGrant(SQLModel, table=True):
@@ -85,4 +88,9 @@ class RunGrant(SQLModel, table=True):
         default=None,
         max_length=64,
         description="the Temporal run id of the workflow the api started: the one execution its grant serves",
+    )
+    max_cost_microusd: int | None = Field(
+        default=None,
+        sa_type=BigInteger,
+        description="the most the run's calls may cost in all (None: no max)",
     )

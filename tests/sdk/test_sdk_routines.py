@@ -28,6 +28,29 @@ NAP = _napping("sdk-nap", 1)
 CONNECTOR_SCOPES = ("connections:write", "connections:read")
 
 
+def test_estimate_gives_the_ceiling_and_a_run_over_its_max_is_refused(stack: RoutineStack) -> None:
+    with B3OS(stack.url, stack.runner().key) as b3os:
+        b3os.routines.put(GREET)
+        estimate = b3os.routines.estimate("sdk-greet", {"who": "ann"})
+        # free echo calls: each attempt at most 234 of compute and 10 of floor, 3 attempts; loud counted
+        assert [(s["id"], s["ceiling_microusd"]) for s in estimate["steps"]] == [
+            ("greet", 732),
+            ("twice", 732),
+            ("loud", 732),
+        ]
+        assert estimate["ceiling_microusd"] == 2196
+        other = b3os.routines.estimate(
+            "sdk-greet", {}, yaml_text=GREET.replace("id: greet", "id: hi").replace("steps.greet", "steps.hi")
+        )
+        assert other["ceiling_microusd"] == 2196 and other["steps"][0]["id"] == "hi"
+        with pytest.raises(InvalidRequest) as refused:
+            b3os.routines.run("sdk-greet", {"who": "ann"}, max_cost_microusd=2195)
+        assert refused.value.body["field"] == "max_cost_microusd" and refused.value.reason == "max_cost"
+        run = b3os.runs.wait(b3os.routines.run("sdk-greet", {"who": "ann"}, max_cost_microusd=2196)["run_id"])
+        assert run["status"] == "succeeded" and run["max_cost_microusd"] == 2196
+        assert 0 < b3os.usage()["cost"]["total"] <= 2196
+
+
 def test_put_run_and_wait_tell_each_step_as_it_finishes(stack: RoutineStack) -> None:
     seen: list[tuple[str, str, Any]] = []
     with B3OS(stack.url, stack.runner().key) as b3os:

@@ -106,7 +106,7 @@ def test_a_routine_is_stored_run_followed_step_by_step_and_rerun(
     stack: RoutineStack, typescript_sdk: Path, tmp_path: Path
 ) -> None:
     done = run_typescript(PROGRAMS / "runs.ts", tmp_path, _env(stack, stack.runner().key, GREET=GREET))
-    stored, started, finished, rerun, cancel = _lines(done)
+    stored, started, finished, rerun, cancel, ceiling = _lines(done)
     assert stored == ["ts-greet", 1, ["greet", "twice", "loud"], 1]
     assert started == ["running", True]  # the same key: the same run
     assert finished == [
@@ -120,3 +120,5 @@ def test_a_routine_is_stored_run_followed_step_by_step_and_rerun(
     ]
     assert rerun == [True, "succeeded", True, None]  # greet kept, twice called again
     assert cancel == [409, "conflict"]
+    # free echo calls: each at most 234 of compute and 10 of floor, 3 attempts; loud counted as taken
+    assert ceiling == [2196, [["greet", 732], ["twice", 732], ["loud", 732]], "max_cost", "max_cost_microusd"]

@@ -138,10 +138,26 @@ def list_routines() -> ApiRequest:
     return ApiRequest("GET", "/v1/routines", unwrap="routines")
 
 
-def run_routine(name: str, inputs: Mapping[str, Any] | None, *, idempotency_key: str | None) -> ApiRequest:
+def run_routine(
+    name: str,
+    inputs: Mapping[str, Any] | None,
+    *,
+    idempotency_key: str | None,
+    max_cost_microusd: int | None = None,
+) -> ApiRequest:
     key = idempotency_key or new_idempotency_key()
     path = f"/v1/routines/{segment(name)}/runs"
-    return ApiRequest("POST", path, json={"inputs": dict(inputs or {})}, idempotency_key=key)
+    body: dict[str, Any] = {"inputs": dict(inputs or {})}
+    if max_cost_microusd is not None:
+        body["max_cost_microusd"] = max_cost_microusd
+    return ApiRequest("POST", path, json=body, idempotency_key=key)
+
+
+def estimate_routine(name: str, inputs: Mapping[str, Any] | None, *, yaml_text: str | None) -> ApiRequest:
+    body: dict[str, Any] = {"inputs": dict(inputs or {})}
+    if yaml_text is not None:
+        body["yaml"] = yaml_text
+    return ApiRequest("POST", f"/v1/routines/{segment(name)}/estimate", json=body)
 
 
 def list_routine_versions(name: str) -> ApiRequest:

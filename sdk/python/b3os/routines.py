@@ -38,18 +38,47 @@ class Routines:
         return self._send(endpoints.list_routines())
 
     def run(
-        self, name: str, inputs: Mapping[str, Any] | None = None, *, idempotency_key: str | None = None
+        self,
+        name: str,
+        inputs: Mapping[str, Any] | None = None,
+        *,
+        idempotency_key: str | None = None,
+        max_cost_microusd: int | None = None,
     ) -> dict[str, Any]:
         """Start a run of a stored routine; the run as `runs.get` reads it (`run_id`, `status`, ...).
 
         The same Idempotency-Key gives the same run; without one, the SDK makes one for this start, so a
-        start retried after a 429 or 503 never starts two runs.
+        start retried after a 429 or 503 never starts two runs. With `max_cost_microusd` the run starts only
+        when its ceiling (`estimate`) is within it, and stops (failed, the sentence naming the step) before a
+        call that could take it past it.
 
         Raises:
             NotFound: no routine of that name.
-            InvalidRequest: an input does not fit the routine's inputs.
+            InvalidRequest: an input does not fit the routine's inputs; or the run's ceiling is above
+                `max_cost_microusd` or unbounded (`error.body["field"] == "max_cost_microusd"`, with
+                `ceiling_microusd` and `unbounded`).
         """
-        return self._send(endpoints.run_routine(name, inputs, idempotency_key=idempotency_key))
+        return self._send(
+            endpoints.run_routine(
+                name, inputs, idempotency_key=idempotency_key, max_cost_microusd=max_cost_microusd
+            )
+        )
+
+    def estimate(
+        self, name: str, inputs: Mapping[str, Any] | None = None, *, yaml_text: str | None = None
+    ) -> dict[str, Any]:
+        """The most a run of the routine with these inputs can cost, in micro-USD: `{"routine",
+        "routine_hash", "ceiling_microusd" (None: unbounded), "unbounded", "steps": [{"id", "ref", "tier",
+        "timeout_ms", "attempts", "items", "items_from", "call", "ceiling_microusd", "note"}]}`.
+
+        `yaml_text`: a routine file to estimate instead of the stored version (not stored; its name must be
+        `name`).
+
+        Raises:
+            NotFound: no routine of that name (and no `yaml_text`).
+            InvalidRequest: the YAML has problems; an input does not fit.
+        """
+        return self._send(endpoints.estimate_routine(name, inputs, yaml_text=yaml_text))
 
     def versions(self, name: str) -> builtins.list[dict[str, Any]]:
         """Every stored version of a routine: `{"hash", "stored_at", "yaml_bytes", "current"}`."""
@@ -113,10 +142,25 @@ class AsyncRoutines:
         return await self._send(endpoints.list_routines())
 
     async def run(
-        self, name: str, inputs: Mapping[str, Any] | None = None, *, idempotency_key: str | None = None
+        self,
+        name: str,
+        inputs: Mapping[str, Any] | None = None,
+        *,
+        idempotency_key: str | None = None,
+        max_cost_microusd: int | None = None,
     ) -> dict[str, Any]:
         """As `Routines.run`."""
-        return await self._send(endpoints.run_routine(name, inputs, idempotency_key=idempotency_key))
+        return await self._send(
+            endpoints.run_routine(
+                name, inputs, idempotency_key=idempotency_key, max_cost_microusd=max_cost_microusd
+            )
+        )
+
+    async def estimate(
+        self, name: str, inputs: Mapping[str, Any] | None = None, *, yaml_text: str | None = None
+    ) -> dict[str, Any]:
+        """As `Routines.estimate`."""
+        return await self._send(endpoints.estimate_routine(name, inputs, yaml_text=yaml_text))
 
     async def versions(self, name: str) -> builtins.list[dict[str, Any]]:
         """As `Routines.versions`."""

@@ -67,11 +67,25 @@ export const getRoutine = (name: string) => request("get", "/v1/routines/{name}"
 
 export const listRoutines = () => request("get", "/v1/routines");
 
-export const runRoutine = (name: string, inputs: Record<string, unknown> | undefined, idempotencyKey?: string) =>
+export const runRoutine = (
+  name: string,
+  inputs: Record<string, unknown> | undefined,
+  idempotencyKey?: string,
+  maxCostMicrousd?: number,
+) =>
   request("post", "/v1/routines/{name}/runs", {
     path: { name },
-    json: { inputs: { ...inputs } },
+    json:
+      maxCostMicrousd === undefined
+        ? { inputs: { ...inputs } }
+        : { inputs: { ...inputs }, max_cost_microusd: maxCostMicrousd },
     idempotencyKey: idempotencyKey ?? newIdempotencyKey(),
+  });
+
+export const estimateRoutine = (name: string, inputs: Record<string, unknown> | undefined, yaml?: string) =>
+  request("post", "/v1/routines/{name}/estimate", {
+    path: { name },
+    json: yaml === undefined ? { inputs: { ...inputs } } : { inputs: { ...inputs }, yaml },
   });
 
 export const getRun = (runId: string, waitS?: number) =>

@@ -431,6 +431,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/routines/{name}/estimate": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Estimate Run
+         * @description The most a run can cost, per step and in all, in micro-USD (api.routines.ceiling).
+         */
+        post: operations["estimate_run_v1_routines__name__estimate_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/routines/{name}/schedules": {
         parameters: {
             query?: never;
@@ -994,6 +1014,32 @@ export interface components {
                 [key: string]: number;
             };
         };
+        /**
+         * CallCeilingPublic
+         * @description The most one attempt of a step's call can cost, in micro-USD.
+         */
+        CallCeilingPublic: {
+            /**
+             * Compute
+             * @description its compute for its whole time at its VM's full size
+             */
+            compute: number;
+            /**
+             * Floor
+             * @description the per-call floor (a js call's requests included)
+             */
+            floor: number;
+            /**
+             * Price
+             * @description the publisher's price, charged only by the attempt that succeeds
+             */
+            price: number;
+            /**
+             * Total
+             * @description compute + floor + price
+             */
+            total: number;
+        };
         /** CancelAccepted */
         CancelAccepted: {
             /** Run Id */
@@ -1227,6 +1273,25 @@ export interface components {
             [key: string]: unknown;
         };
         /**
+         * EstimateCreate
+         * @description What to estimate: a run's inputs (defaults fill the rest), and optionally a routine file instead of the
+         *     stored version.
+         */
+        EstimateCreate: {
+            /**
+             * Inputs
+             * @description the run's inputs, as a run start takes them
+             */
+            inputs?: {
+                [key: string]: unknown;
+            };
+            /**
+             * Yaml
+             * @description a routine file to estimate instead of the stored version (checked as a store checks it, not stored); its name must be the path's
+             */
+            yaml?: string | null;
+        };
+        /**
          * FileRecord
          * @description One bundle file: its POSIX path in the pack, sha256 (lowercase hex) and size.
          */
@@ -1423,6 +1488,31 @@ export interface components {
              */
             yaml: string;
         };
+        /**
+         * RoutineEstimate
+         * @description The most a run can cost, per step and in all, in micro-USD (every step counted as taken).
+         */
+        RoutineEstimate: {
+            /** Routine */
+            routine: string;
+            /**
+             * Routine Hash
+             * @description the routine version estimated (sha256:<hex> of its YAML)
+             */
+            routine_hash: string;
+            /**
+             * Ceiling Microusd
+             * @description the most a run can cost in all; null when unbounded
+             */
+            ceiling_microusd: number | null;
+            /**
+             * Unbounded
+             * @description the steps whose calls have no bound (foreach of unknown length)
+             */
+            unbounded: string[];
+            /** Steps */
+            steps: components["schemas"]["StepCeiling"][];
+        };
         /** RoutineList */
         RoutineList: {
             /** Routines */
@@ -1499,6 +1589,11 @@ export interface components {
             inputs?: {
                 [key: string]: unknown;
             };
+            /**
+             * Max Cost Microusd
+             * @description the most the run may cost, in micro-USD: refused before it starts when its ceiling (POST /v1/routines/{name}/estimate) is above it or unbounded, and stopped at the step whose call could take it past it
+             */
+            max_cost_microusd?: number | null;
         };
         /**
          * RunError
@@ -1574,6 +1669,11 @@ export interface components {
             created_at: string;
             /** Finished At */
             finished_at?: string | null;
+            /**
+             * Max Cost Microusd
+             * @description the run's max cost, when it started with one
+             */
+            max_cost_microusd?: number | null;
         };
         /**
          * RunSummary
@@ -1720,6 +1820,55 @@ export interface components {
             created_at: string;
             /** Revoked At */
             revoked_at: string | null;
+        };
+        /**
+         * StepCeiling
+         * @description The most one step can cost.
+         */
+        StepCeiling: {
+            /** Id */
+            id: string;
+            /**
+             * Ref
+             * @description the exact pin the step calls
+             */
+            ref: string;
+            /**
+             * Tier
+             * @description vm, js or http
+             */
+            tier: string;
+            /**
+             * Timeout Ms
+             * @description the longest one call may take
+             */
+            timeout_ms: number;
+            /**
+             * Attempts
+             * @description the attempts of each call that can be charged (the step's max-attempts)
+             */
+            attempts: number;
+            /**
+             * Items
+             * @description calls per attempt: 1, a foreach's items, or null when unbounded
+             */
+            items: number | null;
+            /**
+             * Items From
+             * @description step (no foreach), literal (a literal list), inputs (the list the inputs give), max_items (the input's maxItems), unbounded, or failing (the foreach fails with these inputs: no call)
+             */
+            items_from: string;
+            call: components["schemas"]["CallCeilingPublic"];
+            /**
+             * Ceiling Microusd
+             * @description attempts x items calls at most; null when unbounded
+             */
+            ceiling_microusd: number | null;
+            /**
+             * Note
+             * @description why the step is unbounded or calls nothing
+             */
+            note?: string | null;
         };
         /**
          * StepError
@@ -3353,6 +3502,88 @@ export interface operations {
                 headers: {
                     /** @description whole seconds to wait before sending the request again (at least 1) */
                     "Retry-After": number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unavailable, tool_unavailable, pack_unavailable or action_unavailable: try again after Retry-After */
+            503: {
+                headers: {
+                    /** @description whole seconds to wait before sending the request again (at least 1) */
+                    "Retry-After": number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    estimate_run_v1_routines__name__estimate_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["EstimateCreate"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RoutineEstimate"];
+                };
+            };
+            /** @description invalid_request: a field or value is wrong (`field` names it) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: no key, an unknown key or a revoked key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description forbidden: the key lacks a scope (`missing_scope`) or the organization a right */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not_found: there is none, or it is another organization's */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description payload_too_large: the body is over the limit (`limit_bytes`) */
+            413: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {

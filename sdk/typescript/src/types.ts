@@ -25,6 +25,8 @@ export type Cancelled = Schemas["Cancelled"];
 export type Routine = Schemas["RoutinePublic"];
 /** A run: `run_id`, `routine`, `status`, `inputs`, `outputs`, `steps`, `error`, ... */
 export type Run = Schemas["RunPublic"];
+/** The most a run can cost, per step and in all (`POST /v1/routines/{name}/estimate`). */
+export type RoutineEstimate = Schemas["RoutineEstimate"];
 /** A run's step: `status`, `attempts`, `ref`, `output` or `error`, ... */
 export type Step = Schemas["StepResult"];
 /** A run in a list. */
