@@ -27,7 +27,7 @@ import time
 from collections.abc import Mapping
 
 from sqlalchemy import Engine
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
 from sqlmodel import Session, col, select
 
 from api import metrics
@@ -156,7 +156,9 @@ class Deliveries:
         while True:
             try:
                 await self.start_pending()
-            except Exception:  # the database away for a moment: the next round tries again
+            except (OperationalError, InterfaceError) as exc:  # the database away: the next round tries
+                log.warning("trigger deliveries: the database could not be reached: %s", type(exc).__name__)
+            except Exception:  # a fault of ours: the next round tries again
                 log.exception("starting pending trigger deliveries failed")
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout=self._settings.trigger_retry_s)
