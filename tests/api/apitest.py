@@ -68,6 +68,10 @@ def build_echo(
     manifest["version"] = version
     if edit is not None:
         edit(manifest)
+        actions = {a["key"] for a in manifest.get("actions", [])}
+        for fixture in (root / "fixtures").glob("*.json"):  # an action taken out takes its fixtures along
+            if json.loads(fixture.read_text()).get("action") not in actions:
+                fixture.unlink()
     (root / "b3pack.json").write_text(json.dumps(manifest))
     build_pack(root, kid=kid, private_key=key, tool=True)
     manifest, files = load_built_bundle(root)

@@ -11,7 +11,7 @@ from engine.routine import Routine
 
 INPUTS = {
     "names": {"type": "array", "maxItems": 4},
-    "many": {"type": "array", "maxItems": 5000},
+    "many": {"type": "array", "maxItems": 50000},
     "free": {"type": "array"},
     "count": {"type": "integer", "default": 3},
 }
@@ -38,7 +38,7 @@ def _items(foreach: Any, inputs: dict[str, Any]) -> tuple[int | None, str, str |
         ("${{ inputs.names }}", {"names": ["a", "b", "c"]}, 3, "inputs"),  # given: its length, not maxItems
         ("inputs.names.filter(n, n != 'b')", {"names": ["a", "b", "c"]}, 2, "inputs"),  # evaluated
         ("${{ inputs.names }}", {}, 4, "max_items"),  # not given: the schema's maxItems
-        ("${{ inputs.many }}", {}, 1000, "max_items"),  # a run stops a foreach past 1,000 items
+        ("${{ inputs.many }}", {}, 10_000, "max_items"),  # a run stops a foreach past 10,000 items
         ("${{ [1, 2, 3].filter(x, x < inputs.count) }}", {"count": 3}, 2, "inputs"),
         ("${{ inputs.names[5] }}", {"names": ["a"]}, 0, "failing"),  # the step fails before any call
     ],
