@@ -40,8 +40,10 @@ from node.proven import Proven
 from node.runner import InvalidCall, Runner
 from node.sync import RegistrySync
 from node.template import rootfs_path
-from node.vm.base import VmDriver
+from node.vm.base import VmDriver, VmError
 from node.vm.bwrap import BwrapDriver, HostShare
+from node.vm.guest import find_guest
+from node.vm.microvm import MicroVmDriver
 from node.vm.sandbox import VmLimits
 from telemetry import logs, tracing
 from telemetry.config import TelemetrySettings
@@ -51,7 +53,11 @@ log = logging.getLogger("b3os.node")
 
 
 def make_driver(settings: Settings) -> VmDriver:
-    """The bwrap driver sized by the settings."""
+    """The driver `B3OS_NODE_DRIVER` names (the sandbox's bwrap by default), sized by the settings.
+
+    Raises:
+        VmError: reason "no_slot": the driver cannot start (the message says why).
+    """
     limits = VmLimits(
         memory_mb=settings.memory_mb,
         vcpu=settings.vcpu,
@@ -60,6 +66,21 @@ def make_driver(settings: Settings) -> VmDriver:
         in_kb=settings.in_kb,
         out_kb=settings.out_kb,
     )
+    host_share = HostShare(settings.vm_weight, settings.host_reserve_cpus)
+    if settings.node_driver == "microvm":
+        guest = find_guest(settings.guest_dir)
+        if guest is None:
+            raise VmError("no_slot", f"no microvm guest in {settings.guest_dir}: run `b3os node build-guest`")
+        return MicroVmDriver(
+            guest=guest,
+            run_dir=settings.run_dir,
+            limits=limits,
+            pool_size=settings.microvm_pool_size,
+            slots=settings.slots,
+            uid_base=settings.vm_uid_base,
+            accel=settings.microvm_accel,
+            host_share=host_share,
+        )
     return BwrapDriver(
         base_rootfs=rootfs_path(settings.base_dir),
         run_dir=settings.run_dir,
@@ -67,8 +88,15 @@ def make_driver(settings: Settings) -> VmDriver:
         pool_size=settings.pool_size,
         slots=settings.slots,
         uid_base=settings.vm_uid_base,
-        host_share=HostShare(settings.vm_weight, settings.host_reserve_cpus),
+        host_share=host_share,
     )
+
+
+def describe_driver(driver: VmDriver) -> dict[str, str]:
+    """What isolates this node's calls: `{"driver"}`, and for microVMs `{"accel", "accel_reason"}`."""
+    if isinstance(driver, MicroVmDriver):
+        return {"driver": "microvm", "accel": driver.accel, "accel_reason": driver.accel_reason}
+    return {"driver": "sandbox"}
 
 
 class NodeState:
