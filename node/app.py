@@ -92,11 +92,22 @@ def make_driver(settings: Settings) -> VmDriver:
     )
 
 
-def describe_driver(driver: VmDriver) -> dict[str, str]:
-    """What isolates this node's calls: `{"driver"}`, and for microVMs `{"accel", "accel_reason"}`."""
+def make_js_driver(settings: Settings) -> VmDriver | None:
+    """Beside the microvm driver, the sandbox driver for js actions (the guest has no Node.js), with a pool
+    of one; None (js calls then fail `exec`, logged) when it cannot start."""
+    try:
+        return make_driver(settings.model_copy(update={"node_driver": "sandbox", "pool_size": 1}))
+    except VmError as exc:
+        log.warning("js actions cannot run here: %s", exc.message)
+        return None
+
+
+def isolation(driver: VmDriver) -> tuple[str, str]:
+    """What isolates this node's calls, as its heartbeat says it (`sandbox`, `microvm/kvm`,
+    `microvm/tcg`), and why that accelerator."""
     if isinstance(driver, MicroVmDriver):
-        return {"driver": "microvm", "accel": driver.accel, "accel_reason": driver.accel_reason}
-    return {"driver": "sandbox"}
+        return f"microvm/{driver.accel}", driver.accel_reason
+    return "sandbox", "bubblewrap namespaces, cgroups and a seccomp filter"
 
 
 class NodeState:
@@ -151,6 +162,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         logs.install()  # here: uvicorn has set up its logging by now
         drv = driver or make_driver(settings)
+        js_drv = make_js_driver(settings) if isinstance(drv, MicroVmDriver) else None
         cache = InstallCache(settings.cache_dir)
         try:
             js_runtime: Path | None = prepare_runtime(settings.cache_dir, settings.node_bin)
@@ -164,6 +176,7 @@ def create_app(
             memory_mb=settings.memory_mb,
             js_runtime=js_runtime,
             egress_url=settings.egress_url,
+            js_driver=js_drv,
         )
         state = NodeState(settings, runner, None)
         if settings.api_url:
@@ -175,6 +188,7 @@ def create_app(
                 node_url=settings.node_url or f"http://127.0.0.1:{port}",
                 slots_total=settings.slots,
                 slots_free=state.slots_free,
+                isolation=isolation(drv)[0],
             )
             state.sync.start(settings.heartbeat_s)
         app.state.node = state
@@ -185,6 +199,8 @@ def create_app(
             if state.sync is not None:
                 state.sync.stop()
             runner.js.close()
+            if js_drv is not None:
+                js_drv.close()
             if driver is None or close_driver:
                 drv.close()
 

@@ -207,7 +207,7 @@ class MicroVm(Vm):
 
     def unpack(self, runtime: Path | None = None) -> None:
         if runtime is not None:
-            raise VmError("unpack", "the microvm driver runs no js runtime")
+            raise VmError("exec", "js actions run in the sandbox driver, which did not start on this node")
         src = self._tool_src
         if src is None or not src.is_dir():
             raise VmError("unpack", "the tool's unpacked files are missing from the node's install cache")
