@@ -22,6 +22,7 @@ OOM killer's reach, and its port is root's only. Anything init cannot do ends it
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import fcntl
 import json
@@ -151,6 +152,8 @@ def set_up() -> dict[str, int]:
     remount_ro("/")  # the initramfs: nothing of the base is the tool's to change
     with open("/proc/self/oom_score_adj", "w") as fh:
         fh.write("-1000")
+    with open("/proc/sys/vm/overcommit_memory", "w") as fh:
+        fh.write("1")  # as on a sandbox's host: a tool past the VM's memory is OOM-killed, not refused
     loopback_up()
     load_modules()
     return limits
@@ -231,7 +234,14 @@ def _oom_kills() -> int:
 
 
 def _as_user() -> None:
+    """In the command's process before it execs: the OOM killer's first choice (init, whose -1000 it
+    inherited, is never one), at most `pids` processes, then the tool's user and group only."""
+    with open("/proc/self/oom_score_adj", "w") as fh:
+        fh.write("1000")
     resource.setrlimit(resource.RLIMIT_NPROC, (LIMITS["pids"], LIMITS["pids"]))
+    os.setgroups([])
+    os.setgid(USER)
+    os.setuid(USER)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 
 
@@ -256,11 +266,12 @@ def run(cmd: list[str], stdin: bytes, max_stdout: int) -> tuple[dict[str, Any], 
     try:
         proc = subprocess.Popen(
             cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd="/work",
-            env=ENV, user=USER, group=USER, extra_groups=[], close_fds=True, start_new_session=True,
-            preexec_fn=_as_user,
+            env=ENV, close_fds=True, start_new_session=True, preexec_fn=_as_user,
         )  # fmt: skip
     except OSError as exc:
         return {"started": False, "exec_error": exc.strerror or str(exc)}, b""
+    except subprocess.SubprocessError as exc:  # the preparation before exec failed
+        return {"started": False, "exec_error": str(exc)}, b""
     assert proc.stdin is not None and proc.stdout is not None
 
     def feed() -> None:
@@ -300,9 +311,9 @@ def run(cmd: list[str], stdin: bytes, max_stdout: int) -> tuple[dict[str, Any], 
                 break
         if pidfd in ready:
             exited = True  # read what is left of stdout without blocking (a daemon may hold it open)
-    code = proc.wait()
+    _, status, usage = os.wait4(proc.pid, 0)  # the command's own usage (and its reaped children's)
+    code = proc.returncode = os.waitstatus_to_exitcode(status)
     _kill_user_processes()
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     result: dict[str, Any] = {
         "started": True,
         "stdout_too_large": too_large,
@@ -352,6 +363,22 @@ def collect(names: list[str], max_total: int) -> tuple[dict[str, Any], bytes]:
     return {"sizes": [len(p) for p in parts]}, b"".join(parts)
 
 
+WARM_UP = ["/bin/sh", "-c", "printf '{}' | jq -c . >/dev/null; python3 -c 'import json, os, sys'"]
+
+
+def warm_up() -> None:
+    """Run the base's usual runtimes once before the call (as the tool's user, then killed): under TCG the
+    first run of a program translates its code (and libc's), which the call's run then finds translated."""
+    with contextlib.suppress(OSError):
+        proc = subprocess.Popen(
+            WARM_UP, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            cwd="/tmp", env=ENV, user=USER, group=USER, extra_groups=[], start_new_session=True,
+        )  # fmt: skip
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=30)
+    _kill_user_processes()
+
+
 def serve(port: int) -> None:
     tool: tuple[list[dict[str, Any]], bytes] | None = None
     with open("/proc/uptime") as fh:
@@ -388,6 +415,8 @@ def serve(port: int) -> None:
 
 def main() -> None:
     LIMITS.update(set_up())
+    if "b3os.warm" in open("/proc/cmdline").read().split():
+        warm_up()
     port = open_port()
     try:
         serve(port)

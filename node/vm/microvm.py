@@ -46,7 +46,7 @@ from node.vm import mounts
 from node.vm.base import Vm, VmDriver, VmError
 from node.vm.bwrap import HostShare
 from node.vm.bwrap_vm import make_dir
-from node.vm.cgroups import CallCgroup, CgroupError, CgroupLimits, NodeCgroups
+from node.vm.cgroups import CgroupError, CgroupLimits, NodeCgroups
 from node.vm.guest import Guest
 from node.vm.launcher import NAME as LAUNCHER_NAME
 from node.vm.launcher import LauncherError, build_launcher
@@ -64,7 +64,7 @@ BOOT_S = 60.0  # how long a guest may take to boot (TCG on a busy host)
 PROBE_S = 10.0  # how long the KVM probe's guest may take (KVM boots in well under a second)
 QEMU_OVERHEAD_MB = 256  # QEMU's own memory beside the guest's (its 64 MiB of translated code under TCG)
 QEMU_PIDS = 64
-_STALE = re.compile(r"^microvm-(\d+)$")
+_STALE = re.compile(r"^microvm-(\d+)-[0-9a-f]+$")
 
 
 def kvm_group(device: Path = Path("/dev/kvm")) -> tuple[int | None, str]:
@@ -95,7 +95,7 @@ def host_tsc_khz() -> int | None:
     return round(float(mhz.group(1)) * 1000)
 
 
-def kernel_cmdline(limits: VmLimits) -> str:
+def kernel_cmdline(limits: VmLimits, *, warm: bool = True) -> str:
     """The guest kernel's command line: quiet, no reboot loop, no timer calibration a busy TCG host fails
     (a guest whose PIT calibration fails hangs), and the sizes of the guest's tmpfs for its init."""
     words = ["console=ttyS0", "quiet", "panic=-1", "mitigations=off", "tsc=reliable", "no_timer_check"]
@@ -105,11 +105,20 @@ def kernel_cmdline(limits: VmLimits) -> str:
     sizes = {"work_mb": limits.work_mb, "tmp_mb": limits.tmp_mb, "shm_mb": limits.shm_mb,
              "out_kb": limits.out_kb, "in_kb": limits.in_kb, "pids": limits.pids_max}  # fmt: skip
     words.append("b3os.limits=" + ",".join(f"{k}:{v}" for k, v in sizes.items()))
+    if warm:
+        words.append("b3os.warm")
     return " ".join(words)
 
 
 def qemu_argv(
-    qemu: str, accel: str, limits: VmLimits, vm_dir: Path, kernel_fd: int, initrd_fd: int
+    qemu: str,
+    accel: str,
+    limits: VmLimits,
+    vm_dir: Path,
+    kernel_fd: int,
+    initrd_fd: int,
+    *,
+    warm: bool = True,
 ) -> list[str]:
     """QEMU's command line for one VM (no network device, no disk, one virtio-serial port, an entropy
     source, its own seccomp filter)."""
@@ -118,7 +127,7 @@ def qemu_argv(
         "-accel", "kvm" if accel == "kvm" else "tcg,tb-size=64", "-cpu", "host" if accel == "kvm" else "max",
         "-smp", str(limits.vcpu), "-m", f"{limits.memory_mb}M",
         "-kernel", f"/proc/self/fd/{kernel_fd}", "-initrd", f"/proc/self/fd/{initrd_fd}",
-        "-append", kernel_cmdline(limits),
+        "-append", kernel_cmdline(limits, warm=warm),
         "-serial", f"file:{vm_dir / 'console.log'}",
         "-device", "virtio-serial-device",
         "-chardev", f"socket,id=port,path={vm_dir / 'port.sock'},server=on,wait=on",
@@ -143,9 +152,15 @@ class MicroVmDriver(VmDriver):
         slots: int = 8,
         uid_base: int = 1_900_000_000,
         accel: str = "auto",
+        warm: bool = True,
         host_share: HostShare = HostShare(),  # noqa: B008 (frozen)
     ) -> None:
         """Set up the node's directory, launcher and cgroup, pick the accelerator, start filling the pool.
+
+        Args:
+            warm: the guest runs sh, jq and python3 once before it says it is ready (as the tool's user):
+                under TCG a program's first run translates its code, so the call's run is about 200 ms
+                shorter, for about a second more of boot (in the pool's background).
 
         Raises:
             VmError: reason "no_slot" when QEMU, the guest, a C compiler, cgroups or the uid range are
@@ -162,8 +177,9 @@ class MicroVmDriver(VmDriver):
         self.guest = guest
         self.limits = limits or VmLimits()
         self.pool_size = pool_size
+        self.warm = warm
         self.uids = UidPool(uid_base, slots + pool_size + 1)
-        self.node_dir = run_dir / f"microvm-{os.getpid()}"
+        self.node_dir = run_dir / f"microvm-{os.getpid()}-{secrets.token_hex(3)}"
         self.boot_ms: deque[float] = deque(maxlen=64)  # the last boots, for the bench and the status
         self._pool: deque[MicroVm] = deque()
         self._cond = threading.Condition()
@@ -293,7 +309,8 @@ class MicroVmDriver(VmDriver):
                     "-1",
                     joins,
                 ]
-                argv = [*as_vm, *qemu_argv(self.qemu, accel, self.limits, path, *self._fds)]
+                qemu = qemu_argv(self.qemu, accel, self.limits, path, *self._fds, warm=self.warm)
+                argv = [*as_vm, *qemu]
                 vm.boot(argv, (*cgroup_fds, *self._fds), min(deadline, time.monotonic() + BOOT_S))
             finally:
                 for fd in cgroup_fds:
@@ -375,12 +392,7 @@ class MicroVmDriver(VmDriver):
             thread.join(timeout=BOOT_S)
         for vm in pool:
             vm.delete()
-        for name in self.cgroups.children():
-            if name.startswith("mvm-"):  # only ours: a test process may hold a sandbox driver too
-                group = CallCgroup(self.cgroups.version, {c: d / name for c, d in self.cgroups.dirs.items()})
-                with contextlib.suppress(CgroupError):
-                    group.remove()
-        if not self.cgroups.children():
+        if not self.cgroups.children():  # the node's group, unless another driver of this process uses it
             with contextlib.suppress(CgroupError):
                 self.cgroups.remove()
         for fd in self._fds:
@@ -395,7 +407,7 @@ class _NoUid(Exception):
 
 
 def _remove_stale(run_dir: Path) -> None:
-    """Remove the `microvm-<pid>` directories of nodes that died (their QEMUs died with their cgroups)."""
+    """Remove the `microvm-<pid>-<hex>` directories of dead nodes (their QEMUs died with their cgroups)."""
     for path in run_dir.iterdir():
         found = _STALE.match(path.name)
         if found and not pid_alive(int(found.group(1))):

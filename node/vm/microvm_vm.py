@@ -193,10 +193,8 @@ class MicroVm(Vm):
         entries += [{"path": f"{f.field}/{f.name}", "kind": "f", "size": len(f.data)} for f in files]
         total = sum(len(f.data) for f in files)
         limit = self._driver.limits.in_kb << 10
-        if total > limit - 64 * 1024:  # a little room for the directories
-            raise VmError(
-                "copy", f"the input files could not be put in the VM's /in: {total} bytes pass {limit}"
-            )
+        if total > limit - 64 * 1024:  # a little room for the directories; the sandbox's words
+            raise VmError("copy", "the input files could not be put in the VM's /in: No space left on device")
         try:
             answer, _ = self._ask({"op": "files", "entries": entries}, b"".join(f.data for f in files))
         except ChannelClosed as exc:
