@@ -234,7 +234,10 @@ class MicroVmDriver(VmDriver):
                     "no_slot", f"B3OS_MICROVM_ACCEL=kvm, but no guest booted on KVM: {exc}"
                 ) from exc
             return "tcg", f"a guest did not boot on KVM in {PROBE_S:g} s: {exc}", None
-        self._pool.append(vm)  # the probe's guest serves a call like any other
+        if self.pool_size:
+            self._pool.append(vm)  # the probe's guest serves a call like any other
+        else:
+            vm.delete()
         return "kvm", f"a guest booted on KVM in {vm.boot_ms:.0f} ms", gid
 
     def pool_ready(self) -> int:
