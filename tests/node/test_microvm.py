@@ -5,7 +5,9 @@ hostile tools, in real guests. The rest of the hosted-tool tests against it are 
 from __future__ import annotations
 
 import base64
+import os
 import socket
+from pathlib import Path
 
 import pytest
 from nodetest import echo_call, hostile_call
@@ -13,6 +15,8 @@ from nodetest import echo_call, hostile_call
 from node.models import NodeCallResult
 from node.runner import Runner
 from node.vm.microvm import MicroVmDriver
+from node.vm.qemu import kvm_group, qemu_argv
+from node.vm.sandbox import VmLimits
 
 
 def _err(result: NodeCallResult) -> dict:
@@ -79,3 +83,27 @@ def test_a_version_that_is_not_installed_is_pack_unavailable_and_charged_nothing
     result = microvm_runner.call(call)
     assert (_err(result)["code"], result.ran) == ("pack_unavailable", False)
     assert not any(result.usage.values())
+
+
+def test_kvm_is_used_only_through_a_device_open_to_a_group(tmp_path: Path) -> None:
+    device = tmp_path / "kvm"
+    device.touch()
+    os.chmod(device, 0o600)
+    assert kvm_group(device)[0] is None and "mode 0600" in kvm_group(device)[1]
+    os.chown(device, 0, 4242)
+    os.chmod(device, 0o660)
+    assert kvm_group(device) == (4242, "")
+    assert kvm_group(tmp_path / "none") == (None, f"{tmp_path / 'none'} does not exist (no KVM on this host)")
+
+
+def test_qemu_gets_no_network_device_no_disk_and_its_own_seccomp_filter(tmp_path: Path) -> None:
+    argv = qemu_argv("qemu-system-x86_64", "tcg", VmLimits(), tmp_path, 7, 8)
+    assert argv[argv.index("-M") + 1] == "microvm"
+    assert {"-nodefaults", "-no-user-config", "-no-reboot"} <= set(argv)
+    assert (argv[argv.index("-smp") + 1], argv[argv.index("-m") + 1]) == ("1", "512M")
+    devices = [argv[i + 1] for i, a in enumerate(argv) if a == "-device"]
+    kinds = [d.split(",")[0] for d in devices]
+    assert kinds == ["virtio-serial-device", "virtserialport", "virtio-rng-device"]
+    assert not {"-netdev", "-nic", "-net", "-drive", "-hda"} & set(argv)
+    assert argv[argv.index("-sandbox") + 1].startswith("on,")
+    assert argv[argv.index("-kernel") + 1] == "/proc/self/fd/7"
