@@ -179,12 +179,26 @@ class MicroVm(Vm):
         return self.proc is not None and self.proc.poll() is None and self.channel is not None
 
     def _ask(self, header: dict[str, Any], data: bytes = b"") -> tuple[dict[str, Any], bytes]:
+        """One step of the hand-over (or the collect) and the guest's answer.
+
+        Raises:
+            VmError: reason "exec": the VM was killed (the call was cancelled) before its command ran.
+            ChannelClosed: the guest stopped answering.
+        """
         assert self.channel is not None
-        self.channel.send(header, data)
         try:
+            self.channel.send(header, data)
             return self.channel.receive(time.monotonic() + STEP_S)
         except TimeoutError:
             raise ChannelClosed("the VM did not answer in time") from None
+        except ChannelClosed:
+            if self._killed.is_set() and header.get("op") != "collect":
+                raise VmError("exec", "the call was cancelled before its command started") from None
+            raise
+
+    def share_cpu(self, fraction: float) -> None:
+        with contextlib.suppress(CgroupError):  # a VM being deleted has no group to weigh
+            self.cgroup.set_cpu_share(fraction)
 
     def copy(self, tool_dir: Path, files: Sequence[InputFile]) -> None:
         entries: list[dict[str, Any]] = []

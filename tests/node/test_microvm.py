@@ -107,3 +107,19 @@ def test_qemu_gets_no_network_device_no_disk_and_its_own_seccomp_filter(tmp_path
     assert not {"-netdev", "-nic", "-net", "-drive", "-hda"} & set(argv)
     assert argv[argv.index("-sandbox") + 1].startswith("on,")
     assert argv[argv.index("-kernel") + 1] == "/proc/self/fd/7"
+
+
+def test_a_pooled_vms_qemu_runs_as_its_own_uid_in_its_cgroup_under_seccomp(microvm: MicroVmDriver) -> None:
+    microvm.settle()
+    vms = list(microvm._pool)
+    assert len({vm.uid for vm in vms}) == len(vms) == 2
+    for vm in vms:
+        assert vm.proc is not None
+        status = dict(
+            line.split(":", 1) for line in Path(f"/proc/{vm.proc.pid}/status").read_text().splitlines()
+        )
+        assert status["Uid"].split() == [str(vm.uid)] * 4 and status["Gid"].split() == [str(vm.uid)] * 4
+        assert status["Groups"].strip() == ""
+        assert status["Seccomp"].strip() == "2", "QEMU's -sandbox filter is on"
+        assert vm.cgroup.pids() == [vm.proc.pid], "QEMU is alone in the VM's cgroup from its start"
+        assert "-netdev" not in Path(f"/proc/{vm.proc.pid}/cmdline").read_bytes().split(b"\0")
