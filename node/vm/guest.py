@@ -37,8 +37,9 @@ from pathlib import Path
 from node.errors import NodeError
 from node.template import is_built, rootfs_path
 from node.vm import cpio
+from node.vm.sandbox import OVER
 
-FORMAT = 1  # bump when the build itself changes what it makes from the same inputs
+FORMAT = 2  # bump when the build itself changes what it makes from the same inputs
 META_PACKAGE = "linux-image-cloud-amd64"
 MODULES = ("virtio_mmio", "virtio_console", "virtio-rng")  # and what they depend on
 SKIP = (
@@ -197,7 +198,11 @@ def _entries(rootfs: Path, unpacked: Path) -> tuple[list[cpio.Entry], bytes]:
     for ko in modules:
         listing.append(f"/{mod_dir}/{ko.name}")
         entries.append(cpio.Entry(f"{mod_dir}/{ko.name}", stat.S_IFREG | 0o644, ko.read_bytes(), mtime=clamp))
+    # the sandbox's files over the base: no host resolver or address
+    entries = [e for e in entries if e.path not in OVER]
+    entries += [cpio.Entry(p, stat.S_IFREG | 0o644, text.encode(), mtime=clamp) for p, text in OVER.items()]
     entries += [
+        cpio.Entry("etc/b3os-blank", stat.S_IFREG | 0o444, mtime=clamp),
         cpio.Entry(
             "etc/b3os-modules", stat.S_IFREG | 0o644, "\n".join(listing).encode() + b"\n", mtime=clamp
         ),

@@ -53,7 +53,7 @@ LIMITS = {
 }
 HEAD = struct.Struct(">II")
 MAX_HEADER = 1 << 20
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND = 1, 2, 4, 8, 32, 4096
 POWER_OFF = 0x4321FEDC
 FINIT_MODULE = 313  # x86_64
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 1
@@ -135,8 +135,11 @@ def boot_limits() -> dict[str, int]:
 
 def set_up() -> dict[str, int]:
     """Mount what a tool needs, sized by the kernel command line; load the modules; return the sizes."""
-    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    # the tool sees its own processes only (init and the kernel's threads are root's)
+    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=invisible")
     limits = boot_limits()
+    _check(_libc.mount(b"/etc/b3os-blank", b"/proc/cmdline", None, MS_BIND, None), "hide /proc/cmdline")
+    socket.sethostname("vm")
     mount("sysfs", "/sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY)
     mount("devtmpfs", "/dev", "devtmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755")
     for target, size, mode, owner in (

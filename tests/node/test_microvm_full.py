@@ -188,3 +188,27 @@ def test_with_no_vm_booted_ahead_a_call_boots_its_own(
     finally:
         cold.close()
     assert not cold.node_dir.exists()
+
+
+def test_a_tool_sees_no_host_file_no_node_secret_and_no_other_process(
+    microvm_runner: Runner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("B3OS_NODE_CREDENTIAL", "node-secret-value")
+    paths = ["/etc/hostname", "/root/.b3os/base/rootfs/.b3os-base.json", __file__, "/proc/cmdline",
+             "/etc/resolv.conf", "/proc/1/mem"]  # fmt: skip
+    result = microvm_runner.call(hostile_call("readhost", {"paths": paths}, timeout_ms=30_000))
+    assert result.ok and result.output is not None, result.error
+    out = result.output
+    assert set(out["env"]) <= {"PATH", "HOME", "LANG", "PWD"}
+    assert (out["env"]["HOME"], out["env"]["LANG"], out["cwd"]) == ("/work", "C.UTF-8", "/work")
+    assert (out["uid"], out["gid"], out["hostname"]) == (1000, 1000, "vm")
+    assert "node-secret-value" not in str(out) and "B3OS" not in str(out)
+    assert out["files"][__file__] == "error: FileNotFoundError"
+    assert out["files"]["/root/.b3os/base/rootfs/.b3os-base.json"].startswith("error: ")
+    assert out["pids"] == sorted(out["pids"]) and len(out["pids"]) <= 2  # itself: no init, no kernel thread
+    assert out["tool"] == ["run"]
+    assert out["writes"]["/tool/new-file"] == "EROFS" and out["writes"]["/in/new-file"] == "EROFS"
+    assert out["files"]["/proc/1/mem"] == "error: FileNotFoundError"
+    assert out["files"]["/proc/cmdline"] == ""
+    assert out["files"]["/etc/resolv.conf"] == "# a VM has no network, so no resolver\n"
+    assert out["fds"] == [0, 1, 2, 3]
