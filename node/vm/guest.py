@@ -14,8 +14,9 @@ Reproducible: the archive is a sorted `newc` cpio with inode numbers by position
 and mtimes clamped to the kernel's (`node/vm/cpio.py`), uncompressed (under TCG the kernel unpacks plain
 bytes faster than it inflates them). The same kernel package, base template and init give the same bytes.
 `key` hashes exactly those inputs (the kernel package's sha256, every base file's path, mode, size and
-mtime, the init's source and `FORMAT`): a build whose key is cached does nothing; a new build removes
-the older ones (a node that runs one holds its files open).
+mtime, the init's source and `FORMAT`): a build whose key is cached does nothing; a new build keeps the
+`KEEP` newest older ones and removes the rest (a node that runs one holds its files open). Where apt's lists
+are missing or no longer name a served kernel, the build runs `apt-get update` once and tries again.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from node.template import is_built, rootfs_path
 from node.vm import cpio
 from node.vm.sandbox import OVER
 
+KEEP = 2  # older builds kept beside the current one (another checkout's node may be about to start one)
 FORMAT = 2  # bump when the build itself changes what it makes from the same inputs
 META_PACKAGE = "linux-image-cloud-amd64"
 MODULES = ("virtio_mmio", "virtio_console", "virtio-rng")  # and what they depend on
@@ -233,8 +235,16 @@ def build_guest(guest_dir: Path, base_dir: Path, *, force: bool = False, deb: Pa
         raise GuestError(f"no base template in {base_dir}: run `b3os node build-base` first")
     rootfs = rootfs_path(base_dir)
     with _lock(guest_dir):
-        package = deb.name.split("_")[0] if deb else kernel_package()
-        deb = deb or fetch_kernel(guest_dir / "debs", package)
+        if deb is None:
+            try:
+                package = kernel_package()
+                deb = fetch_kernel(guest_dir / "debs", package)
+            except GuestError:  # apt's lists missing or stale (a package no longer served): read them again
+                _run(["apt-get", "update", "-q"])
+                package = kernel_package()
+                deb = fetch_kernel(guest_dir / "debs", package)
+        else:
+            package = deb.name.split("_")[0]
         key = guest_key(deb, rootfs)
         final = guest_dir / key
         if force and final.exists():
@@ -267,9 +277,11 @@ def build_guest(guest_dir: Path, base_dir: Path, *, force: bool = False, deb: Pa
         link.unlink(missing_ok=True)
         link.symlink_to(key)
         os.replace(link, guest_dir / "current")
-        for old in guest_dir.iterdir():  # a node running an older guest holds its files open
-            if old.name != key and re.fullmatch(r"[0-9a-f]{20}", old.name):
-                shutil.rmtree(old, ignore_errors=True)
+        builds = [p for p in guest_dir.iterdir() if p.name != key and re.fullmatch(r"[0-9a-f]{20}", p.name)]
+        for old in sorted(builds, key=lambda p: p.stat().st_mtime)[
+            :-KEEP
+        ]:  # (a running node holds its files)
+            shutil.rmtree(old, ignore_errors=True)
     os.chmod(guest_dir, 0o755)
     guest = find_guest(guest_dir)
     if guest is None:

@@ -107,13 +107,19 @@ class MicroVmDriver(VmDriver):
         self.limits = limits or VmLimits()
         self.pool_size = pool_size
         self.warm = warm
-        self.uids = UidPool(uid_base, slots + pool_size + 1)
         self.node_dir = run_dir / f"microvm-{os.getpid()}-{secrets.token_hex(3)}"
+        # a unix socket's path has at most 107 bytes: <node dir>/mvm-<12 hex>/port.sock
+        if len(os.fsencode(self.node_dir)) + 27 > 107:
+            raise VmError(
+                "no_slot", f"B3OS_RUN_DIR={run_dir} is too long for the VMs' sockets: use a shorter one"
+            )
+        self.uids = UidPool(uid_base, slots + pool_size + 1)
         self.boot_ms: deque[float] = deque(maxlen=64)  # the last boots, for the bench and the status
         self._pool: deque[MicroVm] = deque()
         self._cond = threading.Condition()
         self._closed = False
         self._booting = 0
+        self._fillers: list[threading.Thread] = []
         self._trees: LRUCache[tuple[str, float], tuple[list[dict[str, Any]], bytes]] = LRUCache(maxsize=16)
         self._trees_lock = threading.Lock()
         self._cg_limits = CgroupLimits(
@@ -135,9 +141,16 @@ class MicroVmDriver(VmDriver):
             except (CgroupError, ValueError) as exc:
                 log.warning("the microVMs keep the host's default CPU weight, without a cap: %s", exc)
         except (OSError, mounts.MountError, CgroupError, LauncherError) as exc:
+            self._close_fds()
             self._remove_node_dir()
+            self.uids.close()
             raise VmError("no_slot", f"the microvm driver cannot start: {exc}") from exc
-        self.accel, self.accel_reason, self._gid = self._choose_accel(accel)
+        try:
+            self.accel, self.accel_reason, self._gid = self._choose_accel(accel)
+        except VmError:
+            self._closed = True
+            self.close(force=True)
+            raise
         log.warning("microvm driver: %s (%s)", self.accel, self.accel_reason)
         self._fillers = [
             threading.Thread(target=self._fill, name=f"b3os-microvm-pool-{i}", daemon=True)
@@ -312,9 +325,15 @@ class MicroVmDriver(VmDriver):
                 mounts.unmount(point)
         shutil.rmtree(self.node_dir, ignore_errors=True)
 
-    def close(self) -> None:
+    def _close_fds(self) -> None:
+        for fd in self._fds:
+            os.close(fd)
+        self._fds = []
+
+    def close(self, *, force: bool = False) -> None:
+        """Delete the pooled VMs and everything the driver made (`force`: also when half set up)."""
         with self._cond:
-            if self._closed:
+            if self._closed and not force:
                 return
             self._closed = True
             pool = list(self._pool)
@@ -327,9 +346,7 @@ class MicroVmDriver(VmDriver):
         if not self.cgroups.children():  # the node's group, unless another driver of this process uses it
             with contextlib.suppress(CgroupError):
                 self.cgroups.remove()
-        for fd in self._fds:
-            os.close(fd)
-        self._fds = []
+        self._close_fds()
         self._remove_node_dir()
         self.uids.close()
 

@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import socket
 from pathlib import Path
 
 import pytest
-from nodetest import echo_call, hostile_call
+from nodetest import VM_UID_BASE, echo_call, hostile_call
 
 from node.models import NodeCallResult
 from node.runner import Runner
+from node.vm.base import VmError
+from node.vm.guest import Guest
 from node.vm.microvm import MicroVmDriver
 from node.vm.qemu import kvm_group, qemu_argv
 from node.vm.sandbox import VmLimits
@@ -123,3 +126,21 @@ def test_a_pooled_vms_qemu_runs_as_its_own_uid_in_its_cgroup_under_seccomp(micro
         assert status["Seccomp"].strip() == "2", "QEMU's -sandbox filter is on"
         assert vm.cgroup.pids() == [vm.proc.pid], "QEMU is alone in the VM's cgroup from its start"
         assert "-netdev" not in Path(f"/proc/{vm.proc.pid}/cmdline").read_bytes().split(b"\0")
+
+
+def test_a_driver_that_cannot_have_what_it_is_told_refuses_to_start_and_leaves_nothing(
+    guest: Guest, run_dir: Path
+) -> None:
+    long_dir = run_dir / ("d" * 80)
+    with pytest.raises(VmError, match="is too long for the VMs' sockets"):
+        MicroVmDriver(guest=guest, run_dir=long_dir, pool_size=0, uid_base=VM_UID_BASE + 40)
+    gid, why = kvm_group()
+    if gid is None:  # this host: B3OS_MICROVM_ACCEL=kvm is refused, naming why
+        before = set(run_dir.iterdir())
+        with pytest.raises(VmError, match=re.escape(f"B3OS_MICROVM_ACCEL=kvm, but {why}")):
+            MicroVmDriver(guest=guest, run_dir=run_dir, pool_size=0, uid_base=VM_UID_BASE + 40, accel="kvm")
+        assert set(run_dir.iterdir()) == before
+    else:  # a host whose KVM the VMs' uids can use: a guest boots on it
+        drv = MicroVmDriver(guest=guest, run_dir=run_dir, pool_size=0, uid_base=VM_UID_BASE + 40, accel="kvm")
+        assert drv.accel == "kvm"
+        drv.close()
