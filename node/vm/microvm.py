@@ -188,6 +188,9 @@ class MicroVmDriver(VmDriver):
     def pool_target(self) -> int:
         return self.pool_size
 
+    def boots_ms(self) -> list[float]:
+        return list(self.boot_ms)
+
     def tool_tree(self, src: Path) -> tuple[list[dict[str, Any]], bytes]:
         """An installed tool's entries and bytes for the guest (an installed version never changes, so
         they are kept for the next calls; the key has the tree's mtime in case it was installed again).

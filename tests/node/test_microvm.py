@@ -8,11 +8,15 @@ import base64
 import os
 import re
 import socket
+import statistics
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from nodetest import VM_UID_BASE, echo_call, hostile_call
+from prometheus_client import generate_latest
 
+from node.metrics import NodeMetrics
 from node.models import NodeCallResult
 from node.runner import Runner
 from node.vm.base import VmError
@@ -144,3 +148,14 @@ def test_a_driver_that_cannot_have_what_it_is_told_refuses_to_start_and_leaves_n
         drv = MicroVmDriver(guest=guest, run_dir=run_dir, pool_size=0, uid_base=VM_UID_BASE + 40, accel="kvm")
         assert drv.accel == "kvm"
         drv.close()
+
+
+def test_the_nodes_metrics_give_the_microvms_median_boot(
+    microvm: MicroVmDriver, microvm_runner: Runner
+) -> None:
+    microvm.settle()
+    state = SimpleNamespace(runner=microvm_runner, settings=SimpleNamespace(slots=4), in_flight=0)
+    text = generate_latest(NodeMetrics(lambda: state).registry).decode()
+    boot = next(line for line in text.splitlines() if line.startswith("b3os_node_vm_boot_seconds "))
+    assert float(boot.split()[1]) == statistics.median(microvm.boot_ms) / 1000 > 0
+    assert "b3os_node_pool_size 2.0" in text
