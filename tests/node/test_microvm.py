@@ -13,13 +13,17 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from jstest import install_js, js_call
 from nodetest import VM_UID_BASE, echo_call, hostile_call
 from prometheus_client import generate_latest
 
+from node.cache import InstallCache
+from node.js.runtime import prepare_runtime
 from node.metrics import NodeMetrics
 from node.models import NodeCallResult
 from node.runner import Runner
 from node.vm.base import VmError
+from node.vm.bwrap import BwrapDriver
 from node.vm.guest import Guest
 from node.vm.microvm import MicroVmDriver
 from node.vm.qemu import kvm_group, qemu_argv
@@ -159,3 +163,16 @@ def test_the_nodes_metrics_give_the_microvms_median_boot(
     boot = next(line for line in text.splitlines() if line.startswith("b3os_node_vm_boot_seconds "))
     assert float(boot.split()[1]) == statistics.median(microvm.boot_ms) / 1000 > 0
     assert "b3os_node_pool_size 2.0" in text
+
+
+def test_on_a_microvm_node_js_actions_run_in_the_sandbox_driver(
+    microvm: MicroVmDriver, driver: BwrapDriver, cache: InstallCache
+) -> None:
+    install_js(cache)
+    runner = Runner(microvm, cache, slots=2, js_runtime=prepare_runtime(cache.root), js_driver=driver)
+    microvm.settle()
+    pooled = {vm.id for vm in list(microvm._pool)}
+    result = runner.call(js_call("echo", {"a": 1}))
+    assert result.ok, result.error
+    assert result.output is not None and result.output["input"] == {"a": 1}
+    assert {vm.id for vm in list(microvm._pool)} == pooled, "no microVM was taken for the js call"
