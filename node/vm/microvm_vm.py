@@ -17,7 +17,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -227,30 +227,35 @@ class MicroVm(Vm):
             entries, data = self._driver.tool_tree(src)
         except OSError as exc:
             raise VmError("unpack", f"the tool's files could not be read: {exc.strerror}") from exc
+        # the tree is the cache's and fine: what fails from here is the VM's, a `copy` (`unpack` would
+        # drop the version from the cache)
         try:
             answer, _ = self._ask({"op": "tool", "entries": entries}, data)
             if "error" not in answer:
                 answer, _ = self._ask({"op": "unpack"})
         except ChannelClosed as exc:
-            raise VmError("unpack", f"the tool's files could not be put in the VM: {exc}") from exc
+            raise VmError("copy", f"the tool's files could not be put in the VM: {exc}") from exc
         if "error" in answer:
-            raise VmError("unpack", f"the tool's files could not be written at /tool: {answer['error']}")
+            raise VmError("copy", f"the tool's files could not be written at /tool: {answer['error']}")
 
     def run(self, cmd: Sequence[str], stdin: bytes, *, timeout_s: float, max_stdout: int) -> RunResult:
         if timeout_s <= 0:
             raise VmError("no_slot", "the call's time ran out before its command could start")
         assert self.channel is not None
-        deadline = time.monotonic() + timeout_s
+        started = time.monotonic()
+        deadline = started + timeout_s
+        meter = self._vm_meter()
         try:
             self.channel.send({"op": "run", "cmd": list(cmd), "max_stdout": max_stdout}, stdin)
             answer, stdout = self.channel.receive(deadline)
         except TimeoutError:
+            usage = meter()
             self.kill()
-            return RunResult(started=True, timed_out=True)
+            return RunResult(started=True, timed_out=True, usage=usage)
         except ChannelClosed:
             if self._killed.is_set():  # cancelled: the VM was killed under the command
-                return RunResult(started=True, signal=9)
-            return RunResult(started=True, lost=True)
+                return RunResult(started=True, signal=9, usage=meter())
+            return RunResult(started=True, lost=True, usage=meter())
         if not answer.get("started"):
             return RunResult(
                 started=False,
@@ -271,6 +276,27 @@ class MicroVm(Vm):
             oom_killed=bool(answer.get("oom_killed")),
             usage=usage,
         )
+
+    def _vm_meter(self) -> Callable[[], Usage]:
+        """What the VM (QEMU's cgroup) used from now until the returned function is called: the usage of a
+        call whose guest could not say its command's own (timed out, cancelled, the VM gone)."""
+        started = time.monotonic()
+        try:
+            cpu0, mem0 = self.cgroup.cpu_ns(), self.cgroup.memory_bytes()
+        except CgroupError:
+            cpu0, mem0 = None, 0
+
+        def used() -> Usage:
+            if cpu0 is None:
+                return Usage(1, 1)
+            try:
+                cpu, mem = self.cgroup.cpu_ns() - cpu0, self.cgroup.memory_bytes() - mem0
+            except CgroupError:
+                return Usage(1, 1)
+            ms = (time.monotonic() - started) * 1000
+            return Usage(max(1, math.ceil(cpu / 1e6)), max(1, math.ceil(max(mem, 0) / (1 << 30) * ms)))
+
+        return used
 
     def collect(self, names: Sequence[str], *, max_total: int) -> dict[str, bytes]:
         if not names:

@@ -84,6 +84,7 @@ def test_a_tool_has_no_network_and_past_its_time_is_tool_timed_out(microvm_runne
             listener.accept()
     result = microvm_runner.call(echo_call("fail", {"mode": "sleep", "seconds": 30}, timeout_ms=3000))
     assert _err(result)["code"] == "tool_timed_out" and result.ran
+    assert result.usage["vcpu_ms"] >= 1 and result.usage["gib_ms"] >= 1, "a command that ran is metered"
 
 
 def test_a_version_that_is_not_installed_is_pack_unavailable_and_charged_nothing(

@@ -212,3 +212,10 @@ def test_a_tool_sees_no_host_file_no_node_secret_and_no_other_process(
     assert out["files"]["/proc/cmdline"] == ""
     assert out["files"]["/etc/resolv.conf"] == "# a VM has no network, so no resolver\n"
     assert out["fds"] == [0, 1, 2, 3]
+
+
+def test_a_cpu_spin_times_out_and_gets_one_vcpu_only(microvm_runner: Runner) -> None:
+    result = microvm_runner.call(hostile_call("spin", timeout_ms=3000))
+    assert _err(result)["code"] == "tool_timed_out"
+    # QEMU's cgroup holds the VM to one vCPU (its quota): two spinning processes get one CPU's time
+    assert 100 <= result.usage["vcpu_ms"] <= 3600
