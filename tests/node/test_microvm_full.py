@@ -85,7 +85,9 @@ def test_a_tool_missing_from_the_cache_is_tool_failed_unpack(
 ) -> None:
     tool = install_tree(cache, ECHO, ECHO_TOOL, version="1.0.2")
     shutil.rmtree(tool)
-    result = microvm_runner.call(echo_call("noop", {}).model_copy(update={"version": "1.0.2"}))
+    result = microvm_runner.call(
+        echo_call("noop", {}, timeout_ms=30_000).model_copy(update={"version": "1.0.2"})
+    )
     err = _err(result)
     assert (result.ran, err["code"], err["reason"]) == (False, "tool_failed", "unpack")
     assert err["message"] == "the tool's unpacked files are missing from the node's install cache"
