@@ -8,6 +8,9 @@ import os
 import stat
 from pathlib import Path
 
+import pytest
+
+from cli.main import main
 from node.vm import cpio
 from node.vm.guest import Guest, build_guest, find_guest
 
@@ -63,3 +66,16 @@ def test_the_guest_is_cached_by_its_inputs_and_rebuilds_to_the_same_bytes(
     for path in (b"init\0", b"etc/b3os-modules\0", b"virtio_console.ko\0", b"usr/bin/jq\0", b"python3.11\0"):
         assert path in archive
     assert b"usr/bin/apt-get\0" not in archive
+
+
+def test_build_guest_says_what_is_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    deb = tmp_path / "none.deb"
+    assert main(["node", "build-guest", "--kernel-deb", str(deb)]) == 2
+    assert capsys.readouterr().err == f"b3os node build-guest: --kernel-deb {deb} is not a file\n"
+    monkeypatch.setenv("B3OS_BASE_DIR", str(tmp_path / "base"))
+    assert main(["node", "build-guest", "--guest-dir", str(tmp_path / "guest")]) == 1
+    assert capsys.readouterr().err == (
+        f"b3os node build-guest: no base template in {tmp_path / 'base'}: run `b3os node build-base` first\n"
+    )
