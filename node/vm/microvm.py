@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 import secrets
 import shutil
 import threading
@@ -51,7 +50,7 @@ from node.vm.launcher import LauncherError, build_launcher
 from node.vm.microvm_vm import ChannelClosed, MicroVm, tree_entries
 from node.vm.qemu import kvm_group, qemu_argv
 from node.vm.sandbox import VmLimits
-from node.vm.stale import pid_alive
+from node.vm.stale import cleanup_stale
 from node.vm.uids import UidPool
 
 log = logging.getLogger("b3os.node.vm")
@@ -63,7 +62,6 @@ BOOT_S = 60.0  # how long a guest may take to boot (TCG on a busy host)
 PROBE_S = 10.0  # how long the KVM probe's guest may take (KVM boots in well under a second)
 QEMU_OVERHEAD_MB = 256  # QEMU's own memory beside the guest's (its 64 MiB of translated code under TCG)
 QEMU_PIDS = 64
-_STALE = re.compile(r"^microvm-(\d+)-[0-9a-f]+$")
 
 
 class MicroVmDriver(VmDriver):
@@ -126,7 +124,8 @@ class MicroVmDriver(VmDriver):
             (self.limits.memory_mb + QEMU_OVERHEAD_MB) << 20, self.limits.vcpu, QEMU_PIDS
         )
         run_dir.mkdir(parents=True, exist_ok=True)
-        _remove_stale(run_dir)
+        for line in cleanup_stale(run_dir):
+            log.warning("removed what a dead node left: %s", line)
         self._fds: list[int] = []
         try:
             make_dir(self.node_dir, 0o711)
@@ -356,15 +355,3 @@ class MicroVmDriver(VmDriver):
 
 class _NoUid(Exception):
     """Every VM uid is in use."""
-
-
-def _remove_stale(run_dir: Path) -> None:
-    """Remove the `microvm-<pid>-<hex>` directories of dead nodes (their QEMUs died with their cgroups)."""
-    for path in run_dir.iterdir():
-        found = _STALE.match(path.name)
-        if found and not pid_alive(int(found.group(1))):
-            for point in mounts.mounts_under(path):
-                with contextlib.suppress(mounts.MountError):
-                    mounts.unmount(point)
-            shutil.rmtree(path, ignore_errors=True)
-            log.warning("removed what a dead node left: %s", path)

@@ -28,6 +28,7 @@ from node.vm.guest import Guest
 from node.vm.microvm import MicroVmDriver
 from node.vm.qemu import kvm_group, qemu_argv
 from node.vm.sandbox import VmLimits
+from node.vm.stale import cleanup_stale
 
 
 def _err(result: NodeCallResult) -> dict:
@@ -177,3 +178,11 @@ def test_on_a_microvm_node_js_actions_run_in_the_sandbox_driver(
     assert result.ok, result.error
     assert result.output is not None and result.output["input"] == {"a": 1}
     assert {vm.id for vm in list(microvm._pool)} == pooled, "no microVM was taken for the js call"
+
+
+def test_a_dead_microvm_nodes_directory_is_removed_and_a_live_ones_kept(tmp_path: Path) -> None:
+    dead, live = tmp_path / "microvm-999999999-0a1b2c", tmp_path / f"microvm-{os.getpid()}-0a1b2c"
+    for path in (dead, live):
+        (path / "mvm-0123456789ab").mkdir(parents=True)
+    assert cleanup_stale(tmp_path) == [f"{dead} (0 mounts)"]
+    assert not dead.exists() and live.exists()
