@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-DEB_PACKAGES := bubblewrap debootstrap postgresql iproute2 jq gcc libc6-dev chromium
+DEB_PACKAGES := bubblewrap debootstrap postgresql iproute2 jq gcc libc6-dev chromium qemu-system-x86
 PYTHON ?= python3
 
 TS_SDK := sdk/typescript

@@ -264,6 +264,9 @@ class NodeHeartbeat(NodeBase):
 
     slots_total: Integral = Field(ge=1, le=NODE_SLOTS_MAX)
     slots_free: Integral = Field(ge=0, le=NODE_SLOTS_MAX)
+    isolation: str | None = Field(
+        default=None, max_length=40, schema_extra={"pattern": r"^(sandbox|microvm/(kvm|tcg))$"}
+    )  # what isolates the node's calls (B3OS_NODE_DRIVER, and its accelerator); checked, not stored
 
     @model_validator(mode="after")
     def _free_within_total(self) -> NodeHeartbeat:

@@ -67,10 +67,11 @@ def record_heartbeat(session: Session, *, beat: NodeHeartbeat) -> Node:
     """Register a node or refresh what it says about itself (commits)."""
     for _ in range(2):
         node = session.get(Node, beat.node_id)
+        said = beat.model_dump(exclude={"isolation"})
         if node is None:
-            node = Node.model_validate(beat.model_dump())
+            node = Node.model_validate(said)
         else:
-            for name, value in beat.model_dump().items():
+            for name, value in said.items():
                 setattr(node, name, value)
         node.last_seen = utcnow()
         session.add(node)

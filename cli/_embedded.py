@@ -92,19 +92,25 @@ class Embedded:
 
 
 def check_node_can_run() -> None:
-    """The node needs root and the base template.
+    """The node needs root and the base template (and with B3OS_NODE_DRIVER=microvm its guest).
 
     Raises:
         StackError: not root, or no base template (the sentence says what to run).
     """
     from node.config import Settings as NodeSettings
     from node.template import is_built
+    from node.vm.guest import find_guest
 
     if os.geteuid() != 0:
         raise StackError("the node needs root (namespaces, cgroups, mounts): run this as root")
-    base_dir = NodeSettings().base_dir
+    settings = NodeSettings()
+    base_dir = settings.base_dir
     if not is_built(base_dir):
         raise StackError(f"no base template in {base_dir}: run `b3os node build-base` once (about a minute)")
+    if settings.node_driver == "microvm" and find_guest(settings.guest_dir) is None:
+        raise StackError(
+            f"B3OS_NODE_DRIVER=microvm, but no guest in {settings.guest_dir}: run `b3os node build-guest`"
+        )
 
 
 def start_embedded(

@@ -29,6 +29,7 @@ COMMANDS: dict[tuple[str | None, str], str] = {
     ("admin", "migrate"): "cli.admin_migrate",
     ("node", "run"): "cli.node_run",
     ("node", "build-base"): "cli.node_build_base",
+    ("node", "build-guest"): "cli.node_build_guest",
     ("node", "clean"): "cli.node_clean",
     ("node", "credential"): "cli.node_credential",
     ("egress", "run"): "cli.egress_run",

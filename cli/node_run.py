@@ -2,7 +2,9 @@
 
 Reads B3OS_* settings: B3OS_NODE_ID and B3OS_NODE_CREDENTIAL are required (from `b3os node credential
 issue NODE_ID` on the api's database); B3OS_API_URL turns on heartbeat and registry sync.
-Needs root (namespaces, cgroups, mounts) and the base template (`b3os node build-base`).
+Needs root (namespaces, cgroups, mounts) and the base template (`b3os node build-base`); with
+B3OS_NODE_DRIVER=microvm also QEMU and the guest (`b3os node build-guest`). Says at start what isolates
+its calls (`sandbox`, `microvm/kvm` or `microvm/tcg`, and why), as its heartbeat does.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from cli.http_limits import bounded_http
-    from node.app import create_app, make_driver
+    from node.app import create_app, isolation, make_driver
     from node.config import Settings
     from node.template import is_built
     from node.vm.base import VmError
@@ -56,6 +58,8 @@ def run(args: argparse.Namespace) -> int:
     except VmError as exc:
         print(f"b3os node run: {exc.message}", file=sys.stderr)
         return 1
+    what, why = isolation(driver)
+    print(f"b3os node run: calls run in {what} ({why})", file=sys.stderr, flush=True)
     try:
         app = create_app(settings, port=args.port, driver=driver)
     except BaseException:

@@ -40,8 +40,10 @@ from node.proven import Proven
 from node.runner import InvalidCall, Runner
 from node.sync import RegistrySync
 from node.template import rootfs_path
-from node.vm.base import VmDriver
+from node.vm.base import VmDriver, VmError
 from node.vm.bwrap import BwrapDriver, HostShare
+from node.vm.guest import find_guest
+from node.vm.microvm import MicroVmDriver
 from node.vm.sandbox import VmLimits
 from telemetry import logs, tracing
 from telemetry.config import TelemetrySettings
@@ -51,7 +53,11 @@ log = logging.getLogger("b3os.node")
 
 
 def make_driver(settings: Settings) -> VmDriver:
-    """The bwrap driver sized by the settings."""
+    """The driver `B3OS_NODE_DRIVER` names (the sandbox's bwrap by default), sized by the settings.
+
+    Raises:
+        VmError: reason "no_slot": the driver cannot start (the message says why).
+    """
     limits = VmLimits(
         memory_mb=settings.memory_mb,
         vcpu=settings.vcpu,
@@ -60,6 +66,21 @@ def make_driver(settings: Settings) -> VmDriver:
         in_kb=settings.in_kb,
         out_kb=settings.out_kb,
     )
+    host_share = HostShare(settings.vm_weight, settings.host_reserve_cpus)
+    if settings.node_driver == "microvm":
+        guest = find_guest(settings.guest_dir)
+        if guest is None:
+            raise VmError("no_slot", f"no microvm guest in {settings.guest_dir}: run `b3os node build-guest`")
+        return MicroVmDriver(
+            guest=guest,
+            run_dir=settings.run_dir,
+            limits=limits,
+            pool_size=settings.microvm_pool_size,
+            slots=settings.slots,
+            uid_base=settings.vm_uid_base,
+            accel=settings.microvm_accel,
+            host_share=host_share,
+        )
     return BwrapDriver(
         base_rootfs=rootfs_path(settings.base_dir),
         run_dir=settings.run_dir,
@@ -67,8 +88,26 @@ def make_driver(settings: Settings) -> VmDriver:
         pool_size=settings.pool_size,
         slots=settings.slots,
         uid_base=settings.vm_uid_base,
-        host_share=HostShare(settings.vm_weight, settings.host_reserve_cpus),
+        host_share=host_share,
     )
+
+
+def make_js_driver(settings: Settings) -> VmDriver | None:
+    """Beside the microvm driver, the sandbox driver for js actions (the guest has no Node.js), with a pool
+    of one; None (js calls then fail `exec`, logged) when it cannot start."""
+    try:
+        return make_driver(settings.model_copy(update={"node_driver": "sandbox", "pool_size": 1}))
+    except VmError as exc:
+        log.warning("js actions cannot run here: %s", exc.message)
+        return None
+
+
+def isolation(driver: VmDriver) -> tuple[str, str]:
+    """What isolates this node's calls, as its heartbeat says it (`sandbox`, `microvm/kvm`,
+    `microvm/tcg`), and why that accelerator."""
+    if isinstance(driver, MicroVmDriver):
+        return f"microvm/{driver.accel}", driver.accel_reason
+    return "sandbox", "bubblewrap namespaces, cgroups and a seccomp filter"
 
 
 class NodeState:
@@ -123,6 +162,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         logs.install()  # here: uvicorn has set up its logging by now
         drv = driver or make_driver(settings)
+        js_drv = make_js_driver(settings) if isinstance(drv, MicroVmDriver) else None
         cache = InstallCache(settings.cache_dir)
         try:
             js_runtime: Path | None = prepare_runtime(settings.cache_dir, settings.node_bin)
@@ -136,6 +176,7 @@ def create_app(
             memory_mb=settings.memory_mb,
             js_runtime=js_runtime,
             egress_url=settings.egress_url,
+            js_driver=js_drv,
         )
         state = NodeState(settings, runner, None)
         if settings.api_url:
@@ -147,6 +188,7 @@ def create_app(
                 node_url=settings.node_url or f"http://127.0.0.1:{port}",
                 slots_total=settings.slots,
                 slots_free=state.slots_free,
+                isolation=isolation(drv)[0],
             )
             state.sync.start(settings.heartbeat_s)
         app.state.node = state
@@ -157,6 +199,8 @@ def create_app(
             if state.sync is not None:
                 state.sync.stop()
             runner.js.close()
+            if js_drv is not None:
+                js_drv.close()
             if driver is None or close_driver:
                 drv.close()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -32,6 +33,19 @@ class Settings(BaseSettings):
     )
     base_dir: Path = Field(
         default=B3OS_HOME / "base", description="Where the base template rootfs is cached."
+    )
+    node_driver: Literal["sandbox", "microvm"] = Field(
+        default="sandbox",
+        description="How a hosted tool's call is isolated: sandbox (bubblewrap) or microvm (QEMU).",
+    )
+    guest_dir: Path = Field(
+        default=B3OS_HOME / "guest", description="Where the microvm guest is built (b3os node build-guest)."
+    )
+    microvm_accel: Literal["auto", "kvm", "tcg"] = Field(
+        default="auto", description="The microvm driver's accelerator: auto (KVM when a guest boots on it)."
+    )
+    microvm_pool_size: int = Field(
+        default=2, ge=0, le=16, description="Booted microVMs kept ahead of calls (each used for one call)."
     )
     cache_dir: Path = Field(default=B3OS_HOME / "node" / "cache", description="The install cache of tools.")
     run_dir: Path = Field(

@@ -4,6 +4,7 @@
     b3os_node_slots_in_use          calls running now
     b3os_node_pool_ready            VMs prepared ahead, waiting for a call
     b3os_node_pool_size             VMs the pool keeps prepared (`pool_size`)
+    b3os_node_vm_boot_seconds       the median boot of the last 64 microVMs (microvm driver only)
     b3os_node_calls_total{outcome}  calls answered: ok, a tool error code, node_busy, invalid_request
     b3os_node_call_duration_seconds calls run, from request to result
 
@@ -12,6 +13,7 @@ The gauges are read when scraped (nothing on the call path); each app has its ow
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -65,6 +67,12 @@ class _Gauges(Collector):
             ("b3os_node_pool_size", "VMs the pool keeps prepared.", driver.pool_target()),
         ):
             yield GaugeMetricFamily(name, text, value=value)
+        boots = driver.boots_ms()
+        if boots:
+            median = statistics.median(boots) / 1000
+            yield GaugeMetricFamily(
+                "b3os_node_vm_boot_seconds", "Median boot of the last microVMs.", value=median
+            )
 
     def describe(self) -> Iterator[GaugeMetricFamily]:
         return iter(())

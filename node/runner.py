@@ -126,8 +126,10 @@ class Runner:
         memory_mb: int = 512,
         js_runtime: Path | None = None,
         egress_url: str | None = None,
+        js_driver: VmDriver | None = None,
     ) -> None:
         self.driver = driver
+        self.js_driver = js_driver or driver  # the microvm guest has no Node.js: js calls keep the sandbox
         self.js = JsCalls(js_runtime, egress_url)  # node/js/: the runtime and where fetches are relayed
         self.cache = cache
         self.slots = slots
@@ -225,7 +227,7 @@ class Runner:
             self._deadlines[token] = deadline
         try:
             with clock.phase("start"):
-                vm = self.driver.claim(deadline)
+                vm = (self.driver if call.js is None else self.js_driver).claim(deadline)
             with self._lock:
                 held.vm = vm
                 self._share(call.tenant or f"call:{call.call_id}", joining=vm)

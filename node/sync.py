@@ -52,9 +52,11 @@ class RegistrySync:
         node_url: str,
         slots_total: int,
         slots_free: Callable[[], int],
+        isolation: str | None = None,
         client: httpx.Client | None = None,
     ) -> None:
         self.cache = cache
+        self.isolation = isolation  # "sandbox" or "microvm/<accel>", said in every heartbeat
         self.node_id, self.node_url = node_id, node_url
         self.slots_total, self._slots_free = slots_total, slots_free
         self._client = client or httpx.Client(
@@ -92,6 +94,8 @@ class RegistrySync:
             "slots_free": self._slots_free(),
             "installed": self.cache.installed(),
         }
+        if self.isolation:
+            body["isolation"] = self.isolation
         self._client.post("/v1/nodes/heartbeat", json=body).raise_for_status()
 
     def sync_once(self) -> list[str]:

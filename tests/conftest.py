@@ -84,6 +84,7 @@ FIRST = (
     "test_api_docs",
     "stack.test_stack_embedded",
     "test_api_json_limits",
+    "test_microvm",
 )
 """Groups and modules sent out before everything else (`make test` runs xdist with
 `--no-loadscope-reorder`), the longest first: so that they run beside the rest, not after it."""

@@ -175,6 +175,10 @@ class VmDriver(ABC):
         """How many VMs the driver keeps prepared ahead."""
         return 0
 
+    def boots_ms(self) -> list[float]:
+        """How long its last VMs took to boot, in ms (empty for a driver whose VMs do not boot)."""
+        return []
+
 
 class PhaseClock:
     """Times the phases of one call in milliseconds."""

@@ -1,8 +1,9 @@
 """What nodes that died (SIGKILL, a crash, a power cut) left behind, and its removal.
 
 A node names everything it makes by its pid: `<run dir>/node-<pid>/` (its VMs' directories, with their
-tmpfs and bind mounts) and `b3os-node-<pid>` cgroups (one per v1 hierarchy, or one v2 group, each with
-a `vm-*` group per VM). A node removes all of it at a clean stop (SIGTERM). What a dead node left is
+tmpfs and bind mounts; a microvm driver's is `microvm-<pid>-<hex>/`, with its VMs' sockets) and
+`b3os-node-<pid>` cgroups (one per v1 hierarchy, or one v2 group, each with a `vm-*` or `mvm-*` group
+per VM). A node removes all of it at a clean stop (SIGTERM). What a dead node left is
 removed by the next node that starts on the same run dir (`cleanup_stale`), or by an operator with
 `b3os node clean --run-dir DIR` (any run dir, and dead nodes' cgroups wherever they sit). Only what
 belongs to a pid with no live process is touched.
@@ -19,8 +20,12 @@ from pathlib import Path
 from node.vm import mounts
 from node.vm.cgroups import CallCgroup, CgroupError, hierarchy_points
 
-_NODE_DIR = re.compile(r"^node-(\d+)$")
+_NODE_DIR = re.compile(r"^node-(\d+)$|^microvm-(\d+)-[0-9a-f]+$")  # the sandbox driver's, the microvm's
 _NODE_CGROUP = re.compile(r"^b3os-node-(\d+)$")
+
+
+def _pid(match: re.Match[str]) -> int:
+    return int(match.group(1) or match.group(2))
 
 
 def pid_alive(pid: int) -> bool:
@@ -35,13 +40,13 @@ def pid_alive(pid: int) -> bool:
 
 
 def dead_node_dirs(run_dir: Path) -> list[Path]:
-    """The `node-<pid>` directories under `run_dir` whose node process is gone."""
+    """The `node-<pid>` (and `microvm-<pid>-<hex>`) directories under `run_dir` whose node is gone."""
     if not run_dir.is_dir():
         return []
     found = []
     for entry in sorted(run_dir.iterdir()):
         match = _NODE_DIR.match(entry.name)
-        if match and entry.is_dir() and not pid_alive(int(match.group(1))):
+        if match and entry.is_dir() and not pid_alive(_pid(match)):
             found.append(entry)
     return found
 
@@ -91,7 +96,9 @@ def cleanup_stale(run_dir: Path) -> list[str]:
     pids: set[int] = set()
     for entry in dead_node_dirs(run_dir):
         count = remove_node_dir(entry)
-        pids.add(int(entry.name.removeprefix("node-")))
+        match = _NODE_DIR.match(entry.name)
+        assert match is not None
+        pids.add(_pid(match))
         removed.append(f"{entry} ({count} mounts)")
     if pids:
         removed += clean_cgroups(pids)

@@ -167,6 +167,18 @@ def test_a_bad_heartbeat_names_its_field(client: TestClient, node_headers: dict[
     assert r.status_code == 400 and r.json()["error"]["field"] == "node_id"
     r = client.get("/v1/nodes/registry", params={"after": "x"}, headers=node_headers)
     assert r.status_code == 400 and r.json()["error"]["field"] == "query.after"
+    r = client.post("/v1/nodes/heartbeat", headers=node_headers, json={**beat, "isolation": "microvm/qemu"})
+    assert r.status_code == 400 and r.json()["error"]["field"] == "isolation"
+
+
+@pytest.mark.parametrize("isolation", ["sandbox", "microvm/kvm", "microvm/tcg"])
+def test_a_heartbeat_says_what_isolates_the_nodes_calls(
+    client: TestClient, node_headers: dict[str, str], isolation: str
+) -> None:
+    r = client.post(
+        "/v1/nodes/heartbeat", headers=node_headers, json={**_beat("node-test", 1), "isolation": isolation}
+    )
+    assert r.status_code == 200 and r.json()["slots_free"] == 1
 
 
 def test_b3os_node_credential_issues_lists_and_revokes(

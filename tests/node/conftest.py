@@ -18,6 +18,8 @@ from node.js.runtime import prepare_runtime
 from node.runner import Runner
 from node.template import build_base, rootfs_path
 from node.vm.bwrap import BwrapDriver
+from node.vm.guest import Guest, build_guest
+from node.vm.microvm import MicroVmDriver
 
 
 @pytest.fixture(scope="session")
@@ -68,3 +70,24 @@ def js_runner(driver: BwrapDriver, cache: InstallCache) -> Runner:
     """A runner with the JS runtime, and the test js pack (tests/node/jspack) installed."""
     install_js(cache)
     return Runner(driver, cache, slots=8, js_runtime=prepare_runtime(cache.root))
+
+
+@pytest.fixture(scope="session")
+def guest(base_rootfs: Path) -> Guest:
+    """The microvm guest (`b3os node build-guest`), built when missing or stale (its kernel package is
+    downloaded once, ~27 MB; a build takes a few seconds, a cached one a second to check)."""
+    return build_guest(Settings().guest_dir, base_rootfs.parent)
+
+
+@pytest.fixture(scope="module")
+def microvm(guest: Guest, run_dir: Path) -> Iterator[MicroVmDriver]:
+    """A microvm driver with a pool of 2 booted VMs, one per test module (a TCG boot takes a core for
+    seconds: the module's tests share the pool, and xdist keeps a module on one worker)."""
+    drv = MicroVmDriver(guest=guest, run_dir=run_dir, pool_size=2, uid_base=VM_UID_BASE + 48)
+    yield drv
+    drv.close()
+
+
+@pytest.fixture(scope="module")
+def microvm_runner(microvm: MicroVmDriver, cache: InstallCache) -> Runner:
+    return Runner(microvm, cache, slots=4)

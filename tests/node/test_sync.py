@@ -145,6 +145,7 @@ def _sync(url: str, cache: InstallCache) -> RegistrySync:
         node_url="http://127.0.0.1:9",
         slots_total=8,
         slots_free=lambda: 8,
+        isolation="microvm/tcg",
     )
 
 
@@ -162,6 +163,7 @@ def test_a_signed_version_is_installed_reported_and_callable(
         "slots_total": 8,
         "slots_free": 8,
         "installed": ["com.example.tools/echo@1.2.0"],
+        "isolation": "microvm/tcg",
     }
     result = Runner(driver, sync_cache).call(echo_call("noop", {}).model_copy(update={"version": "1.2.0"}))
     assert result.ok, result.error

@@ -222,12 +222,13 @@ def _read_lines(pipe: Iterator[str], into: list[str], ready: threading.Event | N
 
 
 @contextlib.contextmanager
-def running_dev(prefix: str = "b3os-dev-") -> Iterator[Dev]:
-    """`b3os dev` on free loopback ports in a fresh directory, ready; SIGTERM at the end."""
+def running_dev(prefix: str = "b3os-dev-", **extra_env: str) -> Iterator[Dev]:
+    """`b3os dev` on free loopback ports in a fresh directory (`extra_env` in its environment), ready;
+    SIGTERM at the end."""
     root = Path(tempfile.mkdtemp(prefix=prefix))
     os.chmod(root, 0o711)
     ports = {flag: free_port() for flag in DEV_PORT_FLAGS}
-    env = clean_env(B3OS_KEYS_DIR=str(root / "keys"))
+    env = clean_env(B3OS_KEYS_DIR=str(root / "keys"), **extra_env)
     flags = [a for flag, port in ports.items() for a in (flag, str(port))]
     argv = [sys.executable, "-m", "cli", "dev", *flags]
     process = subprocess.Popen(

@@ -1320,6 +1320,8 @@ export interface components {
             slots_free: number;
             /** Installed */
             installed?: string[];
+            /** Isolation */
+            isolation?: string | null;
         };
         /** NodePublic */
         NodePublic: {
