@@ -55,8 +55,8 @@ class Problem(NamedTuple):
     message: str
 
 
-class RoutineError(EngineError):
-    """A routine file has problems; `str()` lists each as `file:line:column: message`."""
+class FileProblems(EngineError):
+    """A file has problems; `str()` lists each as `file:line:column: message`."""
 
     def __init__(self, filename: str, problems: list[Problem]) -> None:
         self.filename = filename
@@ -66,6 +66,10 @@ class RoutineError(EngineError):
     def lines(self) -> list[str]:
         """Each problem as `file:line:column: message`."""
         return [f"{self.filename}:{p.line}:{p.column}: {p.message}" for p in self.problems]
+
+
+class RoutineError(FileProblems):
+    """A routine file has problems; `str()` lists each as `file:line:column: message`."""
 
 
 class RoutineInputError(EngineError):

@@ -31,9 +31,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from engine.errors import EngineError
 from engine.routine import Routine
-from engine.validate import Problem, RoutineInputError, resolve_inputs
+from engine.validate import FileProblems, Problem, RoutineInputError, resolve_inputs
 from engine.yaml_positions import Located, YamlRefused, compose
 from packs.checks_util import render, same
 from packs.fixtures import error_problems
@@ -42,17 +41,8 @@ from packs.schemas import schema_errors
 TEST_SUFFIX = ".test.yaml"
 
 
-class CasesError(EngineError):
+class CasesError(FileProblems):
     """A test file has problems; `lines()` gives each as `file:line:column: message`."""
-
-    def __init__(self, filename: str, problems: list[Problem]) -> None:
-        self.filename = filename
-        self.problems = sorted(set(problems))
-        super().__init__("\n".join(self.lines()))
-
-    def lines(self) -> list[str]:
-        """Each problem as `file:line:column: message`."""
-        return [f"{self.filename}:{p.line}:{p.column}: {p.message}" for p in self.problems]
 
 
 class _Strict(BaseModel):
