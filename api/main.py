@@ -53,6 +53,9 @@ from telemetry.scrape import install_metrics
 
 BLOB_PREFIX = "/v1/actions/registry/blobs"
 
+STOP_S = 10.0
+"""How long a stopping api waits for the trigger deliveries' round under way (then cancels it)."""
+
 
 @functools.cache
 def _settle_heap() -> None:
@@ -83,11 +86,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         logs.install()  # here: uvicorn has set up its logging by now
         _settle_heap()
         # trigger events stored before (this api restarted, a start past the limits) start from here on
-        starter = asyncio.create_task(services_of(started.state).deliveries.run_forever())
+        deliveries = services_of(started.state).deliveries
+        starter = asyncio.create_task(deliveries.run_forever())
         yield
-        starter.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await starter
+        # its round ends first: cancelled, a round's thread would hold a connection past the engine's end
+        deliveries.stop()
+        with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+            await asyncio.wait_for(starter, timeout=STOP_S)
         started.state.health.close()
         engine.dispose()
 

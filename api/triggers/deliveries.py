@@ -61,6 +61,7 @@ class Deliveries:
         self._starts = starts
         self._key: bytes | None = None
         self._wake = asyncio.Event()
+        self._stopping = False
 
     def secret(self, subscription_id: str) -> str:
         """The signing secret of a subscription (api.triggers.secrets)."""
@@ -151,9 +152,15 @@ class Deliveries:
 
     # --- starting -------------------------------------------------------------------------------
 
+    def stop(self) -> None:
+        """End `run_forever` after its round under way (whose database work runs in a thread)."""
+        self._stopping = True
+        self._wake.set()
+
     async def run_forever(self) -> None:
-        """Start pending rows at once when woken, and every `trigger_retry_s` (from the api's start)."""
-        while True:
+        """Start pending rows at once when woken, and every `trigger_retry_s` (from the api's start), until
+        `stop`."""
+        while not self._stopping:
             try:
                 await self.start_pending()
             except (OperationalError, InterfaceError) as exc:  # the database away: the next round tries

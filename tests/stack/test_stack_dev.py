@@ -164,18 +164,6 @@ def test_a_second_node_started_by_hand_with_dev_env_joins_the_same_api(dev: Dev)
         engine.dispose()
 
 
-def test_sigterm_stops_every_child_and_their_children(dev: Dev) -> None:
-    children = _descendants({dev.process.pid})
-    assert len(children) >= 4
-    dev.process.send_signal(signal.SIGTERM)
-    assert dev.process.wait(timeout=30) == 0
-    deadline = time.monotonic() + PATIENCE_S
-    while left := [pid for pid in children if running(pid)]:
-        assert time.monotonic() < deadline, f"processes {left} outlived b3os dev"
-        time.sleep(0.02)
-    assert [port for port in dev.ports.values() if port_taken(port)] == []
-
-
 def test_a_taken_port_is_refused_with_a_sentence_naming_it(tmp_path: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -285,3 +273,16 @@ def test_a_signed_github_delivery_starts_the_example_routine_once(dev: Dev) -> N
         "runs"
     ]
     assert [r["run_id"] for r in runs] == [run_id]
+
+
+# last: it stops the module's stack
+def test_sigterm_stops_every_child_and_their_children(dev: Dev) -> None:
+    children = _descendants({dev.process.pid})
+    assert len(children) >= 4
+    dev.process.send_signal(signal.SIGTERM)
+    assert dev.process.wait(timeout=30) == 0
+    deadline = time.monotonic() + PATIENCE_S
+    while left := [pid for pid in children if running(pid)]:
+        assert time.monotonic() < deadline, f"processes {left} outlived b3os dev"
+        time.sleep(0.02)
+    assert [port for port in dev.ports.values() if port_taken(port)] == []
