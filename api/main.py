@@ -118,7 +118,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.blobs = open_blob_store(settings.blob_store, blob_dir=blob_dir, engine=engine)
     install_error_handlers(app, refused=metrics.refused_request)
     app.add_middleware(HeadAsGet, routes=app.router.routes)  # innermost: only the routes see GET
-    app.add_middleware(JsonGuard, exempt_prefixes=(BLOB_PREFIX,))  # inside BodyLimit: sizes are checked first
+    # inside BodyLimit: sizes are checked first; a webhook's body is read as sent (its signature is over it)
+    app.add_middleware(JsonGuard, exempt_prefixes=(BLOB_PREFIX, triggers.HOOK_PATH))
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, exempt_prefixes=(BLOB_PREFIX,))
     app.include_router(health.router)
     for module in (

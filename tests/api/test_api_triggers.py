@@ -185,6 +185,20 @@ async def test_a_forged_or_unsigned_delivery_is_refused_and_recorded(routine_sta
     assert runs_of(routine_stack, org, "triage") == []
     unknown = post(f"{routine_stack.url}/v1/hooks/trg_nosuchsubscription0", body, {})
     assert unknown.status_code == 404
+    # a body that is not JSON (GitHub can send a form) is verified and recorded like any other
+    form = b"payload=%7B%22action%22%3A%22opened%22%7D"
+    headers = {
+        **signed(sub["webhook_secret"], form, "d-form"),
+        "Content-Type": "application/x-www-form-urlencoded",
+    }
+    accepted = post(sub["hook_url"], form, headers)
+    assert accepted.status_code == 202, accepted.text
+    assert [(d["status"], d["reason"]) for d in accepted.json()["deliveries"]] == [
+        ("refused", "the body is not JSON")
+    ]
+    forged_form = post(sub["hook_url"], form, {**headers, "X-Hub-Signature-256": "sha256=" + "0" * 64})
+    assert forged_form.status_code == 401
+    assert len(deliveries(routine_stack, org, sub["id"])) == 5
 
 
 async def test_a_delivery_stored_while_runs_cannot_start_is_started_after_its_api_is_gone(
