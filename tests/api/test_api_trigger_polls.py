@@ -18,7 +18,7 @@ import loopback
 import pytest
 from calls.stack import Org
 from realstack import FREE_ECHO, RoutineStack
-from temporalio.client import ScheduleActionStartWorkflow
+from temporalio.client import ScheduleActionStartWorkflow, ScheduleOverlapPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
 from engine.polls import POLL_WORKFLOW_TYPE, poll_schedule_id
@@ -124,7 +124,7 @@ async def test_polls_start_each_new_issue_once_from_now_through_the_egress_proxy
 
     # issue 3 is new: one run; the next poll sees it again and starts nothing
     answers[:] = [listing(3, 2, 1)]
-    await handle.trigger()
+    await handle.trigger(overlap=ScheduleOverlapPolicy.BUFFER_ONE)  # after a poll still ending
     started = await until(
         lambda: [d for d in rows(routine_stack, org, sub["id"]) if d["event_id"] == "1003" and d["run_id"]],
         "issue 3 started no run",
@@ -133,7 +133,7 @@ async def test_polls_start_each_new_issue_once_from_now_through_the_egress_proxy
     run = await routine_stack.final(org, started[0]["run_id"])
     assert run["steps"]["say"]["output"] == {"text": "new #3 issue 3 in octo/feed"}
     polls = len(seen)
-    await handle.trigger()
+    await handle.trigger(overlap=ScheduleOverlapPolicy.BUFFER_ONE)  # after a poll still ending
     await until(lambda: len(seen) > polls, "no third poll")
     await asyncio.sleep(0.5)
     assert [d["event_id"] for d in rows(routine_stack, org, sub["id"])].count("1003") == 1
@@ -142,7 +142,7 @@ async def test_polls_start_each_new_issue_once_from_now_through_the_egress_proxy
     # the upstream asks to wait: the poll waits its Retry-After, then sees issue 4
     answers[:] = [Reply(429, [("Retry-After", "1")], b'{"message": "rate limited"}'), listing(4, 3, 2, 1)]
     polls = len(seen)
-    await handle.trigger()
+    await handle.trigger(overlap=ScheduleOverlapPolicy.BUFFER_ONE)  # after a poll still ending
     four = await until(
         lambda: [d for d in rows(routine_stack, org, sub["id"]) if d["event_id"] == "1004" and d["run_id"]],
         "issue 4 started no run",
