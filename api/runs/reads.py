@@ -155,19 +155,20 @@ class RunReads:
             Conflict: the run has already ended.
         """
         row = await in_thread(self.get_run, org_id, run_id)
-        if row.status not in FINAL:
-            await self.refresh(row)
+        if row.status not in FINAL:  # asked of Temporal, not of a worker: a busy worker does not slow Ctrl-C
+            client = await self._temporal.client()
+            try:
+                await client.get_workflow_handle(row.workflow_id).cancel()
+            except RPCError as exc:
+                if exc.status != RPCStatusCode.NOT_FOUND:
+                    raise ServiceUnavailable(
+                        f"Temporal did not cancel the run: {exc.message}", retry_after_s=5
+                    ) from exc
+                await self.refresh(row)  # it had ended: its final state is saved and said
         if row.status in FINAL:
             raise Conflict(
                 f"Run {run_id} has already ended ({row.status}).", field="run_id", status_now=row.status
             )
-        client = await self._temporal.client()
-        try:
-            await client.get_workflow_handle(row.workflow_id).cancel()
-        except RPCError as exc:
-            raise ServiceUnavailable(
-                f"Temporal did not cancel the run: {exc.message}", retry_after_s=5
-            ) from exc
         await in_thread(self._mark_cancelled, row.id)
         return row
 

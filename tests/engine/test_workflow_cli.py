@@ -201,7 +201,7 @@ when Ctrl-C reaches it however slow the machine (one call sleeping 20 s ends at 
 async def test_ctrl_c_cancels_the_run_and_exits_130_as_the_help_says(api: Api, tmp_path: Path) -> None:
     (tmp_path / "slow.yaml").write_text(SLOW)
     env = {k: v for k, v in os.environ.items() if not k.startswith("B3OS_")}
-    env.update(B3OS_API_URL=api.url, B3OS_API_KEY=api.key)
+    env.update(B3OS_API_URL=api.url, B3OS_API_KEY=api.key, PYTHONFAULTHANDLER="1")
     # Ctrl-C as a terminal sends it. A suite started in the background by a shell without job control (`cmd &`
     # in a script, as CI may) ignores SIGINT, every child inherits that and Python then installs no
     # KeyboardInterrupt handler: the CLI is started with SIGINT's default action, as from a terminal
@@ -215,7 +215,12 @@ async def test_ctrl_c_cancels_the_run_and_exits_130_as_the_help_says(api: Api, t
     assert started.startswith("run run_") and started.rstrip().endswith(" of slow started"), started
     run_id = started.split()[1]
     proc.send_signal(signal.SIGINT)
-    _, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+    exited = asyncio.ensure_future(proc.communicate())
+    try:
+        _, err = await asyncio.wait_for(asyncio.shield(exited), timeout=60)
+    except TimeoutError:  # where it hangs: SIGABRT makes faulthandler print every thread's stack
+        proc.send_signal(signal.SIGABRT)
+        raise AssertionError(f"no exit 60 s after Ctrl-C:\n{(await exited)[1].decode()}") from None
     assert proc.returncode == 130, err
     assert err.decode().strip() == f"run {run_id} cancelled"
     headers = {"Authorization": f"Bearer {api.key}"}
