@@ -344,7 +344,9 @@ async def test_a_burst_past_the_organizations_run_limit_waits_and_each_event_run
         runs = [first] + [await started(routine_stack, org, sub["id"], i, timeout_s=120) for i in ids[1:]]
         assert len(set(runs)) == 3
         assert (await routine_stack.final(org, first, url=url))["status"] == "cancelled"
-        texts = [(await routine_stack.final(org, r, url=url))["steps"]["say"]["output"]["text"] for r in runs[1:]]
+        texts = [
+            (await routine_stack.final(org, r, url=url))["steps"]["say"]["output"]["text"] for r in runs[1:]
+        ]
         assert texts == ["#2", "#3"]
         assert len(runs_of(routine_stack, org, "slow-triage")) == 3
     finally:
