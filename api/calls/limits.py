@@ -328,8 +328,9 @@ def admit(
 
     `also` adds its writes to that transaction (the service links the call to its Idempotency-Key's
     claim): one write transaction, not two, on a call's path. The call's `started_at` is read from
-    `clock` once the transaction holds its locks, so it is never earlier than the `finished_at` of a
-    call whose slot it took (a time read before waiting for the lock could be).
+    `clock` once the transaction has counted the running calls, so it is never earlier than the
+    `finished_at` of a call whose slot it took (a time read before the count could be: a call's end is
+    written without the node's lock, so it may commit after this transaction took its locks).
 
     Returns:
         The call's row (committed), holding its slots.
@@ -348,6 +349,7 @@ def admit(
             node_id = adm.lane
         else:
             node_id = _pick_node(session, nodes, per_node, settings, now).node_id
+        now = clock()  # read again after the count: never earlier than a counted call's finished_at
         deadline = now + dt.timedelta(milliseconds=adm.timeout_ms, seconds=settings.call_overhead_s)
         call = ActionCall(
             id=adm.call_id,
