@@ -1,6 +1,7 @@
 """The Temporal UI as an operator meets it, in headless Chromium against `b3os dev`'s Temporal UI: a failed
 run's page shows the run's sentence and no stack trace with the server's files, its timeline names each
-step's call by the step's `name:` (or its id), and the Schedules list names each schedule's routine.
+step's call by the step's `name:` (or its id), the Schedules list names each schedule's routine, and a poll
+trigger's subscription shows as its Schedule and its `trigger-poll` workflows.
 
 Each page is screenshot (`<page>.png`) and its DOM dumped (`<page>.html`) under the test's tmp dir.
 """
@@ -12,14 +13,19 @@ import json
 import re
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 import loopback
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
+
+from engine.polls import POLL_WORKFLOW_TYPE
+from engine.polls import poll_schedule_id as poll_schedule_id_of
 
 from .stacktest import REPO, Dev, running_dev
 from .stacktest import b3os_process as _b3os
@@ -54,6 +60,8 @@ class FailedRun:
     workflow_id: str
     temporal_run_id: str
     schedule_id: str
+    poll_schedule_id: str
+    subscription_id: str
 
 
 @pytest.fixture(scope="module")
@@ -70,13 +78,32 @@ def failed_run() -> Iterator[FailedRun]:
         made = _b3os(dev.root, dev.env, "routine", "schedule", "ui-check", "--cron", "0 0 1 1 *")
         assert made.returncode == 0, made.stderr
         schedule_id = made.stdout.split()[1]
+        # the example poll routine, stored by running it by hand: its subscription's Schedule, polled once now
+        shutil.copy(REPO / "examples" / "routines" / "watch-issues.yaml", dev.root / "watch-issues.yaml")
+        watched = _b3os(dev.root, dev.env, "routine", "run", "watch-issues.yaml")
+        assert watched.returncode == 0, (watched.stdout, watched.stderr)
+        (sub,) = loopback.get(
+            f"{dev.api_url}/v1/triggers/subscriptions", headers={"Authorization": f"Bearer {key}"}
+        ).json()["subscriptions"]
+        poll_schedule_id = poll_schedule_id_of(sub["id"], "watch-issues")
         ui = f"http://127.0.0.1:{dev.ports['--ui-port']}"
-        temporal_run_id = asyncio.run(_temporal_run_id(dev, run["workflow_id"]))
-        yield FailedRun(dev, ui, run["workflow_id"], temporal_run_id, schedule_id)
+        temporal_run_id = asyncio.run(_temporal_run_id(dev, run["workflow_id"], poll_schedule_id, sub["id"]))
+        yield FailedRun(
+            dev, ui, run["workflow_id"], temporal_run_id, schedule_id, poll_schedule_id, sub["id"]
+        )
 
 
-async def _temporal_run_id(dev: Dev, workflow_id: str) -> str:
+async def _temporal_run_id(dev: Dev, workflow_id: str, poll_schedule_id: str, subscription_id: str) -> str:
+    """The failed run's Temporal run id, once the poll Schedule has started a poll (triggered now)."""
     client = await Client.connect(dev.dev_env["B3OS_TEMPORAL_ADDRESS"])
+    await client.get_schedule_handle(poll_schedule_id).trigger()
+    query = (
+        f"WorkflowType = '{POLL_WORKFLOW_TYPE}' AND WorkflowId STARTS_WITH 'trigger-poll-{subscription_id}'"
+    )
+    deadline = time.monotonic() + 60
+    while not (await client.count_workflows(query)).count:  # visibility is eventually consistent
+        assert time.monotonic() < deadline, f"no {POLL_WORKFLOW_TYPE} workflow of {poll_schedule_id}"
+        await asyncio.sleep(0.2)
     return (await client.get_workflow_handle(workflow_id).describe()).run_id
 
 
@@ -148,3 +175,13 @@ def test_the_timeline_names_each_steps_call_by_its_name_or_id(failed_run: Failed
 def test_the_schedules_list_names_the_routine(failed_run: FailedRun, tmp_path: Path) -> None:
     text = _page(f"{failed_run.ui}/namespaces/default/schedules", tmp_path, "schedules")
     assert f"routine-schedule-ui-check-{failed_run.schedule_id}" in text, text[-3000:]
+
+
+def test_a_poll_triggers_schedule_and_its_polls_show_in_the_ui(failed_run: FailedRun, tmp_path: Path) -> None:
+    schedules = _page(f"{failed_run.ui}/namespaces/default/schedules", tmp_path, "poll-schedules")
+    assert failed_run.poll_schedule_id in schedules, schedules[-3000:]
+    query = quote(f'WorkflowType="{POLL_WORKFLOW_TYPE}"')
+    polls = _page(f"{failed_run.ui}/namespaces/default/workflows?query={query}", tmp_path, "polls")
+    assert f"trigger-poll-{failed_run.subscription_id}-" in polls and POLL_WORKFLOW_TYPE in polls, polls[
+        -3000:
+    ]
