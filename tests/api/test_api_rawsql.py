@@ -261,10 +261,11 @@ async def test_a_read_route_keeps_no_writer_waiting_when_every_worker_thread_is_
     limiter.total_tokens = 2  # the read's thread and one writer's; the other writer waits for a thread
     app = FastAPI()
     app.state.engine = sqlite_engine
-    writing = threading.Event()
+    reading_began, writing = threading.Event(), threading.Event()
 
     @app.get("/read")
     def read(session: ReadSessionDep) -> int:
+        reading_began.set()
         count = len(session.exec(select(ActionCall)).all())
         writing.wait()
         while limiter.statistics().tasks_waiting < 1:  # the second writer waits for this thread
@@ -280,7 +281,8 @@ async def test_a_read_route_keeps_no_writer_waiting_when_every_worker_thread_is_
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
         reading = asyncio.create_task(client.get("/read"))
-        await asyncio.sleep(0.1)  # the read begins first
+        while not reading_began.is_set():  # the read holds its thread first, however busy the machine
+            await asyncio.sleep(0.01)
         answers = await asyncio.wait_for(
             asyncio.gather(reading, *(client.post(f"/write/tcall_{i}") for i in range(2))), 60
         )
