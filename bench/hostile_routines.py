@@ -129,7 +129,7 @@ async def _longest_task_ms(stack: Any, workflow_id: str) -> float:
 @functools.cache
 def _client(url: str) -> httpx.AsyncClient:
     """One client (and its kept connections) for the timed runs, as a user's SDK keeps one: making a client
-    takes ~20 ms of CPU (its TLS context), which a start's time timed from before it had counted."""
+    takes ~20 ms of CPU (its TLS context), which each start's time had counted while it made its own."""
     return httpx.AsyncClient(base_url=url, timeout=30)
 
 
