@@ -145,6 +145,15 @@ steps:
   - id: b3
     uses: {FREE_FAIL}
     with: {{mode: sleep, seconds: 4}}
+  - id: b4
+    uses: {FREE_FAIL}
+    with: {{mode: sleep, seconds: 4}}
+  - id: b5
+    uses: {FREE_FAIL}
+    with: {{mode: sleep, seconds: 4}}
+  - id: b6
+    uses: {FREE_FAIL}
+    with: {{mode: sleep, seconds: 4}}
   - id: c
     uses: {FREE_ECHO}
     with: {{text: "${{{{ steps.a.output.text }}}}-three"}}
@@ -166,11 +175,11 @@ outputs:
     try:
         mid = await routine_stack.read(org, run_id, url=url)
         assert mid["status"] == "running", mid
-        assert mid["steps"]["a"]["status"] == "succeeded"  # b, b2 or b3 still sleeping: 12 s for a restart
+        assert mid["steps"]["a"]["status"] == "succeeded"  # b to b6 still sleeping: 24 s for a restart
         run = await routine_stack.final(org, run_id, url=url)
     finally:
         restarted.stop()
     assert run["status"] == "succeeded" and run["outputs"] == {"text": "one-three"}, run
-    assert [s["attempts"] for s in run["steps"].values()] == [1, 1, 1, 1, 1]
-    assert len(routine_stack.calls_of(org)) == 5
+    assert [s["attempts"] for s in run["steps"].values()] == [1] * 8
+    assert len(routine_stack.calls_of(org)) == 8
     no_traceback([restarted])
