@@ -130,31 +130,16 @@ async def test_a_run_survives_a_restart_of_the_api_process_that_started_it(
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     api = _api_at(routine_stack, port)
+    naps = "".join(
+        f"  - id: b{n}\n    uses: {FREE_FAIL}\n    with: {{mode: sleep, seconds: 4}}\n" for n in range(1, 7)
+    )  # six steps of 4 s each, one after another
     source = f"""\
 name: restart
 steps:
   - id: a
     uses: {FREE_ECHO}
     with: {{text: one}}
-  - id: b
-    uses: {FREE_FAIL}
-    with: {{mode: sleep, seconds: 4}}
-  - id: b2
-    uses: {FREE_FAIL}
-    with: {{mode: sleep, seconds: 4}}
-  - id: b3
-    uses: {FREE_FAIL}
-    with: {{mode: sleep, seconds: 4}}
-  - id: b4
-    uses: {FREE_FAIL}
-    with: {{mode: sleep, seconds: 4}}
-  - id: b5
-    uses: {FREE_FAIL}
-    with: {{mode: sleep, seconds: 4}}
-  - id: b6
-    uses: {FREE_FAIL}
-    with: {{mode: sleep, seconds: 4}}
-  - id: c
+{naps}  - id: c
     uses: {FREE_ECHO}
     with: {{text: "${{{{ steps.a.output.text }}}}-three"}}
 outputs:
@@ -175,7 +160,7 @@ outputs:
     try:
         mid = await routine_stack.read(org, run_id, url=url)
         assert mid["status"] == "running", mid
-        assert mid["steps"]["a"]["status"] == "succeeded"  # b to b6 still sleeping: 24 s for a restart
+        assert mid["steps"]["a"]["status"] == "succeeded"  # b1 to b6 still sleeping: 24 s for a restart
         run = await routine_stack.final(org, run_id, url=url)
     finally:
         restarted.stop()
