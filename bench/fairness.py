@@ -16,7 +16,8 @@ defaults:
   schedules each, one echo step), for `--minutes` (3) minutes: what their ticks start competes with the
   small runs (the busy organization's starts past its limits are answered 429 and retried).
 
-`B3OS_TEMPORAL_*` in the environment (`B3OS_TEMPORAL_WORKFLOW_TASKS`) are the worker's settings.
+`B3OS_TEMPORAL_*` in the environment (`B3OS_TEMPORAL_WORKFLOW_TASKS`) are the worker's settings,
+`B3OS_VM_WEIGHT` and `B3OS_HOST_RESERVE_CPUS` the node's.
 Prints, in ms, the small run's median, 90th and 99th percentile and longest, and the ratios to alone, and
 where the time of the slowest tenth and of the slowest run went; the
 goal (issue 43) is the small run within 2x of its time alone at the 99th percentile. Run:
@@ -86,6 +87,10 @@ def _line(label: str, samples: list[float], alone: list[float] | None = None) ->
     )
     return text
 
+
+PASSED_SETTINGS = ("B3OS_TEMPORAL_", "B3OS_VM_WEIGHT", "B3OS_HOST_RESERVE_CPUS", "B3OS_CALLS_PER_ORG")
+"""Settings of the stack's processes taken from the bench's environment (the stack starts each process
+without the environment's other `B3OS_` variables)."""
 
 ROUNDS = 100
 """Small runs timed alone and beside the heavy runs: a p99 of fewer than 100 is their longest one."""
@@ -192,8 +197,8 @@ def main(argv: list[str]) -> int:
 
     stack_env = RoutineStack.env
 
-    def env(self: Any, **extra: str) -> dict[str, str]:  # the worker's settings as given to the bench
-        passed = {k: v for k, v in os.environ.items() if k.startswith("B3OS_TEMPORAL_")}
+    def env(self: Any, **extra: str) -> dict[str, str]:  # the settings given to the bench
+        passed = {k: v for k, v in os.environ.items() if k.startswith(PASSED_SETTINGS)}
         return stack_env(self, **{**passed, **extra})
 
     RoutineStack.env = env  # type: ignore[method-assign]

@@ -3,8 +3,12 @@
 A routine step's call (surface `routine`) that finds no free slot (429 concurrency_limited, 503
 node_busy) waits in the api for one, up to `routine_admission_wait_s`, before that answer: the worker
 would only wait out a Retry-After of whole seconds, where a slot of a short call frees in
-milliseconds. Admission stays one transaction each time; a call that ends in this process wakes the
-oldest waiters at once (`Admissions.wake`), and an organization's waiters together also try again on
+milliseconds. So does one refused for its organization's starts (429 rate_limited: the minute's
+120, or the spread of a routine's calls past 20 of them, `limits`) when its Retry-After is within
+that wait: otherwise each of a busy organization's held-back steps would come back through Temporal
+about once a second, a retry's whole way (a timer, a task, the worker, the api) for each refusal.
+Admission stays one transaction each time; a call that ends in this process wakes the oldest waiters
+at once (`Admissions.wake`), and an organization's waiters together also try again on
 their own about every `ADMISSION_POLL_S` (a slot freed by another api process). A waiter's try first
 reads whether it would be refused (`limits.refusal`) and takes the database's writers' turn only when it
 would not. Before both, 80 calls of one organization waiting for its 4 slots took that turn ~160 times a
@@ -25,12 +29,24 @@ from sqlmodel import Session
 from api.calls.errors import ConcurrencyLimited, ToolUnavailable
 from api.calls.sessions import CallSessions
 from api.calls.tables import ActionCall
+from api.errors import RateLimited
 
 ADMISSION_POLL_S = 0.5
 """About how often an organization's waiting routine calls try admission again, together, without a
 wake-up (a slot freed by another api process)."""
 WAKE_PER_FINISH = 2
 """Waiting calls woken when a call of this process ends (its slot may suit only one of them)."""
+
+
+def _waitable(refused: ConcurrencyLimited | ToolUnavailable | RateLimited, left: float) -> bool:
+    """Whether a refusal may be waited out in the api: a full organization or node (a slot frees in
+    milliseconds), or the organization's starts in the last minute when the oldest leaves the window
+    within the wait (not an upstream's 429: that is the worker's to wait out)."""
+    if isinstance(refused, ToolUnavailable):
+        return refused.reason == "node_busy"
+    if isinstance(refused, RateLimited):
+        return refused.reason is None and refused.retry_after is not None and refused.retry_after <= left
+    return True
 
 
 class Admissions:
@@ -53,7 +69,8 @@ class Admissions:
         reading `refusal` before it writes.
 
         Raises:
-            ConcurrencyLimited, ToolUnavailable: no slot came in time; any other refusal at once.
+            ConcurrencyLimited, ToolUnavailable, RateLimited: no slot or start came in time; any other
+                refusal at once.
         """
         give_up = time.monotonic() + wait_s
         waited = False
@@ -64,9 +81,9 @@ class Admissions:
                         await self._db.read(refusal)
                     call: ActionCall = await self._db.write(admit)
                     return call
-                except (ConcurrencyLimited, ToolUnavailable) as exc:
+                except (ConcurrencyLimited, ToolUnavailable, RateLimited) as exc:
                     left = give_up - time.monotonic()
-                    if left <= 0 or (isinstance(exc, ToolUnavailable) and exc.reason != "node_busy"):
+                    if left <= 0 or not _waitable(exc, left):
                         raise
                 if not waited:
                     waited = True

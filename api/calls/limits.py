@@ -1,8 +1,11 @@
 """Admission of a call: the limits checked and the call's lease taken in one database transaction.
 
 Per organization: 4 tool calls at once and, counted apart, 8 HTTP action calls at once (their lane,
-`http`, holds no node); 120 starts in any 60 s of every kind together, 20 USD a month of publishers'
-prices (priced calls only), and each key's own monthly spend cap. Per node: 8 calls at once, the
+`http`, holds no node); 120 starts in any 60 s of every kind together, past `routine_burst` (20) of
+them a routine step's call at least 0.5 s (60 s / 120) after the organization's latest start (its
+minute's starts spread, not taken in a few seconds that slow every other organization's runs on a
+shared control plane), 20 USD a month of publishers' prices (priced calls only), and each key's own
+monthly spend cap. Per node: 8 calls at once, the
 call going to the least loaded node that has the version. The checks and the INSERT of the call's row
 happen in one transaction under a lock, so several api processes sharing one database never over-admit:
 SQLite transactions all begin with `BEGIN IMMEDIATE` (one writer at a time), and on PostgreSQL the
@@ -21,7 +24,8 @@ Retry-After is computed from the state that refused the call:
   the same time it stays close to it (tests/calls/test_call_limits.py: at most 1.5x with 4 s calls).
   The deadline itself while that action has not finished a call yet, or once the call runs longer than
   every one of them (it may hang, or its api process died);
-- rate_limited: when the oldest start of the 60 s window leaves it;
+- rate_limited: when the oldest start of the 60 s window leaves it; a routine step's call held back by
+  the spread: 0.5 s after the latest start;
 - quota_exceeded: when the month ends (UTC), or, when only running calls' reservations tip the
   balance, when the soonest of them must have ended.
 
@@ -86,7 +90,7 @@ def _load_of(nodes: int) -> Select[Any]:
     )
 
 
-_STARTS = sa_select(func.count()).where(
+_STARTS = sa_select(func.count(), func.max(_CALLS.c.started_at)).where(
     _CALLS.c.org_id == bindparam("org"), _CALLS.c.started_at > bindparam("since")
 )
 TYPICAL_OF = 20
@@ -217,7 +221,7 @@ def _check_org(
             details={"limit": limit},
         )
     in_window = (col(ActionCall.org_id) == adm.org_id, col(ActionCall.started_at) > now - WINDOW)
-    starts = int(rawsql.execute(session, _STARTS, {"org": adm.org_id, "since": now - WINDOW}).scalar())
+    starts, latest = rawsql.execute(session, _STARTS, {"org": adm.org_id, "since": now - WINDOW}).first()
     if starts >= settings.starts_per_minute:
         oldest_counted = session.execute(
             sa_select(col(ActionCall.started_at))
@@ -231,6 +235,15 @@ def _check_org(
             retry_after=(oldest_counted + WINDOW - now).total_seconds(),
             details={"limit": settings.starts_per_minute},
         )
+    if adm.surface == "routine" and starts >= settings.routine_burst:
+        spaced = WINDOW / settings.starts_per_minute
+        if now < latest + spaced:
+            raise RateLimited(
+                f"this organization started {starts} calls in the last 60 seconds: its routine steps' calls "
+                f"now start one every {spaced.total_seconds():g} seconds",
+                retry_after=(latest + spaced - now).total_seconds(),
+                details={"limit": settings.starts_per_minute},
+            )
     if adm.price <= 0 and adm.spend_cap_microusd is None:
         return
     running = _running(session, now, col(ActionCall.org_id) == adm.org_id)

@@ -34,6 +34,12 @@ class CallSettings(BaseSettings):
         description="how long a routine step's call waits in the api for a slot before its 429/503",
     )
     starts_per_minute: int = Field(default=120, ge=1, description="call starts per organization in 60 s")
+    routine_burst: int = Field(
+        default=20,
+        ge=1,
+        description="past this many starts of its organization in 60 s, a routine step's call starts at most "
+        "one every 60 s / starts_per_minute",
+    )
     org_publisher_quota_microusd: int = Field(
         default=20_000_000, ge=0, description="publishers' prices a month"
     )

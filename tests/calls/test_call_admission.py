@@ -17,7 +17,7 @@ from api.calls.errors import ConcurrencyLimited
 from api.calls.settings import CallSettings
 from api.calls.tables import ActionCall
 from api.db import make_engine, read_session
-from api.errors import CallError
+from api.errors import CallError, RateLimited
 from api.models import Node, utcnow
 
 SETTINGS = CallSettings()
@@ -43,8 +43,9 @@ def _admit(
     price: int = 0,
     cap: int | None = None,
     clock: Callable[[], dt.datetime] = utcnow,
+    surface: str = "http",
 ) -> str:
-    adm = _admission(org, price, cap)
+    adm = _admission(org, price, cap, surface)
     try:
         with Session(engine) as session:
             call = limits.admit(session, adm=adm, nodes=nodes, settings=SETTINGS, clock=clock)
@@ -53,13 +54,13 @@ def _admit(
         return f"{exc.code}:{exc.reason or ''}:{exc.retry_after}"
 
 
-def _admission(org: str, price: int = 0, cap: int | None = None) -> limits.Admission:
+def _admission(org: str, price: int = 0, cap: int | None = None, surface: str = "http") -> limits.Admission:
     return limits.Admission(
         call_id=new_id("tcall"),
         org_id=org,
         key_id=f"key-{org}",
         spend_cap_microusd=cap,
-        surface="http",
+        surface=surface,
         pack="a.b/c",
         version="1.0.0",
         action="x",
@@ -157,6 +158,38 @@ def test_starts_stop_at_120_a_minute_and_retry_after_is_when_the_oldest_leaves(e
         assert session.exec(select(func.count()).where(col(ActionCall.org_id) == "org-r")).one() == 120
 
 
+def test_past_20_starts_a_minute_routine_steps_calls_start_one_every_half_second(engine: Engine) -> None:
+    """An organization's first 20 starts of a minute go at once; past them its routine steps' calls are
+    spread over the minute (60 s / 120), while its calls over HTTP and MCP still take the whole window."""
+    now = utcnow()
+    with Session(engine) as session:
+        for i in range(19):
+            session.add(
+                _row("org-p", now - dt.timedelta(seconds=30) + dt.timedelta(milliseconds=i), state="done")
+            )
+        session.commit()
+    nodes = _nodes(engine, "n1", "n2")
+    assert _admit(engine, "org-p", nodes, clock=lambda: now, surface="routine").startswith("ok:")  # the 20th
+    soon = now + dt.timedelta(seconds=0.3)
+    assert _admit(engine, "org-p", nodes, clock=lambda: soon, surface="routine") == "rate_limited::1"
+    try:
+        with Session(engine) as session:
+            adm = _admission("org-p", surface="routine")
+            limits.admit(session, adm=adm, nodes=nodes, settings=SETTINGS, clock=lambda: soon)
+    except CallError as exc:
+        assert exc.message == (
+            "this organization started 20 calls in the last 60 seconds: its routine steps' calls now start "
+            "one every 0.5 seconds"
+        )
+        assert exc.details == {"limit": 120}
+    assert _admit(engine, "org-p", nodes, clock=lambda: soon).startswith("ok:")  # over HTTP: at once
+    # half a second after the latest start (the HTTP call's), the next routine step's call starts
+    later = soon + dt.timedelta(seconds=0.5)
+    assert _admit(engine, "org-p", nodes, clock=lambda: later, surface="routine").startswith("ok:")
+    # another organization's routine calls are not spread by this one's
+    assert _admit(engine, "org-q", nodes, clock=lambda: soon, surface="routine").startswith("ok:")
+
+
 def test_priced_calls_in_flight_hold_their_price_against_the_quota(engine: Engine) -> None:
     nodes = _nodes(engine, "n1", "n2")
     with ThreadPoolExecutor(4) as pool:
@@ -233,3 +266,41 @@ def test_a_full_organizations_retry_after_is_when_its_soonest_call_ends_at_its_k
     # once the calls run longer than every recent one, only their deadline bounds them
     later = now + dt.timedelta(seconds=4)
     assert _admit(engine, "org-f", nodes, clock=lambda: later) == "concurrency_limited::16"
+
+
+async def test_a_routine_call_refused_for_its_starts_waits_in_the_api_when_its_turn_comes_in_time() -> None:
+    """A start refused with Retry-After 1 inside a 5 s wait is waited out in the api; one of 3 s inside a
+    2 s wait, and an upstream's 429, are answered at once."""
+    tries = {"read": 0, "write": 0}
+
+    class SpacedThenFree:
+        async def read(self, fn: Callable[[Session], None]) -> None:
+            tries["read"] += 1
+
+        async def write(self, fn: Callable[[Session], str]) -> str:
+            tries["write"] += 1
+            if tries["write"] == 1:
+                raise RateLimited("spread", retry_after=0.4)
+            return "admitted"
+
+    admissions = admission.Admissions(SpacedThenFree())  # type: ignore[arg-type]
+    assert await admissions.admit("org-a", lambda s: None, lambda s: None, wait_s=5) == "admitted"  # type: ignore[arg-type, comparison-overlap]
+    assert tries == {"read": 1, "write": 2}
+
+    for refused, wait_s in [
+        (RateLimited("minute", retry_after=3), 2.0),
+        (RateLimited("up", reason="upstream", retry_after=1), 5.0),
+    ]:
+
+        class Refusing:
+            async def read(self, fn: Callable[[Session], None]) -> None:
+                raise AssertionError("answered at once, not tried again")
+
+            async def write(self, fn: Callable[[Session], None]) -> None:
+                raise refused  # noqa: B023
+
+        with pytest.raises(RateLimited) as raised:
+            await admission.Admissions(Refusing()).admit(
+                "org-a", lambda s: None, lambda s: None, wait_s=wait_s
+            )  # type: ignore[arg-type]
+        assert raised.value is refused
