@@ -27,7 +27,7 @@ from api.registry import catalog
 from api.routines.estimates import Estimates
 from api.routines.store import RoutineStore
 from api.runs import grants
-from api.runs.limits import RunLimits
+from api.runs.limits import TICK_RETRY_SPREAD_S, RunLimits
 from api.runs.tables import RunRecord
 from api.server_timing import phase
 from engine import expressions, payloads
@@ -101,14 +101,17 @@ class Launches:
         and its workflow's start encoded.
 
         Raises:
-            NotFound, InvalidRequest, RateLimited: as `start_run` says.
+            NotFound, InvalidRequest, RateLimited, ConcurrencyLimited: as `start_run` says.
         """
         if request.idempotency_key is not None:
             earlier = self._run_by_key(request.org_id, request.idempotency_key)
             if earlier is not None:
                 return earlier
         v = version()
-        self._limits.check_starts(request.org_id)
+        spread_s = TICK_RETRY_SPREAD_S if request.schedule_id is not None else 0.0
+        self._limits.check_starts(request.org_id, spread_s=spread_s)
+        # before the grant is written (and removed again)
+        self._limits.check_known_running(request.org_id, spread_s=spread_s)
         routine = v.routine or self._routines.routine_of_version(
             org_id=request.org_id, name=v.name, version=v.version
         )

@@ -2,7 +2,8 @@
 and the Temporal priority a run starts at.
 
 - `run_starts_per_minute`: counted from the runs' rows (every api process sees them); past it a start is
-  `429 rate_limited` with Retry-After (when the oldest start of the minute leaves the window).
+  `429 rate_limited` with Retry-After (when the oldest start of the minute leaves the window; a
+  schedule's tick up to `TICK_RETRY_SPREAD_S` later, at random).
 - `runs_per_org`: the organization's running runs, counted by Temporal's visibility (every api process sees
   the same number); past it a start is `429 concurrency_limited` (Retry-After `RUNS_RETRY_AFTER_S`).
 - `STARTS_AT_ONCE_PER_ORG`: an organization's starts one api process works on at once (api.turns).
@@ -13,6 +14,7 @@ and the Temporal priority a run starts at.
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -34,10 +36,19 @@ from api.turns import Gates, org_turn
 from engine.runs import SEARCH_ATTRIBUTE_ORG
 
 RUNS_RETRY_AFTER_S = 5.0  # runs have no deadline to wait for: look again in a few seconds
+TICK_RETRY_SPREAD_S = 30.0
+"""A schedule's tick refused by its organization's run limits is told to come back at a random point up to
+this much later than the limit frees: an organization's many ticks over its limits come back spread, not
+all at the second its minute frees a start (each refused again, the whole way through Temporal, the worker
+and the api; round 28)."""
 RUNNING_COUNT_FRESH_S = 2.0
 """How long an api process goes by its count of an organization's running runs (a query of Temporal's
 visibility, a good part of Temporal's work for a one-step run), adding the runs it started since. A count
 that would refuse a start is always taken again."""
+REFUSING_COUNT_KEPT_S = 1.0
+"""How long an api process refuses an organization's starts on a count of its running runs that refused
+one, before it counts again: while an organization runs its most, its scheduled ticks and retries would
+otherwise each cost a count, a grant written and removed and a check of the schedule (round 28)."""
 RUNNING_COUNTS_KEPT = 1024
 """Organizations whose count a process keeps before it drops the stale ones."""
 
@@ -71,6 +82,10 @@ class _Running:
     at: float  # time.monotonic() of the count
     since: int = 0
 
+    def refusing(self, limit: int, now: float) -> bool:
+        """Whether this count, as Temporal gave it, refused a start less than `REFUSING_COUNT_KEPT_S` ago."""
+        return self.counted >= limit and now - self.at <= REFUSING_COUNT_KEPT_S
+
 
 class RunLimits:
     """The run start limits of one api process (see the module docstring)."""
@@ -89,8 +104,9 @@ class RunLimits:
         async with org_turn(self._turns, org_id, lambda: asyncio.Semaphore(STARTS_AT_ONCE_PER_ORG)):
             yield
 
-    def check_starts(self, org_id: str) -> None:
-        """Refuse a start past the organization's `run_starts_per_minute` (429 rate_limited, Retry-After)."""
+    def check_starts(self, org_id: str, *, spread_s: float = 0.0) -> None:
+        """Refuse a start past the organization's `run_starts_per_minute` (429 rate_limited, Retry-After
+        when the oldest start of the minute leaves it, plus up to `spread_s` at random)."""
         limit = self._starts_per_minute
         since = utcnow() - timedelta(seconds=60)
         with read_session(self._engine) as session:
@@ -100,7 +116,7 @@ class RunLimits:
             raise RateLimited(
                 f"This organization started {len(started)} runs in the last 60 seconds, the most it may "
                 f"({limit}).",
-                retry_after=(frees_at - utcnow()).total_seconds(),
+                retry_after=(frees_at - utcnow()).total_seconds() + random.uniform(0, spread_s),
                 details={"limit": limit},
             )
 
@@ -122,12 +138,34 @@ class RunLimits:
         if (seen := self._running.get(org_id)) is not None:
             seen.since += 1
 
-    async def check_running(self, client: Client, org_id: str) -> int:
-        """Refuse a start past the organization's runs at once (`runs_per_org`), with Retry-After.
+    def check_known_running(self, org_id: str, *, spread_s: float = 0.0) -> None:
+        """Refuse at once a start of an organization whose count of running runs, as Temporal gave it,
+        refused one less than `REFUSING_COUNT_KEPT_S` ago (nothing asked of the database or Temporal).
+
+        Raises:
+            ConcurrencyLimited: as `check_running`.
+        """
+        seen = self._running.get(org_id)
+        if seen is not None and seen.refusing(self._runs_per_org, time.monotonic()):
+            self._refuse_past(seen.counted + seen.since, spread_s)
+
+    def _refuse_past(self, running: int, spread_s: float) -> None:
+        if running >= self._runs_per_org:
+            raise ConcurrencyLimited(
+                f"this organization already has {running} runs running, the most it may at once "
+                f"({self._runs_per_org}); start this one when one of them has ended",
+                retry_after=RUNS_RETRY_AFTER_S + random.uniform(0, spread_s),
+                details={"limit": self._runs_per_org},
+            )
+
+    async def check_running(self, client: Client, org_id: str, *, spread_s: float = 0.0) -> int:
+        """Refuse a start past the organization's runs at once (`runs_per_org`), with Retry-After (plus up
+        to `spread_s` at random).
 
         Counted by Temporal's visibility, so every api process sees the same number; a count is reused
-        for `RUNNING_COUNT_FRESH_S` with the runs this process started since, unless it would refuse. Starts
-        that another api process makes meanwhile are not seen: they may overshoot the limit by a few.
+        for `RUNNING_COUNT_FRESH_S` with the runs this process started since, unless it would refuse: then
+        only for `REFUSING_COUNT_KEPT_S`, and only when Temporal's count itself refused. Starts that another
+        api process makes meanwhile are not seen: they may overshoot the limit by a few.
 
         Returns:
             The organization's runs running now.
@@ -135,7 +173,11 @@ class RunLimits:
         limit = self._runs_per_org
         now = time.monotonic()
         seen = self._running.get(org_id)
-        if seen is None or now - seen.at > RUNNING_COUNT_FRESH_S or seen.counted + seen.since >= limit:
+        if (
+            seen is None
+            or now - seen.at > RUNNING_COUNT_FRESH_S
+            or (seen.counted + seen.since >= limit and not seen.refusing(limit, now))
+        ):
             query = f"{SEARCH_ATTRIBUTE_ORG} = {quoted(org_id)} AND ExecutionStatus = 'Running'"
             try:
                 seen = _Running((await client.count_workflows(query)).count, now)
@@ -149,11 +191,5 @@ class RunLimits:
                 }
             self._running[org_id] = seen
         running = seen.counted + seen.since
-        if running >= limit:
-            raise ConcurrencyLimited(
-                f"this organization already has {running} runs running, the most it may at once "
-                f"({limit}); start this one when one of them has ended",
-                retry_after=RUNS_RETRY_AFTER_S,
-                details={"limit": limit},
-            )
+        self._refuse_past(running, spread_s)
         return running

@@ -43,7 +43,7 @@ from api.routines.estimates import Estimates
 from api.routines.store import RoutineStore
 from api.runs.lanes import Lanes
 from api.runs.launch import Launch, Launches, RunVersion, StartRequest
-from api.runs.limits import RunLimits, run_priority
+from api.runs.limits import TICK_RETRY_SPREAD_S, RunLimits, run_priority
 from api.runs.reads import FINAL, RunReads
 from api.runs.rerun import kept_steps, rerun_point
 from api.runs.tables import RunRecord
@@ -253,7 +253,8 @@ class RunStarts:
             try:
                 client = await self._temporal.client()
                 with phase("count"):
-                    running = await self.limits.check_running(client, org)
+                    spread_s = TICK_RETRY_SPREAD_S if row.schedule_id is not None else 0.0
+                    running = await self.limits.check_running(client, org, spread_s=spread_s)
                 priority = run_priority(running + starting)
                 with phase("lane"):
                     queue = await self.lanes.queue(client, priority)

@@ -47,6 +47,7 @@ from api.errors import Forbidden, InvalidRequest, NotFound, ServiceUnavailable, 
 from api.models import ApiKey
 from api.routines.store import RoutineStore
 from api.routines.tables import RoutineRecord
+from api.runs.limits import TICK_RETRY_SPREAD_S
 from api.runs.starts import RunStarts
 from api.runs.tables import RunRecord
 from api.schedules.models import ScheduleCreate, SchedulePublic
@@ -310,6 +311,8 @@ class SchedulesService:
                 did not start that tick.
         """
         row, key = await in_thread(self._granted, schedule_id, secret)
+        # a full organization's ticks cost little
+        self._starts.limits.check_known_running(row.org_id, spread_s=TICK_RETRY_SPREAD_S)
         await check_tick(await self._temporal.client(), row.id, row.temporal_schedule_id, tick, execution)
         if key is None or key.revoked_at is not None or not scope_grants(key.scopes, ACTIONS_CALL):
             raise Forbidden(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -487,6 +488,50 @@ async def test_a_count_of_running_runs_is_reused_for_a_moment_unless_it_would_re
     assert len(asked) == 3  # a stale count is taken again
 
 
+async def test_a_count_that_refused_refuses_for_a_second_without_asking_temporal_ticks_come_back_spread(
+    tmp_path: Path,
+) -> None:
+    """While an organization runs its most, its next starts (a schedule's ticks, retries) are refused on
+    the count that refused, for REFUSING_COUNT_KEPT_S, before any grant is written; a tick is told to come
+    back up to TICK_RETRY_SPREAD_S later than anyone else, at random."""
+    from sqlmodel import create_engine
+
+    from api.calls.errors import ConcurrencyLimited
+    from api.runs import limits
+    from api.runs.limits import RunLimits
+
+    runs = RunLimits(
+        create_engine(f"sqlite:///{tmp_path / 'unused.db'}"), starts_per_minute=120, runs_per_org=2
+    )
+    asked: list[str] = []
+
+    class Full:  # Temporal's visibility says org_f runs 2
+        async def count_workflows(self, query: str) -> Any:
+            asked.append(query)
+            return types.SimpleNamespace(count=2)
+
+    client: Any = Full()
+    runs.check_known_running("org_f")  # nothing counted yet: not refused here
+    with pytest.raises(
+        ConcurrencyLimited, match=r"already has 2 runs running, the most it may at once \(2\)"
+    ):
+        await runs.check_running(client, "org_f")
+    waits = []
+    for _ in range(40):
+        with pytest.raises(ConcurrencyLimited) as refused:
+            runs.check_known_running("org_f", spread_s=limits.TICK_RETRY_SPREAD_S)
+        waits.append(refused.value.retry_after)
+        with pytest.raises(ConcurrencyLimited):
+            await runs.check_running(client, "org_f")
+    assert len(asked) == 1  # the count that refused, reused
+    assert all(5 <= w <= 35 for w in waits) and len(set(waits)) > 5, waits  # whole seconds, spread
+    runs._running["org_f"].at = time.monotonic() - limits.REFUSING_COUNT_KEPT_S - 0.1
+    runs.check_known_running("org_f")  # a second later: counted again at the next start
+    with pytest.raises(ConcurrencyLimited) as refused:
+        await runs.check_running(client, "org_f")
+    assert len(asked) == 2 and refused.value.retry_after == 5  # not a tick: Retry-After as ever
+
+
 async def test_a_start_while_temporal_is_unreachable_is_503_and_leaves_no_grant_a_keyed_repeat_is_answered(
     routine_stack: RoutineStack,
 ) -> None:
@@ -521,3 +566,40 @@ async def test_a_start_while_temporal_is_unreachable_is_503_and_leaves_no_grant_
         runs = session.exec(select(RunRecord.id).where(col(RunRecord.org_id) == org.org_id)).all()
         grants = session.exec(select(RunGrant.run_id).where(col(RunGrant.org_id) == org.org_id)).all()
     assert runs == [first.json()["run_id"]] and grants == runs  # the refused start left nothing behind
+
+
+def test_a_tick_past_its_organizations_starts_a_minute_comes_back_spread(migrated_database_url: str) -> None:
+    from sqlmodel import Session
+
+    from api.db import make_engine
+    from api.errors import RateLimited
+    from api.runs import limits
+    from api.runs.limits import RunLimits
+    from api.runs.tables import RunRecord
+
+    engine = make_engine(migrated_database_url)
+    with Session(engine) as session:
+        session.add(
+            RunRecord(
+                id="run_s",
+                org_id="org_s",
+                key_id="k",
+                routine_name="r",
+                routine_version=1,
+                workflow_id="routine-r-run_s",
+                request_hash="h",
+                inputs={},
+            )
+        )
+        session.commit()
+    runs = RunLimits(engine, starts_per_minute=1, runs_per_org=2)
+    with pytest.raises(RateLimited) as refused:
+        runs.check_starts("org_s")
+    assert refused.value.retry_after == 60  # when the minute's one start leaves it
+    waits = []
+    for _ in range(40):
+        with pytest.raises(RateLimited) as refused:
+            runs.check_starts("org_s", spread_s=limits.TICK_RETRY_SPREAD_S)
+        waits.append(refused.value.retry_after)
+    assert all(59 <= w <= 90 for w in waits) and len(set(waits)) > 5, waits
+    engine.dispose()
