@@ -17,7 +17,7 @@ defaults:
   small runs (the busy organization's starts past its limits are answered 429 and retried).
 
 `B3OS_TEMPORAL_*` in the environment (`B3OS_TEMPORAL_WORKFLOW_TASKS`) are the worker's settings,
-`B3OS_VM_WEIGHT` and `B3OS_HOST_RESERVE_CPUS` the node's.
+`B3OS_VM_WEIGHT` and `B3OS_HOST_RESERVE_CPUS` the node's, `B3OS_CALLS_PER_ORG` the api's.
 Prints, in ms, the small run's median, 90th and 99th percentile and longest, and the ratios to alone, and
 where the time of the slowest tenth and of the slowest run went; the
 goal (issue 43) is the small run within 2x of its time alone at the 99th percentile. Run:
