@@ -5,12 +5,12 @@ Per organization: 4 tool calls at once and, counted apart, 8 HTTP action calls a
 them a routine step's call at least 0.5 s (60 s / 120) after the organization's latest start (its
 minute's starts spread, not taken in a few seconds that slow every other organization's runs on a
 shared control plane), 20 USD a month of publishers' prices (priced calls only), and each key's own
-monthly spend cap. Per node: 8 calls at once, the
-call going to the least loaded node that has the version. The checks and the INSERT of the call's row
-happen in one transaction under a lock, so several api processes sharing one database never over-admit:
-SQLite transactions all begin with `BEGIN IMMEDIATE` (one writer at a time), and on PostgreSQL the
-transaction takes advisory locks on the organization and then on the candidate nodes, in that
-order, so two admissions never wait on each other in a cycle.
+monthly spend cap. Per node: 8 calls at once, the call going to the least loaded node that has the
+version. The checks and the INSERT of the call's row happen in one transaction under a lock, so
+several api processes sharing one database never over-admit: SQLite transactions all begin with
+`BEGIN IMMEDIATE` (one writer at a time), and on PostgreSQL the transaction takes advisory locks on the
+organization and then on the candidate nodes, in that order, so two admissions never wait on each other
+in a cycle.
 
 A running row is a lease: it holds its slots until `lease_expires_at` (the call's deadline plus a
 grace period), so a call whose api process died frees them by itself.

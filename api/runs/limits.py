@@ -44,7 +44,8 @@ and the api; round 28)."""
 RUNNING_COUNT_FRESH_S = 2.0
 """How long an api process goes by its count of an organization's running runs (a query of Temporal's
 visibility, a good part of Temporal's work for a one-step run), adding the runs it started since. A count
-that would refuse a start is always taken again."""
+that would refuse a start is taken again, unless Temporal's count itself refused one less than
+`REFUSING_COUNT_KEPT_S` ago."""
 REFUSING_COUNT_KEPT_S = 1.0
 """How long an api process refuses an organization's starts on a count of its running runs that refused
 one, before it counts again: while an organization runs its most, its scheduled ticks and retries would
