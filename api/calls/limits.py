@@ -16,14 +16,8 @@ A running row is a lease: it holds its slots until `lease_expires_at` (the call'
 grace period), so a call whose api process died frees them by itself.
 
 Retry-After is computed from the state that refused the call:
-- concurrency_limited and node_busy: when the soonest running call is expected to end, and so free its
-  slot: its start plus the longest time of the last `TYPICAL_OF` finished calls of the same action
-  version (started to finished, as the api saw them: the time a slot was held), never past its
-  deadline. The longest, not a percentile or the mean, so that the answer is never shorter than the
-  wait by design (a caller that comes back too early is refused again), and with calls that take about
-  the same time it stays close to it (tests/calls/test_call_limits.py: at most 1.5x with 4 s calls).
-  The deadline itself while that action has not finished a call yet, or once the call runs longer than
-  every one of them (it may hang, or its api process died);
+- concurrency_limited and node_busy: when the soonest running call is expected to end
+  (`api.calls.slot_ends`);
 - rate_limited: when the oldest start of the 60 s window leaves it; a routine step's call held back by
   the spread: 0.5 s after the latest start;
 - quota_exceeded: when the month ends (UTC), or, when only running calls' reservations tip the
@@ -51,7 +45,8 @@ from api.calls.earnings import add_months
 from api.calls.errors import ConcurrencyLimited, QuotaExceeded, ToolUnavailable
 from api.calls.executor import HTTP_LANE
 from api.calls.settings import CallSettings
-from api.calls.tables import DONE, LOST, RUNNING, ActionCall
+from api.calls.slot_ends import expected_end, soonest_end
+from api.calls.tables import LOST, RUNNING, ActionCall
 from api.errors import RateLimited
 
 WINDOW = dt.timedelta(seconds=60)
@@ -93,8 +88,6 @@ def _load_of(nodes: int) -> Select[Any]:
 _STARTS = sa_select(func.count(), func.max(_CALLS.c.started_at)).where(
     _CALLS.c.org_id == bindparam("org"), _CALLS.c.started_at > bindparam("since")
 )
-TYPICAL_OF = 20
-"""Finished calls of an action version whose times predict when its running calls end (the longest)."""
 
 
 @dataclass(frozen=True)
@@ -140,48 +133,6 @@ def _running(session: Session, now: dt.datetime, *where: Any) -> list[ActionCall
     return list(session.exec(stmt).all())
 
 
-def _soonest_end(calls: Sequence[ActionCall], now: dt.datetime) -> float:
-    """Seconds until the soonest of `calls` must have ended (its deadline)."""
-    return min((c.deadline_at - now).total_seconds() for c in calls) if calls else 1.0
-
-
-def _longest_s(session: Session, pack: str, version: str, action: str) -> float | None:
-    """The longest time of the last `TYPICAL_OF` finished calls of an action version, started to finished
-    (None before its first)."""
-    rows = session.exec(
-        select(ActionCall.started_at, ActionCall.finished_at)
-        .where(
-            col(ActionCall.pack) == pack,
-            col(ActionCall.version) == version,
-            col(ActionCall.action) == action,
-            col(ActionCall.state) == DONE,
-        )
-        .order_by(col(ActionCall.finished_at).desc())
-        .limit(TYPICAL_OF)
-    ).all()
-    times = [(end - start).total_seconds() for start, end in rows if end is not None]
-    return max(times) if times else None
-
-
-def _expected_end(session: Session, calls: Sequence[ActionCall], now: dt.datetime) -> float:
-    """Seconds until the soonest of `calls` is expected to end (see the module's docstring)."""
-    if not calls:
-        return 1.0
-    longest: dict[tuple[str, str, str], float | None] = {}
-    soonest = float("inf")
-    for c in calls:
-        what = (c.pack, c.version, c.action)
-        if what not in longest:
-            longest[what] = _longest_s(session, *what)
-        deadline = (c.deadline_at - now).total_seconds()
-        took = longest[what]
-        expected = deadline if took is None else (c.started_at - now).total_seconds() + took
-        if expected <= 0:
-            expected = deadline  # running longer than any call of its kind: it may hang, or its api died
-        soonest = min(soonest, max(0.0, min(expected, deadline)))
-    return soonest
-
-
 def _in_lane(adm: Admission, node_id: str) -> bool:
     """Whether a running call on `node_id` (a node, or a lane's name) holds the same lane as `adm`."""
     return node_id == adm.lane if adm.lane is not None else node_id != HTTP_LANE
@@ -217,7 +168,7 @@ def _check_org(
         lane = [c for c in running if _in_lane(adm, c.node_id)]
         raise ConcurrencyLimited(
             f"this organization already runs {len(lane)} {what} at once, the most it may",
-            retry_after=_expected_end(session, lane, now),
+            retry_after=expected_end(session, lane, now),
             details={"limit": limit},
         )
     in_window = (col(ActionCall.org_id) == adm.org_id, col(ActionCall.started_at) > now - WINDOW)
@@ -258,7 +209,7 @@ def _check_org(
             raise QuotaExceeded(
                 f"this call's price of {adm.price} micro-USD would take this organization's publishers' "
                 f"prices this month past {quota} micro-USD ({spent} spent, {reserved} held by running calls)",
-                retry_after=to_month_end if spent + adm.price > quota else _soonest_end(held, now),
+                retry_after=to_month_end if spent + adm.price > quota else soonest_end(held, now),
                 details={"limit": "publisher_prices", "quota_microusd": quota, "spent_microusd": spent},
             )
     if adm.spend_cap_microusd is not None:
@@ -276,7 +227,7 @@ def _check_org(
             raise QuotaExceeded(
                 f"this call (at least {need} micro-USD) would take this key past its monthly spend cap of "
                 f"{cap} micro-USD ({spent} spent this month, {reserved} held by running calls)",
-                retry_after=to_month_end if spent + need > cap else _soonest_end(held, now),
+                retry_after=to_month_end if spent + need > cap else soonest_end(held, now),
                 details={"limit": "key_spend_cap", "cap_microusd": cap, "spent_microusd": spent},
             )
 
@@ -305,7 +256,7 @@ def _pick_node(
         raise ToolUnavailable(
             "every node that has this tool already runs as many calls as it may; nothing was billed",
             reason="node_busy",
-            retry_after=_expected_end(session, busy, now),
+            retry_after=expected_end(session, busy, now),
         )
     return min(loads, key=lambda item: item[:3])[3]
 
