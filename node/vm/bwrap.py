@@ -66,6 +66,7 @@ from node.vm.sandbox import VmLimits
 from node.vm.seccomp import FilterError, build_filter
 from node.vm.stale import cleanup_stale
 from node.vm.uids import UidPool
+from telemetry.threads import name_os_thread
 
 log = logging.getLogger("b3os.node.vm")
 
@@ -335,6 +336,7 @@ class BwrapDriver(VmDriver):
         vm.start((status_r, block_w, ctl_w, err_r))
 
     def _fill(self) -> None:
+        name_os_thread()
         while True:
             with self._cond:
                 while not self._closed and (
@@ -403,6 +405,7 @@ class BwrapDriver(VmDriver):
         self._remove(vm)
 
     def _remove_loop(self) -> None:
+        name_os_thread()
         while True:
             with self._cond:
                 while not self._closed and not self._removing:

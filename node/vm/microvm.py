@@ -52,6 +52,7 @@ from node.vm.qemu import kvm_group, qemu_argv
 from node.vm.sandbox import VmLimits
 from node.vm.stale import cleanup_stale
 from node.vm.uids import UidPool
+from telemetry.threads import name_os_thread
 
 log = logging.getLogger("b3os.node.vm")
 
@@ -286,6 +287,7 @@ class MicroVmDriver(VmDriver):
             vm.remove()
 
     def _fill(self) -> None:
+        name_os_thread()
         while True:
             with self._cond:
                 while not self._closed and (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+from pathlib import Path
 
 from nodetest import echo_call
 
@@ -35,3 +36,10 @@ def test_fail_with_a_tool_error_reports_the_tools_code_and_message(runner: Runne
     err = result.error.model_dump()
     assert err["code"] == "tool_failed" and err["reason"] == "tool_error"
     assert (err["tool_code"], err["tool_message"], err["retryable"]) == ("bad_thing", "it broke", False)
+
+
+def test_the_vm_pools_threads_carry_their_names_for_the_operating_system(runner: Runner) -> None:
+    # `top -H`, `ps -L` and perf tell the VMs' preparing and removing apart from the calls
+    assert runner.call(echo_call("noop", {})).ok
+    names = {p.read_text().strip() for p in Path("/proc/self/task").glob("*/comm")}
+    assert {"b3os-vm-pool-0", "b3os-vm-pool-1", "b3os-vm-remover"} <= names
