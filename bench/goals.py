@@ -9,9 +9,11 @@ measures, interleaving each figure with its floor so that noise from other work 
 on both:
 
 - noop: the echo tool's `noop` script run bare (`subprocess.run`, the floor), `POST /v1/node/calls` to
-  the node itself, and `POST /v1/actions/call`; the api's and the node's own CPU per call (/proc, the
-  goals); the api's share of the time is the request minus the node's phases (start..delete), so it
-  holds the api's work, both HTTP hops and the node's HTTP layer;
+  the node itself, `POST /v1/actions/call`, and the same through a bare FastAPI app that only passes
+  the call on to the node (`bench.api_floor`: the api's floor); the api's, the floor's and the node's
+  own CPU per call (/proc, the goals; the node's split into its VM pool's threads and the rest); the
+  api's share of the time is the request minus the node's phases (start..delete), so it holds the
+  api's work, both HTTP hops and the node's HTTP layer;
 - calls per second, 8 in flight: straight to the node vs. through the api (2 organizations x 4 over
   the 2 api processes);
 - echo with a 6-byte file vs. echo without one (and the same two without the tool's own `run` phase);
@@ -199,6 +201,21 @@ def _node_target(stack: Any, node_url: str) -> Any:
     return NodeTarget(node_url, "node-a", call_key(stack.node_secret("node-a")))
 
 
+def _start_api_floor(stack: Any, node_url: str) -> str:
+    """Start `bench.api_floor` in front of the stack's node; its URL of `POST /v1/actions/call`."""
+    from calls.stack import free_port, wait_http
+
+    from node.credential import call_key
+
+    port = free_port()
+    key = call_key(stack.node_secret("node-a"))
+    env = {**os.environ, "PYTHONPATH": str(REPO), "B3OS_BENCH_NODE_KEY": key}
+    argv = [sys.executable, "-m", "bench.api_floor", str(port), node_url, "node-a"]
+    proc = stack.start("api-floor", argv, env)
+    wait_http(f"http://127.0.0.1:{port}/docs", proc)
+    return f"http://127.0.0.1:{port}/v1/actions/call"
+
+
 def _node_post(client: httpx.Client, node: Any, body: dict[str, Any]) -> tuple[float, Any]:
     """`POST /v1/node/calls` signed as the api signs it (the signing is timed too: the api does it)."""
     from api.calls.nodeclient import NODE_CALLS_PATH
@@ -248,8 +265,9 @@ def bench_calls(stack: Any, args: argparse.Namespace, out: dict[str, Any], profi
         "input": {"text": "hi", "file": {"$bytes": "aGVsbG8K", "name": "a.txt"}},
     }
     call_url = f"{stack.url}/v1/actions/call"
+    floor_url = _start_api_floor(stack, node_url)
     rows: dict[str, list[float]] = {k: [] for k in (
-        "bare", "node", "node_share", "api", "api_node_phases", "api_share", "echo", "echo_file",
+        "bare", "node", "node_share", "api", "api_node_phases", "api_share", "floor_api", "echo", "echo_file",
         "echo_platform", "echo_file_platform")}  # fmt: skip
     with httpx.Client(timeout=120) as client:
         org = stack.org()
@@ -257,10 +275,12 @@ def bench_calls(stack: Any, args: argparse.Namespace, out: dict[str, Any], profi
             _post(client, call_url, org.headers, noop)
             _post(client, call_url, org.headers, echo_file)
             _node_post(client, node, _node_body(-i - 1))
-        served = (f"api-{stack.url.rsplit(':', 1)[1]}", "node-a")  # the api the calls go to, its node
+            _post(client, floor_url, {}, noop)
+        served = (f"api-{stack.url.rsplit(':', 1)[1]}", "node-a", "api-floor")  # the api, its node, the floor
         pids = {p.name: p.popen.pid for p in stack.procs if p.name in served}
         profiler = None if profile_dir is None else Profiler(profile_dir, pids, "noop")
         api_before, node_before = cpu_split_ms(pids[served[0]]), cpu_split_ms(pids[served[1]])
+        floor_before = sum(cpu_split_ms(pids[served[2]]))
         pool_before = pool_cpu_ms(pids[served[1]])
         for i in range(args.calls):
             if i % 25 == 0:
@@ -276,14 +296,17 @@ def bench_calls(stack: Any, args: argparse.Namespace, out: dict[str, Any], profi
             rows["api"].append(ms)
             rows["api_node_phases"].append(phases)
             rows["api_share"].append(ms - phases)
+            rows["floor_api"].append(_post(client, floor_url, {}, noop)[0])
         api_user, api_sys = (b - a for a, b in zip(api_before, cpu_split_ms(pids[served[0]]), strict=True))
         node_user, node_sys = (b - a for a, b in zip(node_before, cpu_split_ms(pids[served[1]]), strict=True))
         out["api_cpu_per_call_ms"] = (api_user + api_sys) / args.calls
         out["api_sys_per_call_ms"] = api_sys / args.calls
-        # the node served each noop twice: straight and through the api (its VMs' own CPU not counted)
-        out["node_cpu_per_call_ms"] = (node_user + node_sys) / (2 * args.calls)
-        out["node_sys_per_call_ms"] = node_sys / (2 * args.calls)
-        out["node_pool_cpu_per_call_ms"] = (pool_cpu_ms(pids[served[1]]) - pool_before) / (2 * args.calls)
+        out["floor_api_cpu_per_call_ms"] = (sum(cpu_split_ms(pids[served[2]])) - floor_before) / args.calls
+        # the node served each noop three times: straight, through the api and through the floor (its VMs'
+        # own CPU not counted)
+        out["node_cpu_per_call_ms"] = (node_user + node_sys) / (3 * args.calls)
+        out["node_sys_per_call_ms"] = node_sys / (3 * args.calls)
+        out["node_pool_cpu_per_call_ms"] = (pool_cpu_ms(pids[served[1]]) - pool_before) / (3 * args.calls)
         if profiler is not None:
             profiler.stop()
             profiler.summary()
@@ -300,6 +323,7 @@ def bench_calls(stack: Any, args: argparse.Namespace, out: dict[str, Any], profi
     out["noop_node_ms"] = p50(rows["node"])
     out["node_share_ms"] = p50(rows["node_share"])
     out["noop_api_ms"] = p50(rows["api"])
+    out["noop_floor_api_ms"] = p50(rows["floor_api"])
     out["api_share_ms"] = p50(rows["api_share"])
     out["echo_ms"] = p50(rows["echo"])
     out["echo_file_ms"] = p50(rows["echo_file"])
@@ -608,10 +632,11 @@ def rows_of(r: dict[str, Any]) -> list[tuple[str, str, str, str, bool | None]]:
         rows.append((name, value, floor, goal, met))
 
     if "api_share_ms" in r:
+        floor = r.get("floor_api_cpu_per_call_ms")
         add(
             "api's CPU per noop call (/proc)",
             f"{r['api_cpu_per_call_ms']:.2f} ms ({r.get('api_sys_per_call_ms', 0):.2f} in the kernel)",
-            "",
+            "" if floor is None else f"bare FastAPI {floor:.2f} ms",
             "<= 2.5 ms",
             r["api_cpu_per_call_ms"] <= 2.5,
         )
@@ -643,6 +668,15 @@ def rows_of(r: dict[str, Any]) -> list[tuple[str, str, str, str, bool | None]]:
             "<= 4x bare",
             ratio <= 4,
         )
+        if "noop_floor_api_ms" in r:
+            floor_ratio = r["noop_floor_api_ms"] / r["noop_bare_ms"]
+            add(
+                "  the same over a bare FastAPI, p50",
+                f"{r['noop_floor_api_ms']:.2f} ms = {floor_ratio:.2f}x bare",
+                f"node {r['noop_node_ms'] / r['noop_bare_ms']:.2f}x bare",
+                "",
+                None,
+            )
         ratio = r["api_calls_per_s"] / r["node_calls_per_s"]
         add(
             "calls/s, 8 in flight over 2 api processes",
