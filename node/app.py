@@ -41,8 +41,9 @@ from node.runner import InvalidCall, Runner
 from node.sync import RegistrySync
 from node.template import rootfs_path
 from node.vm.base import VmDriver, VmError
-from node.vm.bwrap import BwrapDriver, HostShare
+from node.vm.bwrap import BwrapDriver
 from node.vm.guest import find_guest
+from node.vm.host_share import HostShare
 from node.vm.microvm import MicroVmDriver
 from node.vm.sandbox import VmLimits
 from telemetry import logs, tracing

@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from node.vm.bwrap import HostShare
+from node.vm.host_share import HostShare
 
 B3OS_HOME = Path.home() / ".b3os"
 

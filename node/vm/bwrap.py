@@ -52,7 +52,6 @@ import subprocess
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
 from pathlib import Path
 
 from node.vm import mounts, sandbox
@@ -60,6 +59,7 @@ from node.vm.base import Vm, VmDriver, VmError
 from node.vm.bwrap_vm import SETUP_S, BwrapVm, SetupError, make_dir
 from node.vm.cgroups import CgroupError, CgroupLimits, NodeCgroups
 from node.vm.holder import hold_namespace, stop_holder
+from node.vm.host_share import HostShare
 from node.vm.launcher import NAME as LAUNCHER_NAME
 from node.vm.launcher import VM_PATH, LauncherError, build_launcher
 from node.vm.sandbox import VmLimits
@@ -73,40 +73,6 @@ log = logging.getLogger("b3os.node.vm")
 UID_BASE = 1_900_000_000  # the first host uid of the VMs (B3OS_VM_UID_BASE; see node/vm/uids.py)
 FILLERS = 2  # VMs prepared at once in the background
 MAX_REMOVING = 16  # VMs whose processes are dead but whose mounts and cgroup the reaper still removes
-
-
-@dataclass(frozen=True)
-class HostShare:
-    """The node's VMs together against the rest of the host (the node's own process, other services).
-
-    A node host is there to run its VMs: when its CPU is contended they weigh `weight` times what a
-    process session or another service weighs (a cgroup or an autogroup at its default), so a call's tool
-    is not slowed by whatever else the host runs. Together they never use more than the host's CPUs less
-    `reserve_cpus`: the node's own process (it starts, feeds and reaps the VMs) and the host keep that
-    much whatever the tools do. Between tenants the runner's weights apply (one VM's weight a tenant).
-    """
-
-    weight: float = 8.0
-    reserve_cpus: float = 0.5
-
-    def cap_cpus(self, above: float | None = None) -> float | None:
-        """The VMs' CPUs together: the host's (or `above`, a quota of a group above the node's, when fewer)
-        less the reserve; None: no cap.
-
-        Raises:
-            ValueError: the reserve leaves the VMs less than a tenth of a CPU (the message says how much).
-        """
-        if self.reserve_cpus <= 0:
-            return None
-        cpus = float(len(os.sched_getaffinity(0)))
-        if above is not None:
-            cpus = min(cpus, above)
-        if cpus - self.reserve_cpus < 0.1:
-            raise ValueError(
-                f"B3OS_HOST_RESERVE_CPUS={self.reserve_cpus:g} leaves the VMs no CPU of the {cpus:g} here: "
-                f"give at most {cpus - 0.1:g} (0: no cap)"
-            )
-        return cpus - self.reserve_cpus
 
 
 class BwrapDriver(VmDriver):

@@ -41,10 +41,10 @@ from cachetools import LRUCache
 
 from node.vm import mounts
 from node.vm.base import Vm, VmDriver, VmError
-from node.vm.bwrap import HostShare
 from node.vm.bwrap_vm import make_dir
 from node.vm.cgroups import CgroupError, CgroupLimits, NodeCgroups
 from node.vm.guest import Guest
+from node.vm.host_share import HostShare
 from node.vm.launcher import NAME as LAUNCHER_NAME
 from node.vm.launcher import LauncherError, build_launcher
 from node.vm.microvm_vm import ChannelClosed, MicroVm, tree_entries

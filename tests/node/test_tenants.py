@@ -20,8 +20,9 @@ from workers import PATIENCE_S
 from node.cache import InstallCache
 from node.models import NodeCall, NodeCallResult
 from node.runner import Runner
-from node.vm.bwrap import BwrapDriver, HostShare
+from node.vm.bwrap import BwrapDriver
 from node.vm.cgroups import FULL_SHARE, CallCgroup, NodeCgroups
+from node.vm.host_share import HostShare
 
 
 @pytest.fixture(autouse=True)
@@ -134,7 +135,7 @@ def test_a_node_in_a_group_with_a_cpu_quota_caps_its_vms_within_it() -> None:
 
 _NODE_IN_CONTAINER = """
 import json, os, sys
-from node.vm.bwrap import HostShare
+from node.vm.host_share import HostShare
 from node.vm.cgroups import FULL_SHARE, NodeCgroups
 sys.stdin.readline()  # moved into the container's group meanwhile
 node = NodeCgroups.open(f"b3os-node-{os.getpid()}")
@@ -191,7 +192,8 @@ sys.path[:0] = ["tests", "tests/node"]
 from nodetest import VM_UID_BASE, echo_call
 from node.cache import InstallCache
 from node.runner import Runner
-from node.vm.bwrap import BwrapDriver, HostShare
+from node.vm.bwrap import BwrapDriver
+from node.vm.host_share import HostShare
 
 base, run_dir, cache, reserve = sys.argv[1:]
 driver = BwrapDriver(base_rootfs=Path(base), run_dir=Path(run_dir), pool_size=1, slots=1,
