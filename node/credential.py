@@ -159,11 +159,12 @@ class ProofChecker:
         return sum(len(proofs) for proofs in self._seen.values())
 
     def _forget(self, now: float) -> None:
-        """At most once a second: drop the proofs of timestamps now refused for their age."""
-        if now < self._next_forget:
+        """About once a second: drop the proofs of timestamps this clock now refuses (a clock set back
+        drops those too: they are as far ahead of it)."""
+        if 0 <= self._next_forget - now <= 1:
             return
         self._next_forget = now + 1
-        for stamp in [t for t in self._seen if now - t > self._skew_s]:
+        for stamp in [t for t in self._seen if abs(now - t) > self._skew_s]:
             del self._seen[stamp]
 
     def answer_headers(self, *, proof: str, status: int, body: bytes) -> dict[str, str]:

@@ -48,3 +48,13 @@ def test_what_it_remembers_is_forgotten_once_the_timestamps_are_too_old() -> Non
     clock.now += SKEW_S + 2
     assert checker.check(method="POST", path=PATH, headers=_signed(clock.now), body=b"{}") is None
     assert checker.remembered == 1  # only the last one
+
+
+def test_a_clock_set_back_forgets_what_it_now_refuses_too() -> None:
+    clock = Clock(3_000_000.0)
+    checker = ProofChecker(SECRET, NODE, clock=clock)
+    for i in range(10):
+        assert checker.check(method="POST", path=PATH, headers=_signed(clock.now + i), body=b"{}") is None
+    clock.now -= 3_600  # NTP set the clock back an hour: those ten are refused for their timestamp now
+    assert checker.check(method="POST", path=PATH, headers=_signed(clock.now), body=b"{}") is None
+    assert checker.remembered == 1
