@@ -27,15 +27,14 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import select
-import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from node.errors import NodeError
+from node.vm.cgroup_tree import V1_CONTROLLERS, join, mounts, own_paths
+from node.vm.kill import kill_and_wait
 
-V1_CONTROLLERS = ("memory", "cpu", "cpuacct", "pids")
 V2_CONTROLLERS = ("memory", "cpu", "pids")
 CFS_PERIOD_US = 100_000
 FULL_SHARE = {1: ("cpu.shares", 1024, 2, 262_144), 2: ("cpu.weight", 100, 1, 10_000)}
@@ -53,48 +52,6 @@ class CgroupLimits:
     memory_bytes: int
     vcpu: float
     pids_max: int
-
-
-def _mounts() -> tuple[dict[str, tuple[str, str]], tuple[str, str] | None]:
-    """(v1 controller -> (mount point, mount root)), and the v2 (mount point, mount root) if mounted."""
-    v1: dict[str, tuple[str, str]] = {}
-    v2: tuple[str, str] | None = None
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        left, _, right = line.partition(" - ")
-        fields, rfields = left.split(), right.split()
-        if len(fields) < 5 or len(rfields) < 3:
-            continue
-        root, point, fstype = fields[3], fields[4], rfields[0]
-        if fstype == "cgroup2" and v2 is None:
-            v2 = (point, root)
-        elif fstype == "cgroup":
-            for opt in rfields[2].split(","):
-                if opt in V1_CONTROLLERS and opt not in v1:
-                    v1[opt] = (point, root)
-    return v1, v2
-
-
-def hierarchy_points() -> list[str]:
-    """Where the memory, cpu, cpuacct and pids v1 hierarchies and the v2 hierarchy are mounted."""
-    v1, v2 = _mounts()
-    return sorted({point for point, _ in v1.values()} | ({v2[0]} if v2 else set()))
-
-
-def _own_paths() -> dict[str, str]:
-    """Controller (or "" for v2) -> this process's cgroup path, from /proc/self/cgroup."""
-    own: dict[str, str] = {}
-    for line in Path("/proc/self/cgroup").read_text().splitlines():
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        for ctrl in parts[1].split(",") if parts[1] else [""]:
-            own[ctrl] = parts[2]
-    return own
-
-
-def _join(point: str, root: str, path: str) -> Path:
-    rel = path[len(root) :] if root != "/" and path.startswith(root) else path
-    return Path(point) / rel.lstrip("/")
 
 
 def _write(path: Path, value: str) -> None:
@@ -127,41 +84,6 @@ def _read_int(path: Path) -> int:
         return int(_read(path).split()[0])
     except (OSError, ValueError, IndexError):
         return 0
-
-
-def _kill_and_wait(pids: list[int], end: float) -> None:
-    """SIGKILL `pids` and wait (until `end` at most) for them to end: on their pidfds, readable the moment
-    each process ends, rather than polling the group every millisecond (a VM's init takes about a
-    millisecond to end, its namespaces with it); where pidfds are not supported, a millisecond's sleep."""
-    fds: list[int] = []
-    unwatched = False
-    try:
-        for pid in pids:
-            try:
-                fd = os.pidfd_open(pid)
-            except ProcessLookupError:
-                continue
-            except OSError:  # no pidfds here
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-                unwatched = True
-                continue
-            fds.append(fd)
-            with contextlib.suppress(ProcessLookupError):
-                signal.pidfd_send_signal(fd, signal.SIGKILL)
-        poller = select.poll()
-        for fd in fds:
-            poller.register(fd, select.POLLIN)
-        left = len(fds)
-        while left and (wait_ms := int((end - time.monotonic()) * 1000) + 1) > 0:
-            for fd, _ in poller.poll(min(wait_ms, 100)):
-                poller.unregister(fd)
-                left -= 1
-        if unwatched:
-            time.sleep(0.001)
-    finally:
-        for fd in fds:
-            os.close(fd)
 
 
 def _set_share(version: int, cpu_dir: Path, times: float) -> None:
@@ -286,7 +208,7 @@ class CallCgroup:
             if pids == before:  # still listed though they ended (a zombie's parent dying): no busy loop
                 time.sleep(0.001)
             before = pids
-            _kill_and_wait(pids, end)
+            kill_and_wait(pids, end)
             if time.monotonic() > end:
                 return not self.pids()
 
@@ -312,10 +234,10 @@ class NodeCgroups:
         Raises:
             CgroupError: neither hierarchy has the memory, cpu and pids controllers where this process sits.
         """
-        v1, v2 = _mounts()
-        own = _own_paths()
+        v1, v2 = mounts()
+        own = own_paths()
         if v2 is not None and "" in own:
-            unified = _join(v2[0], v2[1], own[""])
+            unified = join(v2[0], v2[1], own[""])
             root_ctrls = Path(v2[0], "cgroup.controllers")
             with contextlib.suppress(OSError):
                 if set(V2_CONTROLLERS) <= set(root_ctrls.read_text().split()):
@@ -329,7 +251,7 @@ class NodeCgroups:
         dirs: dict[str, Path] = {}
         for ctrl in V1_CONTROLLERS:
             point, root = v1[ctrl]
-            dirs[ctrl] = _join(point, root, own[ctrl]) / name
+            dirs[ctrl] = join(point, root, own[ctrl]) / name
             dirs[ctrl].mkdir(exist_ok=True)
         if _read_int(dirs["memory"] / "memory.use_hierarchy") == 0:
             _write(dirs["memory"] / "memory.use_hierarchy", "1")

@@ -18,7 +18,8 @@ import shutil
 from pathlib import Path
 
 from node.vm import mounts
-from node.vm.cgroups import CallCgroup, CgroupError, hierarchy_points
+from node.vm.cgroup_tree import hierarchy_points
+from node.vm.cgroups import CallCgroup, CgroupError
 
 _NODE_DIR = re.compile(r"^node-(\d+)$|^microvm-(\d+)-[0-9a-f]+$")  # the sandbox driver's, the microvm's
 _NODE_CGROUP = re.compile(r"^b3os-node-(\d+)$")
