@@ -483,6 +483,21 @@ async def _step_share(
         out[f"{floor_name}_step_temporal_ms"] = p50(rows[floor_name])
 
 
+def _floor_node_env(stack: Any) -> dict[str, str]:
+    """What `bench.temporal_floor`'s node activity calls the stack's node with."""
+    from calls.stack import FREE
+
+    from node.credential import call_key
+
+    url, _ = _node_of(stack)
+    return {
+        "B3OS_BENCH_NODE_URL": url,
+        "B3OS_BENCH_NODE_ID": "node-a",
+        "B3OS_BENCH_NODE_KEY": call_key(stack.node_secret("node-a")),
+        "B3OS_BENCH_NODE_PACK": FREE,
+    }
+
+
 class Floor:
     """The bare Temporal workflow of `bench.temporal_floor` on the server of `client` (the stack's by
     default), its worker a process of the stack's."""
@@ -491,19 +506,21 @@ class Floor:
         self.client = client or stack.temporal_client
         self.queue = f"{name}-{os.getpid()}"
         address = self.client.service_client.config.target_host
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        env = {**os.environ, "PYTHONPATH": str(REPO), **_floor_node_env(stack)}
         proc = stack.start(
             f"{name}-worker", [sys.executable, "-m", "bench.temporal_floor", address, self.queue], env
         )
         stack.wait_polling(proc)
         self.count = 0
 
-    async def start(self) -> Any:
-        from bench.temporal_floor import FloorWorkflow
+    async def start(self, *, node: bool = False) -> Any:
+        """One workflow; with `node`, the one whose activity calls the node (`FloorNodeWorkflow`)."""
+        from bench.temporal_floor import FloorNodeWorkflow, FloorWorkflow
 
         self.count += 1
+        run = FloorNodeWorkflow.run if node else FloorWorkflow.run
         return await self.client.start_workflow(
-            FloorWorkflow.run, self.count, id=f"floor-{self.queue}-{self.count}", task_queue=self.queue
+            run, self.count, id=f"floor-{self.queue}-{self.count}", task_queue=self.queue
         )
 
     async def share(self) -> float:
@@ -513,10 +530,10 @@ class Floor:
         total, act_ms, _ = _step_times([e async for e in handle.fetch_history_events()])
         return total - act_ms
 
-    async def burst(self, count: int) -> float:
+    async def burst(self, count: int, *, node: bool = False) -> float:
         """Seconds until `count` workflows started at once have all ended."""
         began = time.perf_counter()
-        handles = await asyncio.gather(*(self.start() for _ in range(count)))
+        handles = await asyncio.gather(*(self.start(node=node) for _ in range(count)))
         await asyncio.gather(*(h.result() for h in handles))
         return time.perf_counter() - began
 
@@ -594,6 +611,7 @@ async def bench_routines(
     floor = floors["floor"]
     bursts: list[float] = []
     floor_bursts: list[float] = []
+    node_bursts: list[float] = []
     memory_bursts: list[float] = []
     starts: list[float] = []
     refused: list[int] = []
@@ -605,10 +623,12 @@ async def bench_routines(
         bursts.append(await _burst(stack, orgs, "one", 4, starts, refused, where))
         out["burst_100_where"] = where  # the last round's
         floor_bursts.append(await floor.burst(100))
+        node_bursts.append(await floor.burst(100, node=True))
         memory_bursts.append(await floors["floor_memory"].burst(100))
     out["burst_100_s"] = p50(bursts)
     out["burst_100_started_s"] = p50(starts)
     out["floor_burst_100_s"] = p50(floor_bursts)
+    out["floor_node_burst_100_s"] = p50(node_bursts)
     out["floor_memory_burst_100_s"] = p50(memory_bursts)
     out["runs_not_started"] = len(refused)
     out["samples"] = {**out.get("samples", {}), "burst_100_s": bursts}
@@ -733,6 +753,10 @@ def rows_of(r: dict[str, Any]) -> list[tuple[str, str, str, str, bool | None]]:
             ratio <= 1.3 and not lost,
         )
         add("  bare SDK, in-memory server", f"{r['floor_memory_burst_100_s']:.2f} s", "", "", None)
+        if "floor_node_burst_100_s" in r:
+            ratio = r["floor_node_burst_100_s"] / r["floor_burst_100_s"]
+            value = f"{r['floor_node_burst_100_s']:.2f} s = {ratio:.2f}x bare"
+            add("  bare SDK, its activity the noop on the node", value, "", "", None)
         add("  all started", f"{r['burst_100_started_s']:.2f} s", "", "", None)
         for label, value in burst.rows(r.get("burst_100_where") or {}):
             add(label, value, "", "", None)
