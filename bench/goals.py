@@ -72,23 +72,26 @@ def p95(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))] if ordered else float("nan")
 
 
-def cpu_split_ms(pid: int) -> tuple[float, float]:
-    """CPU a process has used so far in user mode and in the kernel (not its children's), ms."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+def _stat_cpu_ms(stat: Path) -> tuple[float, float]:
+    """The user and kernel CPU (ms) of a `/proc` `stat` file: a process's (not its children's), a thread's."""
+    fields = stat.read_text().rpartition(")")[2].split()
     tick_ms = 1000 / os.sysconf("SC_CLK_TCK")
     return int(fields[11]) * tick_ms, int(fields[12]) * tick_ms
+
+
+def cpu_split_ms(pid: int) -> tuple[float, float]:
+    """CPU a process has used so far in user mode and in the kernel (not its children's), ms."""
+    return _stat_cpu_ms(Path(f"/proc/{pid}/stat"))
 
 
 def pool_cpu_ms(pid: int) -> float:
     """CPU the node's VM pool threads (named `b3os-vm-*` for the OS: node.vm.bwrap) have used so far, ms:
     preparing and removing VMs, off the calls' path."""
-    tick_ms = 1000 / os.sysconf("SC_CLK_TCK")
     used = 0.0
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
             if (task / "comm").read_text().startswith("b3os-vm-"):
-                fields = (task / "stat").read_text().rpartition(")")[2].split()
-                used += (int(fields[11]) + int(fields[12])) * tick_ms
+                used += sum(_stat_cpu_ms(task / "stat"))
         except FileNotFoundError:  # a thread that has just ended
             continue
     return used
@@ -201,17 +204,13 @@ def _node_target(stack: Any, node_url: str) -> Any:
     return NodeTarget(node_url, "node-a", call_key(stack.node_secret("node-a")))
 
 
-def _start_api_floor(stack: Any, node_url: str) -> str:
+def _start_api_floor(stack: Any) -> str:
     """Start `bench.api_floor` in front of the stack's node; its URL of `POST /v1/actions/call`."""
     from calls.stack import free_port, wait_http
 
-    from node.credential import call_key
-
     port = free_port()
-    key = call_key(stack.node_secret("node-a"))
-    env = {**os.environ, "PYTHONPATH": str(REPO), "B3OS_BENCH_NODE_KEY": key}
-    argv = [sys.executable, "-m", "bench.api_floor", str(port), node_url, "node-a"]
-    proc = stack.start("api-floor", argv, env)
+    env = {**os.environ, "PYTHONPATH": str(REPO), **_floor_node_env(stack)}
+    proc = stack.start("api-floor", [sys.executable, "-m", "bench.api_floor", str(port)], env)
     wait_http(f"http://127.0.0.1:{port}/docs", proc)
     return f"http://127.0.0.1:{port}/v1/actions/call"
 
@@ -241,15 +240,9 @@ def _post(client: httpx.Client, url: str, headers: dict[str, str], body: dict[st
 def _node_body(i: int) -> dict[str, Any]:
     from calls.stack import FREE
 
-    return {
-        "call_id": f"tcall_bench_{os.getpid()}_{i}",
-        "pack": FREE,
-        "version": "1.0.0",
-        "action": "noop",
-        "cmd": ["/tool/bin/echo-tool", "noop"],
-        "timeout_ms": 10_000,
-        "input": {},
-    }
+    from bench.echo_calls import echo_tool_call
+
+    return echo_tool_call(f"tcall_bench_{os.getpid()}_{i}", FREE, "noop", {})
 
 
 def bench_calls(stack: Any, args: argparse.Namespace, out: dict[str, Any], profile_dir: Path | None) -> None:
@@ -265,7 +258,7 @@ def bench_calls(stack: Any, args: argparse.Namespace, out: dict[str, Any], profi
         "input": {"text": "hi", "file": {"$bytes": "aGVsbG8K", "name": "a.txt"}},
     }
     call_url = f"{stack.url}/v1/actions/call"
-    floor_url = _start_api_floor(stack, node_url)
+    floor_url = _start_api_floor(stack)
     rows: dict[str, list[float]] = {k: [] for k in (
         "bare", "node", "node_share", "api", "api_node_phases", "api_share", "floor_api", "echo", "echo_file",
         "echo_platform", "echo_file_platform")}  # fmt: skip
@@ -484,7 +477,8 @@ async def _step_share(
 
 
 def _floor_node_env(stack: Any) -> dict[str, str]:
-    """What `bench.temporal_floor`'s node activity calls the stack's node with."""
+    """What the floors (`bench.api_floor`, `bench.temporal_floor`'s node activity) call the stack's node
+    with."""
     from calls.stack import FREE
 
     from node.credential import call_key

@@ -28,6 +28,7 @@ from temporalio.worker import Worker
 
 with workflow.unsafe.imports_passed_through():
     from api.calls.nodeclient import NodeTarget, send_call
+    from bench.echo_calls import echo_tool_call
     from http1.client import Http1
 
 _node_client: Http1 | None = None
@@ -48,15 +49,8 @@ async def node_step(value: int) -> int:
     node = NodeTarget(
         os.environ["B3OS_BENCH_NODE_URL"], os.environ["B3OS_BENCH_NODE_ID"], os.environ["B3OS_BENCH_NODE_KEY"]
     )
-    body = {
-        "call_id": f"tcall_floor_{os.getpid()}_{next(_call_ids)}",
-        "pack": os.environ["B3OS_BENCH_NODE_PACK"],
-        "version": "1.0.0",
-        "action": "noop",
-        "cmd": ["/tool/bin/echo-tool", "noop"],
-        "timeout_ms": 10_000,
-        "input": {},
-    }
+    call_id = f"tcall_floor_{os.getpid()}_{next(_call_ids)}"
+    body = echo_tool_call(call_id, os.environ["B3OS_BENCH_NODE_PACK"], "noop", {})
     reply = await send_call(_node_client, node=node, body=body, timeout_s=30)
     if reply.result.get("ok") is not True:
         raise RuntimeError(f"the node answered {reply.status}: {reply.failure or reply.result}")
