@@ -20,14 +20,14 @@ it before it starts (the launcher's `--as` mode), so every process of the VM is 
 instruction and the VM's cgroup namespace is rooted at the group. What the sandbox is made of (its root,
 bwrap's options) is `node/vm/sandbox.py`.
 
-The pool starts VMs ahead of calls: a prepared VM is its directory (tmpfs `in/` and `out/`, and `tool/`, a
-read-only bind of the launcher's directory made a shared mount), its cgroup with limits, and its bwrap with
-the namespaces and mounts made, running the launcher (`launcher.c`) as `/tool/launch`, which waits for the
-command. On claim the node writes the input files to `in/` (the same tmpfs the sandbox sees at /in), mounts
-the installed tool tree read-only over `tool/` (the mount propagates into the sandbox's /tool, a slave of
-it, and hides the launcher), and hands the command to the launcher, which execve()s it without a
-shell. After the command, every process of the VM is killed at once; its mounts, cgroup and directory are
-removed by a background thread. A VM is still used for one call only. `FILLERS` threads refill the pool.
+The pool starts VMs ahead of calls: a prepared VM is its directory (`node/vm/bwrap_dirs.py`), its cgroup
+with limits, and its bwrap with the namespaces and mounts made, running the launcher (`launcher.c`) as
+`/tool/launch`, which waits for the command. On claim the node writes the input files to `in/` (the same
+tmpfs the sandbox sees at /in), mounts the installed tool tree read-only over `tool/` (the mount
+propagates into the sandbox's /tool, a slave of it, and hides the launcher), and hands the command to the
+launcher, which execve()s it without a shell. After the command, every process of the VM is killed at
+once; its mounts, cgroup and directory are removed by a background thread. A VM is still used for one
+call only. `FILLERS` threads refill the pool.
 
 bwrap is spawned (with vfork) through the launcher's `--as` mode, which enters the node's own small mount
 namespace (`node/vm/holder.py`) and drops to the VM's user: bwrap copies the mount table of the namespace
@@ -56,12 +56,14 @@ from pathlib import Path
 
 from node.vm import mounts, sandbox
 from node.vm.base import Vm, VmDriver, VmError
+from node.vm.bwrap_dirs import make_vm_dir, remove_vm_dir
 from node.vm.bwrap_vm import SETUP_S, BwrapVm, SetupError, make_dir
 from node.vm.cgroups import CgroupError, CgroupLimits, NodeCgroups
 from node.vm.holder import hold_namespace, stop_holder
 from node.vm.host_share import HostShare
 from node.vm.launcher import NAME as LAUNCHER_NAME
 from node.vm.launcher import VM_PATH, LauncherError, build_launcher
+from node.vm.pipes import pipe_of
 from node.vm.sandbox import VmLimits
 from node.vm.seccomp import FilterError, build_filter
 from node.vm.stale import cleanup_stale
@@ -164,7 +166,7 @@ class BwrapDriver(VmDriver):
             self._hold_namespace()
         except (mounts.MountError, CgroupError, LauncherError, SetupError) as exc:
             self._stop_holder()
-            self._remove_node_dir()
+            mounts.remove_tree(self.node_dir)
             raise VmError("no_slot", f"the bwrap driver cannot start: {exc}") from exc
         self._fillers = [
             threading.Thread(target=self._fill, name=f"b3os-vm-pool-{i}", daemon=True)
@@ -236,24 +238,14 @@ class BwrapDriver(VmDriver):
         path = self.node_dir / vm_id
         vm: BwrapVm | None = None
         try:
-            make_dir(path, 0o700)
-            os.chown(path, uid, uid)
-            for sub in ("in", "tool", "out"):
-                make_dir(path / sub, 0o755)
-            lim = self.limits
-            mounts.tmpfs(path / "in", size_bytes=lim.in_kb << 10, uid=0, gid=uid, inodes=64, mode=0o750)
-            mounts.tmpfs(path / "out", size_bytes=lim.out_kb << 10, uid=uid, gid=uid, inodes=256)
-            # /tool shows the launcher until the call's tree is mounted over it; shared, so that mount
-            # reaches the sandbox's copy (its slave).
-            mounts.attach_tree(self.launcher_dir, path / "tool")
-            mounts.make_shared(path / "tool")
+            make_vm_dir(path, uid, self.limits, self.launcher_dir)
             vm = BwrapVm(self, vm_id, path, self.cgroups.create_call(vm_id, self._cg_limits), uid)
             self._spawn(vm)
         except BaseException:
             if vm is not None:
                 self.destroy(vm)
             else:
-                self._remove_vm_dir(path)
+                remove_vm_dir(path)
                 self._give_uid(uid)
             raise
         return vm
@@ -268,8 +260,8 @@ class BwrapDriver(VmDriver):
         block_r, block_w = os.pipe()
         ctl_r, ctl_w = os.pipe()
         err_r, err_w = os.pipe()
-        seccomp_r = _pipe_of(self._seccomp)
-        args_r = _pipe_of(
+        seccomp_r = pipe_of(self._seccomp)
+        args_r = pipe_of(
             b"".join(a.encode() + b"\0" for a in self.bwrap_args(vm.path, status_w, block_r, seccomp_r))
         )
         cgroup_fds = [os.open(p / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC) for p in vm.cgroup.paths]
@@ -392,30 +384,7 @@ class BwrapDriver(VmDriver):
             vm.cgroup.remove()
         except CgroupError as exc:
             log.warning("VM %s: %s", vm.id, exc)
-        self._remove_vm_dir(vm.path)
-
-    def _remove_vm_dir(self, path: Path) -> None:
-        # What _prepare mounts: in, out, and on tool the launcher's bind and the call's tree over it.
-        for sub, stacked in (("in", 1), ("out", 1), ("tool", 2)):
-            try:
-                mounts.unmount(path / sub, stacked=stacked)
-            except mounts.MountError as exc:
-                log.warning("%s", exc)
-        try:  # the usual case: only the three empty mount points are left
-            for sub in ("in", "tool", "out"):
-                os.rmdir(path / sub)
-            os.rmdir(path)
-        except OSError:
-            for point in mounts.mounts_under(path):
-                with contextlib.suppress(mounts.MountError):
-                    mounts.unmount(point)
-            shutil.rmtree(path, ignore_errors=True)
-
-    def _remove_node_dir(self) -> None:
-        for point in mounts.mounts_under(self.node_dir):
-            with contextlib.suppress(mounts.MountError):
-                mounts.unmount(point)
-        shutil.rmtree(self.node_dir, ignore_errors=True)
+        remove_vm_dir(vm.path)
 
     def close(self) -> None:
         with self._cond:
@@ -430,18 +399,5 @@ class BwrapDriver(VmDriver):
         with contextlib.suppress(CgroupError):
             self.cgroups.remove()
         self._stop_holder()
-        self._remove_node_dir()
+        mounts.remove_tree(self.node_dir)
         self.uids.close()
-
-
-def _pipe_of(data: bytes) -> int:
-    """The read end of a pipe that holds `data` (at most a pipe's buffer, 64 KiB) and then end of file."""
-    read_end, write_end = os.pipe()
-    try:
-        os.write(write_end, data)
-    except OSError:
-        os.close(read_end)
-        raise
-    finally:
-        os.close(write_end)
-    return read_end

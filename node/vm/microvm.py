@@ -142,7 +142,7 @@ class MicroVmDriver(VmDriver):
                 log.warning("the microVMs keep the host's default CPU weight, without a cap: %s", exc)
         except (OSError, mounts.MountError, CgroupError, LauncherError) as exc:
             self._close_fds()
-            self._remove_node_dir()
+            mounts.remove_tree(self.node_dir)
             self.uids.close()
             raise VmError("no_slot", f"the microvm driver cannot start: {exc}") from exc
         try:
@@ -323,12 +323,6 @@ class MicroVmDriver(VmDriver):
                 self._cond.wait(0.05)
             return len(self._pool)
 
-    def _remove_node_dir(self) -> None:
-        for point in mounts.mounts_under(self.node_dir):
-            with contextlib.suppress(mounts.MountError):
-                mounts.unmount(point)
-        shutil.rmtree(self.node_dir, ignore_errors=True)
-
     def _close_fds(self) -> None:
         for fd in self._fds:
             os.close(fd)
@@ -351,7 +345,7 @@ class MicroVmDriver(VmDriver):
             with contextlib.suppress(CgroupError):
                 self.cgroups.remove()
         self._close_fds()
-        self._remove_node_dir()
+        mounts.remove_tree(self.node_dir)
         self.uids.close()
 
 

@@ -13,9 +13,11 @@ Also the one process setting the driver needs: being the child subreaper of its 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import os
+import shutil
 from pathlib import Path
 
 from node.errors import NodeError
@@ -178,3 +180,11 @@ def mounts_under(prefix: Path) -> list[Path]:
 def become_subreaper() -> None:
     """Make this process the reaper of its orphaned descendants (a VM's init outlives bwrap's monitor)."""
     _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def remove_tree(path: Path) -> None:
+    """Unmount whatever is mounted at or under `path`, then remove it, whatever is left in it."""
+    for point in mounts_under(path):
+        with contextlib.suppress(MountError):
+            unmount(point)
+    shutil.rmtree(path, ignore_errors=True)

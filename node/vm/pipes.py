@@ -61,3 +61,16 @@ def json_int(line: bytes, key: str) -> int | None:
     if isinstance(value, dict) and isinstance(value.get(key), int):
         return int(value[key])
     return None
+
+
+def pipe_of(data: bytes) -> int:
+    """The read end of a pipe that holds `data` (at most a pipe's buffer, 64 KiB) and then end of file."""
+    read_end, write_end = os.pipe()
+    try:
+        os.write(write_end, data)
+    except OSError:
+        os.close(read_end)
+        raise
+    finally:
+        os.close(write_end)
+    return read_end
