@@ -122,6 +122,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(JsonGuard, exempt_prefixes=(BLOB_PREFIX, triggers.HOOK_PATH))
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, exempt_prefixes=(BLOB_PREFIX,))
     app.include_router(health.router)
+    # first after health: a request's route is found by trying the routes in order, and the calls'
+    # path was 90 us into them at the end (~5% of the api's CPU a call)
+    install_calls(app)
     for module in (
         keys,
         publishers,
@@ -139,7 +142,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(triggers.hooks, responses=ERROR_RESPONSES)
     app.include_router(triggers.polling, responses=ERROR_RESPONSES)
     app.include_router(registry.resolve_router, responses=ERROR_RESPONSES)
-    install_calls(app)
     install_docs(app)
     tracing.install_server_spans(app)  # outside the body limits: a refused request is traced too
     install_metrics(app, REGISTRY, token=telemetry.metrics_token.get_secret_value())

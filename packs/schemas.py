@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 import re2
+from cachetools import LRUCache
 from jsonschema import Draft202012Validator, ValidationError, validators
 from jsonschema_specifications import REGISTRY as METASCHEMAS
 from referencing import Registry, Resource
@@ -151,9 +153,25 @@ _Validator = validators.extend(
 )
 
 
+_built: LRUCache[int, tuple[Any, Any]] = LRUCache(maxsize=512)
+_built_lock = threading.Lock()
+
+
 def Validator(schema: Any) -> Any:  # noqa: N802 (a validator class, as jsonschema's are called)
-    """Draft 2020-12, linear-time `pattern`, `patternProperties` and `uniqueItems`; it fetches nothing."""
-    return _Validator(schema, registry=_LOCAL_ONLY)
+    """Draft 2020-12, linear-time `pattern`, `patternProperties` and `uniqueItems`; it fetches nothing.
+
+    Built once per schema object and kept (the last 512): an action's schemas are the same objects call
+    after call (the registry's cache of versions), and building one took ~6% of the api's CPU a call. The
+    entry holds the schema itself, so its `id` is not reused while the entry lives."""
+    key = id(schema)
+    with _built_lock:
+        kept = _built.get(key)
+    if kept is not None and kept[0] is schema:
+        return kept[1]
+    validator = _Validator(schema, registry=_LOCAL_ONLY)
+    with _built_lock:
+        _built[key] = (schema, validator)
+    return validator
 
 
 def schema_errors(schema: Any, value: Any) -> list[ValidationError]:

@@ -171,12 +171,11 @@ def _check_org(
             retry_after=expected_end(session, lane, now),
             details={"limit": limit},
         )
-    in_window = (col(ActionCall.org_id) == adm.org_id, col(ActionCall.started_at) > now - WINDOW)
     starts, latest = rawsql.execute(session, _STARTS, {"org": adm.org_id, "since": now - WINDOW}).first()
     if starts >= settings.starts_per_minute:
         oldest_counted = session.execute(
             sa_select(col(ActionCall.started_at))
-            .where(*in_window)
+            .where(col(ActionCall.org_id) == adm.org_id, col(ActionCall.started_at) > now - WINDOW)
             .order_by(col(ActionCall.started_at))
             .offset(starts - settings.starts_per_minute)
             .limit(1)

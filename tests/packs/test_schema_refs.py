@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from packs.schema_refs import reference_problem
-from packs.schemas import CHECK_COST, MATCH_COST, schema_errors, schema_problem
+from packs.schemas import CHECK_COST, MATCH_COST, Validator, schema_errors, schema_problem
 
 NEVER_ENDS = (
     "comes back to itself without reading into the value: checking a value against it would never end"
@@ -126,3 +126,14 @@ def test_many_texts_each_within_the_match_bound_are_bounded_together() -> None:
     assert any(e.startswith("checking the value against its schema's patterns is more work") for e in errors)
     assert f"({CHECK_COST:,} instructions times characters)" in errors[-1]
     assert not schema_errors(schema, [each + "c"] * 5)  # a few are checked as usual
+
+
+def test_a_schema_is_built_into_a_validator_once_and_each_schema_object_checks_against_itself() -> None:
+    text = {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}
+    number = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    assert Validator(text) is Validator(text)  # an action's schema, call after call
+    assert Validator(dict(text)) is not Validator(text)  # an equal schema that is another object
+    for _ in range(2):  # the kept validators answer for their own schema, not the other's
+        assert schema_errors(text, {"a": "x"}) == []
+        assert [e.message for e in schema_errors(number, {"a": "x"})] == ["'x' is not of type 'integer'"]
+        assert [e.message for e in schema_errors(text, {})] == ["'a' is a required property"]

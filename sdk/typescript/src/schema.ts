@@ -24,6 +24,110 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/actions/call": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Call Action
+         * @description Call an action and answer its result: output, cost in micro-USD and timings.
+         */
+        post: operations["call_action_v1_actions_call_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/actions/call/cancel": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Cancel Call By Key
+         * @description Cancel the running call sent with this Idempotency-Key: its node kills its VM at once.
+         *
+         *     202 `{"call_id", "state": "cancelled", "node"}`; 200 `{"state": "finished"}` when it had ended. The
+         *     call's own request answers how it ended (a killed command: 502 tool_failed / signal), billed compute and
+         *     the floor, never the price.
+         */
+        post: operations["cancel_call_by_key_v1_actions_call_cancel_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/actions/calls/{call_id}/cancel": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Cancel Call By Id
+         * @description Cancel a running call by its id (`tcall_...`): as `POST /v1/actions/call/cancel`.
+         */
+        post: operations["cancel_call_by_id_v1_actions_calls__call_id__cancel_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Usage
+         * @description Your organization's units, calls and cost in micro-USD for a month (default: this month).
+         */
+        get: operations["usage_v1_usage_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/actions/publishers/{namespace}/earnings": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Earnings
+         * @description Calls, gross, B3OS's cut and net of a namespace's tools for a month, daily per tool (accrued).
+         */
+        get: operations["earnings_v1_actions_publishers__namespace__earnings_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/keys": {
         parameters: {
             query?: never;
@@ -771,110 +875,6 @@ export interface paths {
          * @description Resolve an action ref to the exact version and action a call of it runs now.
          */
         get: operations["resolve_action_v1_actions_resolve_get"];
-        put?: never;
-        post?: never;
-        delete?: never;
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
-    };
-    "/v1/actions/call": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        get?: never;
-        put?: never;
-        /**
-         * Call Action
-         * @description Call an action and answer its result: output, cost in micro-USD and timings.
-         */
-        post: operations["call_action_v1_actions_call_post"];
-        delete?: never;
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
-    };
-    "/v1/actions/call/cancel": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        get?: never;
-        put?: never;
-        /**
-         * Cancel Call By Key
-         * @description Cancel the running call sent with this Idempotency-Key: its node kills its VM at once.
-         *
-         *     202 `{"call_id", "state": "cancelled", "node"}`; 200 `{"state": "finished"}` when it had ended. The
-         *     call's own request answers how it ended (a killed command: 502 tool_failed / signal), billed compute and
-         *     the floor, never the price.
-         */
-        post: operations["cancel_call_by_key_v1_actions_call_cancel_post"];
-        delete?: never;
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
-    };
-    "/v1/actions/calls/{call_id}/cancel": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        get?: never;
-        put?: never;
-        /**
-         * Cancel Call By Id
-         * @description Cancel a running call by its id (`tcall_...`): as `POST /v1/actions/call/cancel`.
-         */
-        post: operations["cancel_call_by_id_v1_actions_calls__call_id__cancel_post"];
-        delete?: never;
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
-    };
-    "/v1/usage": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        /**
-         * Usage
-         * @description Your organization's units, calls and cost in micro-USD for a month (default: this month).
-         */
-        get: operations["usage_v1_usage_get"];
-        put?: never;
-        post?: never;
-        delete?: never;
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
-    };
-    "/v1/actions/publishers/{namespace}/earnings": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        /**
-         * Earnings
-         * @description Calls, gross, B3OS's cut and net of a namespace's tools for a month, daily per tool (accrued).
-         */
-        get: operations["earnings_v1_actions_publishers__namespace__earnings_get"];
         put?: never;
         post?: never;
         delete?: never;
@@ -2078,6 +2078,436 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Health"];
+                };
+            };
+        };
+    };
+    call_action_v1_actions_call_post: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description 1 to 255 printable ASCII characters: the same key and request, one answer */
+                "Idempotency-Key"?: string | null;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /**
+                     * Ref
+                     * @description ns/pack/action@1 (newest 1.x.y installed) or @1.0.0 (exact)
+                     */
+                    ref: string;
+                    /**
+                     * Input
+                     * @description checked against the action's inputSchema
+                     */
+                    input?: {
+                        [key: string]: unknown;
+                    };
+                    /**
+                     * Timeout Ms
+                     * @description the caller's time limit in milliseconds
+                     */
+                    timeout_ms?: number | null;
+                };
+            };
+        };
+        responses: {
+            /** @description the call's answer */
+            200: {
+                headers: {
+                    /** @description true: the stored answer of an earlier request with this Idempotency-Key */
+                    "Idempotent-Replayed"?: "true";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CallAnswer"];
+                };
+            };
+            /** @description invalid_request: a field or value is wrong (`field` names it) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: no key, an unknown key or a revoked key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description forbidden: the key lacks a scope (`missing_scope`) or the organization a right */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not_found: there is none, or it is another organization's */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description idempotency_in_progress: a request with this Idempotency-Key still runs */
+            409: {
+                headers: {
+                    /** @description whole seconds to wait before sending the request again (at least 1) */
+                    "Retry-After": number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description payload_too_large: the body is over the limit (`limit_bytes`) */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description idempotency_key_reused: the Idempotency-Key was sent before with another request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description rate_limited, concurrency_limited or quota_exceeded: try again after Retry-After seconds */
+            429: {
+                headers: {
+                    /** @description whole seconds to wait before sending the request again (at least 1) */
+                    "Retry-After": number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description tool_failed or action_failed: the tool or the upstream failed (`reason`) */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unavailable, tool_unavailable, pack_unavailable or action_unavailable: try again after Retry-After */
+            503: {
+                headers: {
+                    /** @description whole seconds to wait before sending the request again (at least 1) */
+                    "Retry-After": number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description tool_timed_out or action_timed_out: the call ran out of time */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    cancel_call_by_key_v1_actions_call_cancel_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /**
+                     * Idempotency Key
+                     * @description the Idempotency-Key of the running call
+                     */
+                    idempotency_key: string;
+                };
+            };
+        };
+        responses: {
+            /** @description the call had already finished */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Cancelled"];
+                };
+            };
+            /** @description the call's node was told to stop it */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Cancelled"];
+                };
+            };
+            /** @description invalid_request: a field or value is wrong (`field` names it) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: no key, an unknown key or a revoked key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description forbidden: the key lacks a scope (`missing_scope`) or the organization a right */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not_found: there is none, or it is another organization's */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict: the call has not reached a node yet */
+            409: {
+                headers: {
+                    /** @description whole seconds to wait before sending the request again (at least 1) */
+                    "Retry-After": number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description payload_too_large: the body is over the limit (`limit_bytes`) */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    cancel_call_by_id_v1_actions_calls__call_id__cancel_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                call_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description the call had already finished */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Cancelled"];
+                };
+            };
+            /** @description the call's node was told to stop it */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Cancelled"];
+                };
+            };
+            /** @description invalid_request: a field or value is wrong (`field` names it) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: no key, an unknown key or a revoked key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description forbidden: the key lacks a scope (`missing_scope`) or the organization a right */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not_found: there is none, or it is another organization's */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    usage_v1_usage_get: {
+        parameters: {
+            query?: {
+                /** @description a month, YYYY-MM (default: this month) */
+                month?: string | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description invalid_request: a field or value is wrong (`field` names it) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: no key, an unknown key or a revoked key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description forbidden: the key lacks a scope (`missing_scope`) or the organization a right */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    earnings_v1_actions_publishers__namespace__earnings_get: {
+        parameters: {
+            query?: {
+                /** @description a month, YYYY-MM (default: this month) */
+                month?: string | null;
+            };
+            header?: never;
+            path: {
+                /** @description a publisher namespace, reverse DNS such as com.example.tools */
+                namespace: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description invalid_request: a field or value is wrong (`field` names it) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: no key, an unknown key or a revoked key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description forbidden: the key lacks a scope (`missing_scope`) or the organization a right */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not_found: there is none, or it is another organization's */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
         };
@@ -4768,436 +5198,6 @@ export interface operations {
             };
             /** @description unauthorized: no key, an unknown key or a revoked key */
             401: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description not_found: there is none, or it is another organization's */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-        };
-    };
-    call_action_v1_actions_call_post: {
-        parameters: {
-            query?: never;
-            header?: {
-                /** @description 1 to 255 printable ASCII characters: the same key and request, one answer */
-                "Idempotency-Key"?: string | null;
-            };
-            path?: never;
-            cookie?: never;
-        };
-        requestBody: {
-            content: {
-                "application/json": {
-                    /**
-                     * Ref
-                     * @description ns/pack/action@1 (newest 1.x.y installed) or @1.0.0 (exact)
-                     */
-                    ref: string;
-                    /**
-                     * Input
-                     * @description checked against the action's inputSchema
-                     */
-                    input?: {
-                        [key: string]: unknown;
-                    };
-                    /**
-                     * Timeout Ms
-                     * @description the caller's time limit in milliseconds
-                     */
-                    timeout_ms?: number | null;
-                };
-            };
-        };
-        responses: {
-            /** @description the call's answer */
-            200: {
-                headers: {
-                    /** @description true: the stored answer of an earlier request with this Idempotency-Key */
-                    "Idempotent-Replayed"?: "true";
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["CallAnswer"];
-                };
-            };
-            /** @description invalid_request: a field or value is wrong (`field` names it) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description unauthorized: no key, an unknown key or a revoked key */
-            401: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description forbidden: the key lacks a scope (`missing_scope`) or the organization a right */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description not_found: there is none, or it is another organization's */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description idempotency_in_progress: a request with this Idempotency-Key still runs */
-            409: {
-                headers: {
-                    /** @description whole seconds to wait before sending the request again (at least 1) */
-                    "Retry-After": number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description payload_too_large: the body is over the limit (`limit_bytes`) */
-            413: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description idempotency_key_reused: the Idempotency-Key was sent before with another request */
-            422: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description rate_limited, concurrency_limited or quota_exceeded: try again after Retry-After seconds */
-            429: {
-                headers: {
-                    /** @description whole seconds to wait before sending the request again (at least 1) */
-                    "Retry-After": number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description tool_failed or action_failed: the tool or the upstream failed (`reason`) */
-            502: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description unavailable, tool_unavailable, pack_unavailable or action_unavailable: try again after Retry-After */
-            503: {
-                headers: {
-                    /** @description whole seconds to wait before sending the request again (at least 1) */
-                    "Retry-After": number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description tool_timed_out or action_timed_out: the call ran out of time */
-            504: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-        };
-    };
-    cancel_call_by_key_v1_actions_call_cancel_post: {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        requestBody: {
-            content: {
-                "application/json": {
-                    /**
-                     * Idempotency Key
-                     * @description the Idempotency-Key of the running call
-                     */
-                    idempotency_key: string;
-                };
-            };
-        };
-        responses: {
-            /** @description the call had already finished */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["Cancelled"];
-                };
-            };
-            /** @description the call's node was told to stop it */
-            202: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["Cancelled"];
-                };
-            };
-            /** @description invalid_request: a field or value is wrong (`field` names it) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description unauthorized: no key, an unknown key or a revoked key */
-            401: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description forbidden: the key lacks a scope (`missing_scope`) or the organization a right */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description not_found: there is none, or it is another organization's */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description conflict: the call has not reached a node yet */
-            409: {
-                headers: {
-                    /** @description whole seconds to wait before sending the request again (at least 1) */
-                    "Retry-After": number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description payload_too_large: the body is over the limit (`limit_bytes`) */
-            413: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-        };
-    };
-    cancel_call_by_id_v1_actions_calls__call_id__cancel_post: {
-        parameters: {
-            query?: never;
-            header?: never;
-            path: {
-                call_id: string;
-            };
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /** @description the call had already finished */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["Cancelled"];
-                };
-            };
-            /** @description the call's node was told to stop it */
-            202: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["Cancelled"];
-                };
-            };
-            /** @description invalid_request: a field or value is wrong (`field` names it) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description unauthorized: no key, an unknown key or a revoked key */
-            401: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description forbidden: the key lacks a scope (`missing_scope`) or the organization a right */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description not_found: there is none, or it is another organization's */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-        };
-    };
-    usage_v1_usage_get: {
-        parameters: {
-            query?: {
-                /** @description a month, YYYY-MM (default: this month) */
-                month?: string | null;
-            };
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /** @description Successful Response */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        [key: string]: unknown;
-                    };
-                };
-            };
-            /** @description invalid_request: a field or value is wrong (`field` names it) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description unauthorized: no key, an unknown key or a revoked key */
-            401: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description forbidden: the key lacks a scope (`missing_scope`) or the organization a right */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-        };
-    };
-    earnings_v1_actions_publishers__namespace__earnings_get: {
-        parameters: {
-            query?: {
-                /** @description a month, YYYY-MM (default: this month) */
-                month?: string | null;
-            };
-            header?: never;
-            path: {
-                /** @description a publisher namespace, reverse DNS such as com.example.tools */
-                namespace: string;
-            };
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /** @description Successful Response */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        [key: string]: unknown;
-                    };
-                };
-            };
-            /** @description invalid_request: a field or value is wrong (`field` names it) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description unauthorized: no key, an unknown key or a revoked key */
-            401: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description forbidden: the key lacks a scope (`missing_scope`) or the organization a right */
-            403: {
                 headers: {
                     [name: string]: unknown;
                 };
