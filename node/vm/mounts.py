@@ -74,6 +74,18 @@ def bind(source: Path, target: Path, *, read_only: bool) -> None:
         raise
 
 
+def shared_tmpfs(target: Path, *, size_bytes: int, inodes: int, mode: int) -> None:
+    """Mount a fresh tmpfs (root's, noexec) at `target` as a shared mount of its own peer group: mounts made
+    under it later reach its slaves, and none reaches the mount it was made on."""
+    tmpfs(target, size_bytes=size_bytes, uid=0, gid=0, inodes=inodes, mode=mode)
+    try:
+        _mount("none", target, None, MS_PRIVATE, None)
+        make_shared(target)
+    except MountError:
+        unmount(target)
+        raise
+
+
 def make_shared(target: Path) -> None:
     """Make the mount at `target` shared (its own peer group): mounts made on it later reach its slaves."""
     _mount("none", target, None, MS_SHARED, None)
