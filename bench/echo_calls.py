@@ -1,5 +1,5 @@
 """A call of the echo tool (examples/tools/echo) as the api sends it to a node: what the benches send
-straight to a node (`bench.goals`, `bench.api_floor`, `bench.temporal_floor`)."""
+straight to a node (`bench.goals_calls`, `bench.api_floor`, `bench.temporal_floor`)."""
 
 from __future__ import annotations
 

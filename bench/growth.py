@@ -28,7 +28,7 @@ import sys
 import time
 from typing import Any
 
-from bench.goals import rss_mib
+from bench.procstats import rss_mib
 from bench.routinestack import REPO, routine_stack
 
 GROWTH_SETTINGS = {

@@ -21,8 +21,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from bench.goals import REPO, p50, p95
-from bench.routinestack import routine_stack
+from bench.procstats import p50, p95
+from bench.routinestack import REPO, routine_stack
 from bench.step_calls import _history_ms
 
 

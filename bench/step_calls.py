@@ -33,8 +33,9 @@ from typing import Any
 
 import httpx
 
-from bench.goals import REPO, Profiler, p50, p95
-from bench.routinestack import routine_stack
+from bench.procstats import p50, p95
+from bench.profiler import Profiler
+from bench.routinestack import REPO, routine_stack
 
 
 def _history_ms(events: list[Any]) -> dict[str, float]:
