@@ -51,12 +51,15 @@ async def _step_share(
     each followed by one workflow of each floor."""
     from engine.runs import routine_workflow_id
 
-    rows: dict[str, list[float]] = {k: [] for k in ("run", "activity", "share", "tasks", *floors)}
+    rows: dict[str, list[float]] = {
+        k: [] for k in ("run", "activity", "share", "tasks", *floors, *(f"{f}_tasks" for f in floors))
+    }
     for i in range(runs + 2):
         for floor_name, floor in floors.items():
-            ms = await floor.share()
+            ms, task_ms = await floor.share()
             if i >= 2:
                 rows[floor_name].append(ms)
+                rows[f"{floor_name}_tasks"].append(task_ms)
         run_id = await stack.start_run(org, name, {})
         handle = stack.temporal_client.get_workflow_handle(routine_workflow_id(name, run_id))
         result = await handle.result()
@@ -74,6 +77,7 @@ async def _step_share(
     out["step_workflow_tasks_ms"] = p50(rows["tasks"])
     for floor_name in floors:
         out[f"{floor_name}_step_temporal_ms"] = p50(rows[floor_name])
+        out[f"{floor_name}_step_workflow_tasks_ms"] = p50(rows[f"{floor_name}_tasks"])
 
 
 class Floor:
@@ -101,12 +105,13 @@ class Floor:
             run, self.count, id=f"floor-{self.queue}-{self.count}", task_queue=self.queue
         )
 
-    async def share(self) -> float:
-        """The Temporal share (ms) of one workflow, waited for, as `_step_share` takes a run's."""
+    async def share(self) -> tuple[float, float]:
+        """The Temporal share (ms) of one workflow, waited for, as `_step_share` takes a run's, and its
+        workflow tasks' time (ms)."""
         handle = await self.start()
         await handle.result()
-        total, act_ms, _ = _step_times([e async for e in handle.fetch_history_events()])
-        return total - act_ms
+        total, act_ms, task_ms = _step_times([e async for e in handle.fetch_history_events()])
+        return total - act_ms, task_ms
 
     async def burst(self, count: int, *, node: bool = False) -> float:
         """Seconds until `count` workflows started at once have all ended."""
