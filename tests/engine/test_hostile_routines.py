@@ -316,15 +316,16 @@ async def test_a_step_waiting_on_a_429_says_so_in_the_run_and_in_the_cli(
     routine_stack: RoutineStack, tmp_path: Path
 ) -> None:
     # The org's 4 calls at once are taken by sleepers sent through an api whose call overhead is 1 s, so
-    # the step's call gets a real 429 concurrency_limited with a Retry-After of a few seconds. The CLI has
-    # started (its interpreter and modules) before the sleepers and goes on when told: what it does then
-    # falls within their 10 s however busy the machine (5 s was once not enough: the run's step came after
-    # the sleepers had ended, and was never refused).
+    # the step's call gets a real 429 concurrency_limited with a Retry-After of a few seconds. They hold
+    # the slots 5 s, the fail action's own timeout (a longer timeout_ms is cut to it). The CLI has started
+    # (its interpreter and modules) before the sleepers and goes on when told, and the routine it stores
+    # was stored once before, so a checker process (at a lower priority) is up before the clock starts:
+    # under `make test` the CLI once took more than the 5 s, and the step was never refused.
     url, proc = routine_stack.start_api(extra_env={"B3OS_CALL_OVERHEAD_S": "1"}, listed=False)
     org = routine_stack.runner()
-    (tmp_path / "busy.yaml").write_text(
-        f"name: busy\nsteps:\n  - id: echo\n    uses: {FREE_ECHO}\n    with: {{text: hi}}\n"
-    )
+    source = f"name: busy\nsteps:\n  - id: echo\n    uses: {FREE_ECHO}\n    with: {{text: hi}}\n"
+    (tmp_path / "busy.yaml").write_text(source)
+    assert (await routine_stack.store(org, source)).status_code == 201
     env = {k: v for k, v in os.environ.items() if not k.startswith("B3OS_")}
     env.update(B3OS_API_URL=routine_stack.url, B3OS_API_KEY=org.key)
     try:
@@ -336,7 +337,7 @@ async def test_a_step_waiting_on_a_429_says_so_in_the_run_and_in_the_cli(
             assert cli.stdin is not None and cli.stdout is not None
             assert await cli.stdout.readline() == b"ready\n"
             sleepers = await _sleepers(
-                routine_stack, client, routine_stack.add_key(org), url, 4, timeout_ms=10_000
+                routine_stack, client, routine_stack.add_key(org), url, 4, timeout_ms=5_000
             )
             cli.stdin.write(b"go\n")
             await cli.stdin.drain()
