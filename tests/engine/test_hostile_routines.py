@@ -317,15 +317,16 @@ async def test_a_step_waiting_on_a_429_says_so_in_the_run_and_in_the_cli(
 ) -> None:
     # The org's 4 calls at once are taken by sleepers sent through an api whose call overhead is 1 s, so
     # the step's call gets a real 429 concurrency_limited with a Retry-After of a few seconds. They hold
-    # the slots 5 s, the fail action's own timeout (a longer timeout_ms is cut to it). The CLI has started
-    # (its interpreter and modules) before the sleepers and goes on when told, and the routine it stores
-    # was stored once before, so a checker process (at a lower priority) is up before the clock starts:
-    # under `make test` the CLI once took more than the 5 s, and the step was never refused.
+    # the slots 5 s, the fail action's own timeout (a longer timeout_ms is cut to it), so the CLI does
+    # everything it can before them: it starts (its interpreter and modules), checks and stores the
+    # routine (in the api's checker, a process at a lower priority), says so and waits; the sleepers are
+    # then sent, and only the run's start is left within their 5 s (when the CLI's store came after them,
+    # under `make test` it once took more than the 5 s, and the step was never refused).
     url, proc = routine_stack.start_api(extra_env={"B3OS_CALL_OVERHEAD_S": "1"}, listed=False)
     org = routine_stack.runner()
-    source = f"name: busy\nsteps:\n  - id: echo\n    uses: {FREE_ECHO}\n    with: {{text: hi}}\n"
-    (tmp_path / "busy.yaml").write_text(source)
-    assert (await routine_stack.store(org, source)).status_code == 201
+    (tmp_path / "busy.yaml").write_text(
+        f"name: busy\nsteps:\n  - id: echo\n    uses: {FREE_ECHO}\n    with: {{text: hi}}\n"
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("B3OS_")}
     env.update(B3OS_API_URL=routine_stack.url, B3OS_API_KEY=org.key)
     try:
@@ -336,6 +337,9 @@ async def test_a_step_waiting_on_a_429_says_so_in_the_run_and_in_the_cli(
             )  # fmt: skip
             assert cli.stdin is not None and cli.stdout is not None
             assert await cli.stdout.readline() == b"ready\n"
+            cli.stdin.write(b"go\n")
+            await cli.stdin.drain()
+            assert await cli.stdout.readline() == b"stored\n"
             sleepers = await _sleepers(
                 routine_stack, client, routine_stack.add_key(org), url, 4, timeout_ms=5_000
             )
@@ -380,12 +384,21 @@ async def test_a_step_waiting_on_a_429_says_so_in_the_run_and_in_the_cli(
 CLI_ON_GO = """
 import sys
 import cli.routine_run
+from b3os.routines import Routines
 from cli.main import main
+start_run = Routines.run
+def run_on_go(*args, **kwargs):
+    print("stored", flush=True)
+    sys.stdin.readline()
+    return start_run(*args, **kwargs)
+Routines.run = run_on_go
 print("ready", flush=True)
 sys.stdin.readline()
 sys.exit(main(sys.argv[1:]))
 """
-"""`python -m cli ARGS` once a line comes on stdin: the CLI's interpreter and modules start before."""
+"""`python -m cli ARGS` once a line comes on stdin (the CLI's interpreter and modules start before), and
+a routine's run started once another line comes (after the CLI has checked and stored the routine, and
+said `stored`)."""
 
 
 def test_literal_values_over_their_payload_limits_are_refused_by_the_validator() -> None:
