@@ -56,7 +56,7 @@ from pathlib import Path
 
 from node.vm import mounts, sandbox
 from node.vm.base import Vm, VmDriver, VmError
-from node.vm.bwrap_dirs import make_vm_dir, remove_vm_dir
+from node.vm.bwrap_dirs import make_node_dir, make_vm_dir, remove_vm_dir
 from node.vm.bwrap_vm import SETUP_S, BwrapVm, SetupError, make_dir
 from node.vm.cgroups import CgroupError, CgroupLimits, NodeCgroups
 from node.vm.holder import hold_namespace, stop_holder
@@ -75,8 +75,6 @@ log = logging.getLogger("b3os.node.vm")
 UID_BASE = 1_900_000_000  # the first host uid of the VMs (B3OS_VM_UID_BASE; see node/vm/uids.py)
 FILLERS = 2  # VMs prepared at once in the background
 MAX_REMOVING = 16  # VMs whose processes are dead but whose mounts and cgroup the reaper still removes
-NODE_DIR_BYTES = 1 << 20  # the node's directory holds directories and two small files; mounts hold the rest
-NODE_DIR_INODES = 4096  # about 4 a VM directory, and at most slots + pool size + MAX_REMOVING of them
 
 
 class BwrapDriver(VmDriver):
@@ -142,12 +140,7 @@ class BwrapDriver(VmDriver):
         self._holder: subprocess.Popen[bytes] | None = None
         self._ns_fd = -1
         try:
-            # A tmpfs of its own: each VM's directory is made and removed in memory whatever the run dir's
-            # filesystem (on ext4 that took ~0.4 ms of the node's CPU a VM). Shared, so that what is
-            # mounted under it later reaches the spawning namespace (a slave).
-            mounts.shared_tmpfs(self.node_dir, size_bytes=NODE_DIR_BYTES, inodes=NODE_DIR_INODES, mode=0o711)
-            for sub in ("base", "nsroot", "launcher", "empty"):
-                make_dir(self.node_dir / sub, 0o755)
+            make_node_dir(self.node_dir)
             # a tmpfs of its own (its mount info names no host path), executable even where the run dir's
             # filesystem is mounted noexec (/run), then read-only
             launcher_dir = self.node_dir / "launcher"
