@@ -72,37 +72,6 @@ STACK_GROUPS = 2
 """Workers that run the tests of the session's real stack (`routine_stack`): each such worker starts one
 (~15 s of CPU and its idle processes), so these tests go to two of them rather than to all."""
 
-STACK_SECONDS = {
-    "test_api_rerun": 53,
-    "test_workflow_stuck": 45,
-    "test_api_run_lanes": 43,
-    "test_hostile_routines": 38,
-    "test_workflow_cli": 38,
-    "test_workflow_e2e": 32,
-    "test_api_runs": 28,
-    "test_run_cost": 23,
-    "test_api_triggers": 23,
-    "test_call_action": 20,
-    "test_workflow": 17,
-    "calls.test_call_limits": 16,
-}
-"""The real stack's longest modules (as pytest names them), seconds each under `make test` (round 30);
-any other counts `STACK_OTHER_S`. The modules are dealt to the stack's groups longest first, each to the
-group with the fewest seconds so far: dealt in turn by name, one group had 298 s and the other 233."""
-STACK_OTHER_S = 5
-
-
-def _stack_groups(modules: set[str]) -> dict[str, str]:
-    """Each module of the real stack's tests -> its group, `stack-N`."""
-    seconds = [0] * STACK_GROUPS
-    groups = {}
-    for module in sorted(modules, key=lambda m: (-STACK_SECONDS.get(m, STACK_OTHER_S), m)):
-        lightest = seconds.index(min(seconds))
-        seconds[lightest] += STACK_SECONDS.get(module, STACK_OTHER_S)
-        groups[module] = f"stack-{lightest}"
-    return groups
-
-
 FIRST = (
     "stack-0",
     "stack-1",
@@ -126,13 +95,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark each test with the xdist group it must run in (tests that share a module-scoped fixture run on
     one worker, as do those of the cluster and each half of the real stack's tests), and put the longest
     groups and modules first."""
-    stack_groups = _stack_groups({item.module.__name__ for item in items if _uses(item, "routine_stack")})
+    stack_modules = sorted({item.module.__name__ for item in items if _uses(item, "routine_stack")})
     groups: dict[str, str] = {}
     for item in items:
         if _uses(item, "cluster"):
             group = "cluster"
         elif _uses(item, "routine_stack"):
-            group = stack_groups[item.module.__name__]
+            group = f"stack-{stack_modules.index(item.module.__name__) % STACK_GROUPS}"
         elif any(d.scope in ("module", "package", "class") for d in _fixturedefs(item)):
             group = item.module.__name__
         else:
