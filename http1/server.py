@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 from functools import cache
-from typing import Any
+from typing import Any, cast
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -60,6 +60,49 @@ def refusal(status: int, code: str, message: str) -> bytes:
         f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
     )
     return head.encode("ascii") + body
+
+
+class HeadWithBody:
+    """A request's transport that sends its answer's status line and headers in one write with the body's
+    first part.
+
+    uvicorn writes the head and then the body, and asyncio sends each at once (its sockets set
+    TCP_NODELAY): two TCP segments, so the client's side wakes and reads twice for one small answer and
+    the server makes two sends. The head is held until the body's first write, or at the latest until the
+    end of the event loop's step that wrote it, so a streamed answer whose first part waits still shows its
+    head at once. A `100 Continue` (written before the answer starts) is not held.
+    """
+
+    def __init__(self, transport: asyncio.Transport, cycle: Any, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._cycle = cycle
+        self._loop = loop
+        self._head: bytes | None = None
+        self._held = False  # the answer's head has been written (held, then sent)
+
+    def write(self, data: bytes) -> None:
+        """Write `data`; the answer's head is held for the next write or the end of this step."""
+        if self._head is not None:
+            data, self._head = self._head + data, None
+        elif self._cycle.response_started and not self._held:
+            self._head, self._held = data, True
+            self._loop.call_soon(self._flush)
+            return
+        self._transport.write(data)
+
+    def _flush(self) -> None:
+        if self._head is not None:
+            head, self._head = self._head, None
+            if not self._transport.is_closing():
+                self._transport.write(head)
+
+    def close(self) -> None:
+        """Send a held head, then close."""
+        self._flush()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
 
 
 class _HeadTooLarge(Exception):
@@ -127,7 +170,12 @@ class BoundedHttp(HttpToolsProtocol):
             raise _HeadTooLarge
         self._reading_head = False
         self._arm(self._limits.body_timeout_s)
+        before = self.cycle
         super().on_headers_complete()
+        if self.cycle is not None and self.cycle is not before:  # a request's cycle (not an upgrade)
+            # the cycle's transport (HeadWithBody passes all but `write` and `close` on to the real one)
+            held = HeadWithBody(self.transport, self.cycle, self.loop)
+            self.cycle.transport = cast(asyncio.Transport, held)
 
     def on_message_complete(self) -> None:
         self._disarm()

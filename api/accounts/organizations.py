@@ -27,13 +27,22 @@ from api.rawsql import Reads
 
 _ALPHABET = string.ascii_letters + string.digits
 _ID_ALPHABET = string.ascii_lowercase + string.digits
+_ID_CHARS = 20
+_ID_SPACE = len(_ID_ALPHABET) ** _ID_CHARS
 KEY_PREFIX = "b3_"
 PREFIX_LEN = len(KEY_PREFIX) + 8
 
 
 def new_id(kind: str) -> str:
-    """A random id such as `org_01k3...` (kind + 20 lowercase alphanumerics)."""
-    return f"{kind}_" + "".join(secrets.choice(_ID_ALPHABET) for _ in range(20))
+    """A random id such as `org_01k3...` (kind + 20 lowercase alphanumerics, about 103 random bits): one
+    number drawn from the system's random source, written in base 36 (every call takes one; drawing each
+    character apart took 20 reads of it)."""
+    number = secrets.randbelow(_ID_SPACE)
+    chars = []
+    for _ in range(_ID_CHARS):
+        number, digit = divmod(number, len(_ID_ALPHABET))
+        chars.append(_ID_ALPHABET[digit])
+    return f"{kind}_" + "".join(chars)
 
 
 def new_secret() -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 
 from apitest import Org
@@ -9,6 +10,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlmodel import Session, select
 
+from api.accounts.organizations import new_id
 from api.models import ApiKey
 
 
@@ -224,3 +226,14 @@ def test_key_creation_is_limited_per_organization_and_hour(
     assert 3500 <= int(refused.headers["Retry-After"]) <= 3601
     assert "made 3 API keys in the last hour" in refused.json()["error"]["message"]
     assert client.post("/v1/keys", headers=other.headers, json=body).status_code == 201
+
+
+def test_ids_are_the_kind_and_20_lowercase_alphanumerics_drawn_evenly() -> None:
+    ids = [new_id("tcall") for _ in range(3_000)]
+    assert len(set(ids)) == len(ids)
+    assert all(i.startswith("tcall_") and len(i) == 26 for i in ids)
+    alphabet = set("abcdefghijklmnopqrstuvwxyz0123456789")
+    for position in (6, 15, 25):  # the first, a middle and the last character: each of the 36 turns up
+        seen = Counter(i[position] for i in ids)
+        assert set(seen) == alphabet
+        assert min(seen.values()) > 3_000 / 36 / 3  # none far below its share of ~83

@@ -1,7 +1,8 @@
 """The bounded HTTP/1.1 protocol of every server of the platform (http1/server.py), on a real uvicorn over
 loopback sockets, with a small app: heads past the limit get 431, heads and bodies that take too long
 get 408, a connection that says nothing is closed, and what stays within the bounds is served as before
-(keep-alive, a slow app)."""
+(keep-alive, a slow app). An answer's head goes out in one write with its body; a streamed answer's head
+and a `100 Continue` are not held back."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ TIMEOUT_S = 0.5
 WAIT_S = 30.0  # how long a test waits for an answer it expects (never asserted as a duration)
 
 CALLS: list[str] = []
+STREAM_GO = asyncio.Event()  # the streamed answer's body waits for it
 
 
 async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -36,6 +38,11 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if not message.get("more_body"):
             break
     CALLS.append(scope["path"])
+    if scope["path"] == "/stream":  # its head now, its body once the test has seen the head
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await STREAM_GO.wait()
+        await send({"type": "http.response.body", "body": b"late", "more_body": False})
+        return
     if scope["path"] == "/slow":
         await asyncio.sleep(TIMEOUT_S * 3)  # the app's own time is not the client's
     data = json.dumps({"path": scope["path"], "bytes": len(body)}).encode()
@@ -189,6 +196,48 @@ async def test_an_idle_kept_connection_is_closed_and_a_slow_app_still_answers(po
         writer.write(request("/slow"))  # the app takes longer than the client may take to send
         assert await answer(reader) == (200, {"path": "/slow", "bytes": 0})
         assert await closed(reader)  # then idle past uvicorn's keep-alive (1 s here): closed, no answer
+
+
+async def test_an_answer_goes_out_in_one_write_with_its_head(
+    port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # uvicorn writes the head and the body apart: two TCP segments, the client woken twice
+    writes: list[bytes] = []
+    transport = asyncio.selector_events._SelectorSocketTransport  # type: ignore[attr-defined]
+    real_write = transport.write
+
+    def write(self: Any, data: bytes) -> None:
+        writes.append(bytes(data))
+        real_write(self, data)
+
+    monkeypatch.setattr(transport, "write", write)
+    async with connection(port) as (reader, writer):
+        for path in ("/one", "/two"):
+            writer.write(request(path, body=b"12"))
+            assert await answer(reader) == (200, {"path": path, "bytes": 2})
+    answers = [w for w in writes if w.startswith(b"HTTP/1.1 ")]
+    assert len(answers) == 2
+    assert all(w.endswith(b'"bytes": 2}') for w in answers)  # head and body in each one write
+    assert not [w for w in writes if w.startswith(b'{"path"')]  # no body written apart
+
+
+async def test_a_streamed_answer_shows_its_head_before_its_body_is_ready(port: int) -> None:
+    STREAM_GO.clear()
+    async with connection(port) as (reader, writer):
+        writer.write(request("/stream"))
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), WAIT_S)  # the body is not sent yet
+        assert head.startswith(b"HTTP/1.1 200 ") and b"transfer-encoding: chunked" in head
+        STREAM_GO.set()
+        assert await asyncio.wait_for(reader.readuntil(b"0\r\n\r\n"), WAIT_S) == b"4\r\nlate\r\n0\r\n\r\n"
+
+
+async def test_a_client_that_expects_100_continue_gets_it_before_it_sends_the_body(port: int) -> None:
+    async with connection(port) as (reader, writer):
+        writer.write(b"POST /upload HTTP/1.1\r\nhost: x\r\ncontent-length: 3\r\nexpect: 100-continue\r\n\r\n")
+        interim = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), WAIT_S)
+        assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
+        writer.write(b"abc")
+        assert await answer(reader) == (200, {"path": "/upload", "bytes": 3})
 
 
 async def test_a_bad_setting_is_named() -> None:
