@@ -60,6 +60,7 @@ class BwrapVm(Vm):
         self._driver = driver
         self._tool_src: Path | None = None
         self._deleted = False
+        self._stopped = False  # every process of the VM killed and waited for (`_stop` ran to its end)
         self.proc: subprocess.Popen[bytes] | None = None
         self.child: int | None = None
         self._status = self._ctl = self._err = -1
@@ -267,7 +268,10 @@ class BwrapVm(Vm):
         return result
 
     def _stop(self) -> None:
-        """Kill every process of the VM, wait for bwrap and reap the VM's init."""
+        """Kill every process of the VM, wait for bwrap and reap the VM's init (once: the call's end stops
+        the VM and its deletion then has nothing left to stop; a cancel's `kill` is apart)."""
+        if self._stopped:
+            return
         self.kill()
         if self.proc is not None:
             with contextlib.suppress(ProcessLookupError):
@@ -276,6 +280,7 @@ class BwrapVm(Vm):
         if self.child is not None:
             reap(self.child)
             self.child = None
+        self._stopped = True
 
     def close_fds(self) -> None:
         """Close the node's ends of the VM's pipes (safe to call twice)."""
