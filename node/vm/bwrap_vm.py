@@ -102,8 +102,16 @@ class BwrapVm(Vm):
             raise SetupError("the VM's launcher process is gone")
 
     def alive(self) -> bool:
-        """True while bwrap runs and the launcher still waits (init and launcher in the cgroup)."""
-        return self.proc is not None and self.proc.poll() is None and len(self._sandboxed()) >= 2
+        """True while bwrap runs and the launcher still waits: neither its pidfd nor the init's has turned
+        readable (where pidfds are not supported: init and launcher still in the cgroup)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return False
+        if self._cmd < 0 or self._init < 0:
+            return len(self._sandboxed()) >= 2
+        ended = select.poll()
+        for pidfd in (self._init, self._cmd):
+            ended.register(pidfd, select.POLLIN)
+        return not ended.poll(0)
 
     def _sandboxed(self, exclude: int | None = None) -> list[int]:
         """The processes of the VM's cgroup inside the sandbox: all but bwrap's own outside it (which joined

@@ -132,6 +132,7 @@ class CallCgroup:
     def __init__(self, version: int, dirs: dict[str, Path]) -> None:
         self.version = version
         self.dirs = dirs
+        self._share = 1.0  # a new group weighs a whole VM (FULL_SHARE: the kernel's default)
 
     @property
     def paths(self) -> list[Path]:
@@ -165,8 +166,11 @@ class CallCgroup:
         return 0
 
     def set_cpu_share(self, fraction: float) -> None:
-        """Weigh the group's CPU at `fraction` of a whole VM's when the node's CPU is contended."""
-        _set_share(self.version, self.dirs["cpu"], fraction)
+        """Weigh the group's CPU at `fraction` of a whole VM's when the node's CPU is contended (written only
+        when it changes: a tenant's lone VM keeps its group's default)."""
+        if fraction != self._share:
+            _set_share(self.version, self.dirs["cpu"], fraction)
+            self._share = fraction
 
     def memory_bytes(self) -> int:
         """Memory the group uses now."""
