@@ -13,6 +13,8 @@ second stayed open as long as they liked. Here:
   connection is closed. What the server does once the request is in is not bounded here.
 - **Idle keep-alive**: uvicorn closes a connection idle `--timeout-keep-alive` seconds (5) after an answer.
 
+An answer's head goes out with its body's first part in one write (`HeadWithBody`).
+
 Settings (environment, every server): `B3OS_HTTP_MAX_HEAD_BYTES` (16 KiB, as Node's and h11's default),
 `B3OS_HTTP_HEAD_TIMEOUT_S` (10), `B3OS_HTTP_BODY_TIMEOUT_S` (60). uvicorn takes the protocol by name:
 `uvicorn --http http1.server:BoundedHttp ...` (`SERVER_PROTOCOL`), or `http=BoundedHttp` in `uvicorn.run`.
