@@ -23,7 +23,7 @@ TIMEOUT_S = 0.5
 WAIT_S = 30.0  # how long a test waits for an answer it expects (never asserted as a duration)
 
 CALLS: list[str] = []
-STREAM_GO = asyncio.Event()  # the streamed answer's body waits for it
+STREAM: dict[str, asyncio.Event] = {}  # "go": the streamed answer's body waits for it (made by its test)
 
 
 async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -40,7 +40,7 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     CALLS.append(scope["path"])
     if scope["path"] == "/stream":  # its head now, its body once the test has seen the head
         await send({"type": "http.response.start", "status": 200, "headers": []})
-        await STREAM_GO.wait()
+        await STREAM["go"].wait()
         await send({"type": "http.response.body", "body": b"late", "more_body": False})
         return
     if scope["path"] == "/slow":
@@ -222,12 +222,12 @@ async def test_an_answer_goes_out_in_one_write_with_its_head(
 
 
 async def test_a_streamed_answer_shows_its_head_before_its_body_is_ready(port: int) -> None:
-    STREAM_GO.clear()
+    STREAM["go"] = asyncio.Event()
     async with connection(port) as (reader, writer):
         writer.write(request("/stream"))
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), WAIT_S)  # the body is not sent yet
         assert head.startswith(b"HTTP/1.1 200 ") and b"transfer-encoding: chunked" in head
-        STREAM_GO.set()
+        STREAM["go"].set()
         assert await asyncio.wait_for(reader.readuntil(b"0\r\n\r\n"), WAIT_S) == b"4\r\nlate\r\n0\r\n\r\n"
 
 
