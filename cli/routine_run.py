@@ -24,9 +24,12 @@ import math
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cli._args import add_api_arguments
+
+if TYPE_CHECKING:
+    from cli._http import ApiConfig
 
 POLL_S = 0.5
 """The longest one read of a running run waits for its end (`GET /v1/runs/{id}?wait_s=`): the end shows
@@ -123,7 +126,11 @@ def run(args: argparse.Namespace) -> int:
                 return client.routines.run(routine.name, inputs, max_cost_microusd=args.max_cost)
 
             final = follow_new_run(
-                client, start, lambda run: f"run {run['run_id']} of {routine.name} started", quiet=args.json
+                client,
+                start,
+                lambda run: f"run {run['run_id']} of {routine.name} started",
+                quiet=args.json,
+                config=config,
             )
     except CliError as exc:
         print(f"b3os routine run: {exc}", file=sys.stderr)
@@ -137,6 +144,7 @@ def follow_new_run(
     started: Callable[[dict[str, Any]], str],
     *,
     quiet: bool,
+    config: ApiConfig,
 ) -> dict[str, Any] | None:
     """Start a run and follow it to its end (`follow`); Ctrl-C cancels it.
 
@@ -147,11 +155,15 @@ def follow_new_run(
         start: starts the run; the api's answer (with `run_id`).
         started: the line printed once it started (unless `quiet`), from that answer.
         quiet: print nothing while it runs.
+        config: the api `client` talks to: Ctrl-C's cancel goes through a client of its own. Ctrl-C can
+            stop a request of `client` inside httpx's connection pool with the pool's lock taken, and
+            the next request of that client then waited for the lock for ever.
 
     Returns:
         The ended run; None when Ctrl-C cancelled it (said on stderr).
     """
     from b3os import Conflict
+    from cli._http import connect
 
     run_id: str | None = None
     try:
@@ -162,8 +174,8 @@ def follow_new_run(
         return follow(client, run_id, quiet=quiet)
     except KeyboardInterrupt:
         if run_id is not None:
-            with contextlib.suppress(Conflict):  # it had ended
-                client.runs.cancel(run_id)
+            with connect(config) as fresh, contextlib.suppress(Conflict):  # Conflict: it had ended
+                fresh.runs.cancel(run_id)
             print(f"run {run_id} cancelled", file=sys.stderr)
         return None
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -91,3 +94,57 @@ def test_b3os_help_names_only_commands_that_exist() -> None:
             with pytest.raises(SystemExit) as shown:
                 main([group, name, "--help"])
             assert shown.value.code == 0, (group, name)
+
+
+def test_ctrl_c_cancels_the_run_through_a_client_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Ctrl-C can stop the followed request inside httpx's connection pool with the pool's lock taken: the
+    # interrupted client's next request then waited for that lock for ever (a CLI that never exited)
+    import cli.routine_run
+    from b3os import B3OS
+    from cli._http import ApiConfig
+
+    cancels: list[str] = []
+
+    class Api(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+            cancels.append(self.path)
+            body = json.dumps({"run_id": "run_x", "status": "cancelling"}).encode()
+            self.send_response(202)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Api)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    config = ApiConfig(url=f"http://127.0.0.1:{server.server_address[1]}", key="b3_" + "k" * 40)
+    interrupted = B3OS(config.url, config.key)
+    pool_lock = interrupted._http._transport._pool._optional_thread_lock._lock  # type: ignore[attr-defined]
+    pool_lock.acquire()  # as Ctrl-C left it
+
+    def follow(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli.routine_run, "follow", follow)
+    ended: list[object] = []
+    runs = threading.Thread(
+        target=lambda: ended.append(
+            cli.routine_run.follow_new_run(
+                interrupted, lambda: {"run_id": "run_x"}, lambda _: "started", quiet=True, config=config
+            )
+        ),
+        daemon=True,
+    )
+    try:
+        runs.start()
+        runs.join(timeout=30)
+        assert ended == [None], "the CLI did not end after Ctrl-C"
+        assert cancels == ["/v1/runs/run_x/cancel"]
+    finally:
+        server.shutdown()
+        server.server_close()
+        pool_lock.release()
+        interrupted.close()
