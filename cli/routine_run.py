@@ -21,15 +21,14 @@ import argparse
 import contextlib
 import json
 import math
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from cli._args import add_api_arguments
-
-if TYPE_CHECKING:
-    from cli._http import ApiConfig
 
 POLL_S = 0.5
 """The longest one read of a running run waits for its end (`GET /v1/runs/{id}?wait_s=`): the end shows
@@ -130,7 +129,6 @@ def run(args: argparse.Namespace) -> int:
                 start,
                 lambda run: f"run {run['run_id']} of {routine.name} started",
                 quiet=args.json,
-                config=config,
             )
     except CliError as exc:
         print(f"b3os routine run: {exc}", file=sys.stderr)
@@ -144,40 +142,60 @@ def follow_new_run(
     started: Callable[[dict[str, Any]], str],
     *,
     quiet: bool,
-    config: ApiConfig,
 ) -> dict[str, Any] | None:
     """Start a run and follow it to its end (`follow`); Ctrl-C cancels it.
 
-    Used by `b3os run rerun` too.
+    Used by `b3os run rerun` too. Ctrl-C is taken between two requests, not inside one
+    (`ctrl_c_between_requests`): raised inside httpx's connection pool, it could leave the pool's lock
+    taken, and the client's next request (the cancel) or its close then waited for it for ever. The
+    follow's reads wait at most `POLL_S` at the api, so Ctrl-C is seen within about that; a Ctrl-C during
+    the start cancels the run once it has started.
 
     Args:
         client: the SDK client.
         start: starts the run; the api's answer (with `run_id`).
         started: the line printed once it started (unless `quiet`), from that answer.
         quiet: print nothing while it runs.
-        config: the api `client` talks to: Ctrl-C's cancel goes through a client of its own. Ctrl-C can
-            stop a request of `client` inside httpx's connection pool with the pool's lock taken, and
-            the next request of that client then waited for the lock for ever.
 
     Returns:
         The ended run; None when Ctrl-C cancelled it (said on stderr).
     """
     from b3os import Conflict
-    from cli._http import connect
 
-    run_id: str | None = None
-    try:
+    with ctrl_c_between_requests() as interrupted:
         answer = start()
         run_id = answer["run_id"]
         if not quiet:
             print(started(answer), flush=True)  # at once, also into a pipe
-        return follow(client, run_id, quiet=quiet)
-    except KeyboardInterrupt:
-        if run_id is not None:
-            with connect(config) as fresh, contextlib.suppress(Conflict):  # Conflict: it had ended
-                fresh.runs.cancel(run_id)
-            print(f"run {run_id} cancelled", file=sys.stderr)
+        final = follow(client, run_id, quiet=quiet, stop=interrupted)
+        if final is not None:
+            return final
+        with contextlib.suppress(Conflict):  # it had ended
+            client.runs.cancel(run_id)
+        print(f"run {run_id} cancelled", file=sys.stderr)
         return None
+
+
+@contextlib.contextmanager
+def ctrl_c_between_requests() -> Iterator[threading.Event]:
+    """Within the block, Ctrl-C (SIGINT) sets the event rather than raising `KeyboardInterrupt` where the
+    program happens to be; a second Ctrl-C raises it at once (a request that does not end). A SIGINT the
+    process ignores stays ignored."""
+    interrupted = threading.Event()
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        yield interrupted
+        return
+
+    def on_ctrl_c(_signum: int, _frame: Any) -> None:
+        if interrupted.is_set():
+            raise KeyboardInterrupt
+        interrupted.set()
+
+    previous = signal.signal(signal.SIGINT, on_ctrl_c)
+    try:
+        yield interrupted
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def report(final: dict[str, Any], *, as_json: bool) -> int:
@@ -206,8 +224,11 @@ def _print_step(step_id: str, step: dict[str, Any]) -> None:
     print(step_line(step_id, step), flush=True)
 
 
-def follow(client: Any, run_id: str, *, quiet: bool) -> dict[str, Any]:
+def follow(
+    client: Any, run_id: str, *, quiet: bool, stop: threading.Event | None = None
+) -> dict[str, Any] | None:
     """Poll the run until it ends; print each step once when it finishes, and each retry of a step's call.
+    None when `stop` was set before a read (the run may still run).
 
     (The SDK's `runs.wait` tells of finished steps only; a retry is seen while the step still runs.)
     """
@@ -216,6 +237,8 @@ def follow(client: Any, run_id: str, *, quiet: bool) -> dict[str, Any]:
     finished: set[str] = set()
     retries: set[tuple[str, Any, int]] = set()
     while True:
+        if stop is not None and stop.is_set():
+            return None
         asked = time.monotonic()
         run: dict[str, Any] = client.runs.get(run_id, wait_s=POLL_S)
         if not quiet:

@@ -29,13 +29,12 @@ def run(args: argparse.Namespace) -> int:
     from cli.routine_run import follow_new_run, report
 
     try:
-        with api(config := ApiConfig.load(url=args.api_url, key=args.api_key)) as client:
+        with api(ApiConfig.load(url=args.api_url, key=args.api_key)) as client:
             final = follow_new_run(
                 client,
                 lambda: client.runs.rerun(args.run_id, from_step=args.from_step),
                 lambda run: f"run {run['run_id']} of {run['routine']} started (a re-run of {args.run_id})",
                 quiet=args.json,
-                config=config,
             )
     except CliError as exc:
         print(f"b3os run rerun: {exc}", file=sys.stderr)

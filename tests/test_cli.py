@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -96,55 +98,52 @@ def test_b3os_help_names_only_commands_that_exist() -> None:
             assert shown.value.code == 0, (group, name)
 
 
-def test_ctrl_c_cancels_the_run_through_a_client_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Ctrl-C can stop the followed request inside httpx's connection pool with the pool's lock taken: the
-    # interrupted client's next request then waited for that lock for ever (a CLI that never exited)
+def test_ctrl_c_waits_for_the_request_in_flight_then_cancels_the_run_on_the_same_connection() -> None:
+    # Ctrl-C raised inside httpx's connection pool could leave the pool's lock taken: the cancel (or the
+    # client's close) then waited for it for ever, a CLI that never exited. It is taken between requests:
+    # the read in flight ends, and the cancel goes on the connection that read kept.
     import cli.routine_run
     from b3os import B3OS
-    from cli._http import ApiConfig
 
-    cancels: list[str] = []
+    seen: list[tuple[str, str, int]] = []
 
     class Api(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-            cancels.append(self.path)
-            body = json.dumps({"run_id": "run_x", "status": "cancelling"}).encode()
-            self.send_response(202)
+        protocol_version = "HTTP/1.1"  # keep-alive, as the api
+
+        def _answer(self, status: int, body: dict[str, object]) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
             self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(body)))
+            self.send_header("content-length", str(len(data)))
             self.end_headers()
-            self.wfile.write(body)
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            seen.append(("GET", self.path.partition("?")[0], self.client_address[1]))
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while the CLI waits for this answer
+            time.sleep(0.2)
+            self._answer(200, {"run_id": "run_x", "status": "running", "steps": {}})
+
+        def do_POST(self) -> None:  # noqa: N802
+            seen.append(("POST", self.path, self.client_address[1]))
+            self._answer(202, {"run_id": "run_x", "status": "cancelling"})
 
         def log_message(self, *args: object) -> None:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Api)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    config = ApiConfig(url=f"http://127.0.0.1:{server.server_address[1]}", key="b3_" + "k" * 40)
-    interrupted = B3OS(config.url, config.key)
-    pool_lock = interrupted._http._transport._pool._optional_thread_lock._lock  # type: ignore[attr-defined]
-    pool_lock.acquire()  # as Ctrl-C left it
-
-    def follow(*args: object, **kwargs: object) -> None:
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(cli.routine_run, "follow", follow)
-    ended: list[object] = []
-    runs = threading.Thread(
-        target=lambda: ended.append(
-            cli.routine_run.follow_new_run(
-                interrupted, lambda: {"run_id": "run_x"}, lambda _: "started", quiet=True, config=config
-            )
-        ),
-        daemon=True,
-    )
     try:
-        runs.start()
-        runs.join(timeout=30)
-        assert ended == [None], "the CLI did not end after Ctrl-C"
-        assert cancels == ["/v1/runs/run_x/cancel"]
+        with B3OS(f"http://127.0.0.1:{server.server_address[1]}", "b3_" + "k" * 40) as client:
+            final = cli.routine_run.follow_new_run(
+                client, lambda: {"run_id": "run_x"}, lambda _: "started", quiet=True
+            )
+        assert final is None  # cancelled
+        assert [(method, path) for method, path, _ in seen] == [
+            ("GET", "/v1/runs/run_x"),
+            ("POST", "/v1/runs/run_x/cancel"),
+        ]
+        assert seen[0][2] == seen[1][2]  # one connection: the read was not cut off
     finally:
         server.shutdown()
         server.server_close()
-        pool_lock.release()
-        interrupted.close()
