@@ -120,9 +120,11 @@ def test_ctrl_c_waits_for_the_request_in_flight_then_cancels_the_run_on_the_same
 
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
             seen.append(("GET", self.path.partition("?")[0], self.client_address[1]))
-            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while the CLI waits for this answer
-            time.sleep(0.2)
-            self._answer(200, {"run_id": "run_x", "status": "running", "steps": {}})
+            if len(seen) == 1:
+                os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while the CLI waits for this answer
+                time.sleep(0.2)
+            # a CLI that missed the Ctrl-C reads again: the run has ended then, and the test fails at once
+            self._answer(200, {"run_id": "run_x", "status": "running" if len(seen) == 1 else "succeeded"})
 
         def do_POST(self) -> None:  # noqa: N802
             seen.append(("POST", self.path, self.client_address[1]))
@@ -133,6 +135,9 @@ def test_ctrl_c_waits_for_the_request_in_flight_then_cancels_the_run_on_the_same
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Api)
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    # Ctrl-C as a terminal sends it: an xdist worker ignores SIGINT, and a process that ignores it (a
+    # command started in the background) keeps ignoring it in the CLI too
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with B3OS(f"http://127.0.0.1:{server.server_address[1]}", "b3_" + "k" * 40) as client:
             final = cli.routine_run.follow_new_run(
@@ -145,5 +150,6 @@ def test_ctrl_c_waits_for_the_request_in_flight_then_cancels_the_run_on_the_same
         ]
         assert seen[0][2] == seen[1][2]  # one connection: the read was not cut off
     finally:
+        signal.signal(signal.SIGINT, previous)
         server.shutdown()
         server.server_close()
