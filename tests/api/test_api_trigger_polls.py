@@ -147,7 +147,9 @@ async def test_polls_start_each_new_issue_once_from_now_through_the_egress_proxy
         lambda: [d for d in rows(routine_stack, org, sub["id"]) if d["event_id"] == "1004" and d["run_id"]],
         "issue 4 started no run",
     )
-    assert len(seen) - polls == 2
+    # the 429 and the poll after it; each request's query and when it came (from the first), if not
+    asked = [(r.query.get("since"), round(t - times[0], 2)) for r, t in zip(seen, times, strict=True)]
+    assert len(seen) - polls == 2, asked
     assert times[-1] - times[-2] >= 1.0  # the upstream's Retry-After, waited
     assert four[0]["status"] == "started"
     r = loopback.request("GET", f"{routine_stack.url}/v1/runs?routine=watch-issues", headers=org.headers)
