@@ -125,10 +125,7 @@ def run(args: argparse.Namespace) -> int:
                 return client.routines.run(routine.name, inputs, max_cost_microusd=args.max_cost)
 
             final = follow_new_run(
-                client,
-                start,
-                lambda run: f"run {run['run_id']} of {routine.name} started",
-                quiet=args.json,
+                client, start, lambda run: f"run {run['run_id']} of {routine.name} started", quiet=args.json
             )
     except CliError as exc:
         print(f"b3os routine run: {exc}", file=sys.stderr)
@@ -224,9 +221,7 @@ def _print_step(step_id: str, step: dict[str, Any]) -> None:
     print(step_line(step_id, step), flush=True)
 
 
-def follow(
-    client: Any, run_id: str, *, quiet: bool, stop: threading.Event | None = None
-) -> dict[str, Any] | None:
+def follow(client: Any, run_id: str, *, quiet: bool, stop: threading.Event) -> dict[str, Any] | None:
     """Poll the run until it ends; print each step once when it finishes, and each retry of a step's call.
     None when `stop` was set before a read (the run may still run).
 
@@ -237,7 +232,7 @@ def follow(
     finished: set[str] = set()
     retries: set[tuple[str, Any, int]] = set()
     while True:
-        if stop is not None and stop.is_set():
+        if stop.is_set():
             return None
         asked = time.monotonic()
         run: dict[str, Any] = client.runs.get(run_id, wait_s=POLL_S)
