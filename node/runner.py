@@ -383,6 +383,8 @@ class Runner:
                 if not isinstance(path, str) or not path.startswith("/out/"):
                     raise OutputFileError(f"output.{key}.path {path!r} is not a file directly under /out")
                 wanted[key] = path.removeprefix("/out/")
+        if not wanted:
+            return output
         data = vm.collect(list(dict.fromkeys(wanted.values())), max_total=call.max_output_bytes)
         for key, name in wanted.items():
             output[key] = {

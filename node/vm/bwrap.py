@@ -25,9 +25,11 @@ with limits, and its bwrap with the namespaces and mounts made, running the laun
 `/tool/launch`, which waits for the command. On claim the node writes the input files to `in/` (the same
 tmpfs the sandbox sees at /in), mounts the installed tool tree read-only over `tool/` (the mount
 propagates into the sandbox's /tool, a slave of it, and hides the launcher), and hands the command to the
-launcher, which execve()s it without a shell. After the command, every process of the VM is killed at
-once; its mounts, cgroup and directory are removed by a background thread. A VM is still used for one
-call only. `FILLERS` threads refill the pool.
+launcher, which execve()s it without a shell. Once the command has exited (its status from the kernel) the
+call answers; every process of the VM is then killed at once and its mounts, cgroup and directory are
+removed by a background thread (before the output files are read, when the answer names some, the
+processes are killed on the call's path). A VM is still used for one call only. `FILLERS` threads refill
+the pool, letting a claimed VM's hand-over go first (`HAND_OVER_WAIT_S`).
 
 bwrap is spawned (with vfork) through the launcher's `--as` mode, which enters the node's own small mount
 namespace (`node/vm/holder.py`) and drops to the VM's user: bwrap copies the mount table of the namespace
@@ -74,7 +76,11 @@ log = logging.getLogger("b3os.node.vm")
 
 UID_BASE = 1_900_000_000  # the first host uid of the VMs (B3OS_VM_UID_BASE; see node/vm/uids.py)
 FILLERS = 2  # VMs prepared at once in the background
-MAX_REMOVING = 16  # VMs whose processes are dead but whose mounts and cgroup the reaper still removes
+MAX_REMOVING = 16  # used VMs the remover is behind with (their left processes, mounts and cgroup)
+HAND_OVER_WAIT_S = 0.002
+"""The longest a filler or the remover waits, before each VM it prepares or removes, while a claimed VM is
+handed over (claim to its tool's mount): the kernel takes mounts one at a time, so the tool's overlay
+waited for theirs, 0.75 ms of the call's time in half of the calls (round 32)."""
 
 
 class BwrapDriver(VmDriver):
@@ -96,8 +102,8 @@ class BwrapDriver(VmDriver):
         """Set up the node's directory, mounts, launcher and cgroup, and start filling the pool.
 
         Args:
-            slots: calls at once (the runner's slots): with `pool_size`, how many VMs can be alive at once,
-                so how many host uids from `uid_base` up the VMs use.
+            slots: calls at once (the runner's slots): with `pool_size` and `MAX_REMOVING`, how many VMs can
+                be alive at once, so how many host uids from `uid_base` up the VMs use.
             host_share: the VMs' weight and cap against the rest of the host.
 
         Raises:
@@ -111,7 +117,7 @@ class BwrapDriver(VmDriver):
             )
         if not (base_rootfs / "usr").is_dir():
             raise VmError("no_slot", f"no base template at {base_rootfs}: run `b3os node build-base`")
-        self.uids = UidPool(uid_base, slots + pool_size)
+        self.uids = UidPool(uid_base, slots + pool_size + MAX_REMOVING)  # a VM keeps its uid until removed
         try:
             self._seccomp = build_filter()
         except FilterError as exc:
@@ -129,6 +135,7 @@ class BwrapDriver(VmDriver):
         self._preparing = 0
         self._removing: deque[BwrapVm] = deque()
         self._remover_busy = False
+        self._handing_over: set[str] = set()  # the claimed VMs whose tool is not mounted yet
         run_dir.mkdir(parents=True, exist_ok=True)
         os.chmod(run_dir, 0o711)
         closed = [str(p) for p in run_dir.parents if not p.stat().st_mode & stat.S_IXOTH]
@@ -205,6 +212,7 @@ class BwrapDriver(VmDriver):
                 if not self._pool:
                     break
                 vm = self._pool.popleft()
+                self._handing_over.add(vm.id)  # before a filler wakes to take its place
                 self._cond.notify_all()
             if not vm.alive():  # killed while it waited (the OOM killer, an operator): take the next one
                 log.warning("VM %s died in the pool", vm.id)
@@ -218,7 +226,22 @@ class BwrapDriver(VmDriver):
             except (OSError, mounts.MountError, CgroupError, SetupError) as exc:
                 log.warning("no VM could be prepared: %s", exc)
                 raise VmError("no_slot", "no VM could be prepared on this node") from exc
+            with self._cond:
+                self._handing_over.add(vm.id)
         return vm
+
+    def handed_over(self, vm: BwrapVm) -> None:
+        """The VM's tool is mounted (or the VM is deleted first): the pool's threads need not wait for it."""
+        with self._cond:
+            if vm.id in self._handing_over:
+                self._handing_over.discard(vm.id)
+                self._cond.notify_all()
+
+    def _after_hand_overs(self) -> None:
+        """With the lock held: wait, `HAND_OVER_WAIT_S` at most, until no claimed VM is being handed over."""
+        end = time.monotonic() + HAND_OVER_WAIT_S
+        while self._handing_over and not self._closed and (left := end - time.monotonic()) > 0:
+            self._cond.wait(left)
 
     def _prepare(self) -> BwrapVm:
         """A VM whose sandbox is up and whose launcher waits for a command.
@@ -293,10 +316,16 @@ class BwrapDriver(VmDriver):
         name_os_thread()
         while True:
             with self._cond:
-                while not self._closed and (
-                    len(self._pool) + self._preparing >= self.pool_size or not self.uids.free
-                ):
-                    self._cond.wait()
+                waited = False
+                while True:
+                    while not self._closed and (
+                        len(self._pool) + self._preparing >= self.pool_size or not self.uids.free
+                    ):
+                        self._cond.wait()
+                    if self._closed or waited or not self._handing_over:
+                        break
+                    self._after_hand_overs()  # then the pool's room is looked at again
+                    waited = True
                 if self._closed:
                     return
                 self._preparing += 1
@@ -342,14 +371,10 @@ class BwrapDriver(VmDriver):
     def destroy(self, vm: BwrapVm, *, wait: bool = True) -> None:
         """Kill the VM's processes, then remove its cgroup, unmount and remove its directory.
 
-        With `wait` False only the processes are stopped here (nothing of the VM runs any more when this
-        returns) and the rest is left to the remover thread, unless it is already behind.
+        With `wait` False that is left to the remover thread, unless it is already behind: a call's answer
+        does not wait for it. The VM's processes left after its command (a daemon the tool started) then
+        live until the remover kills them, in the VM's cgroup and namespaces, with its uid still taken.
         """
-        try:
-            vm._stop()
-        finally:
-            vm.close_fds()
-        self._give_uid(vm.uid)  # no process of the VM is left
         if not wait:
             with self._cond:
                 if not self._closed and len(self._removing) < MAX_REMOVING:
@@ -366,6 +391,7 @@ class BwrapDriver(VmDriver):
                     self._cond.wait()
                 if not self._removing:
                     return
+                self._after_hand_overs()
                 vm = self._removing.popleft()
                 self._remover_busy = True
             try:
@@ -376,6 +402,11 @@ class BwrapDriver(VmDriver):
                     self._cond.notify_all()
 
     def _remove(self, vm: BwrapVm) -> None:
+        try:
+            vm._stop()
+        finally:
+            vm.close_fds()
+        self._give_uid(vm.uid)  # no process of the VM is left
         try:
             vm.cgroup.remove()
         except CgroupError as exc:

@@ -145,6 +145,8 @@ class BwrapVm(Vm):
             mounts.overlay(src, runtime or self._driver.node_dir / "empty", self.path / "tool")
         except mounts.MountError as exc:
             raise VmError("unpack", f"the tool's files could not be mounted at /tool: {exc}") from exc
+        finally:
+            self._driver.handed_over(self)
 
     def listen_unix(self, name: str) -> socket.socket:
         path = self.path / "in" / name
@@ -240,9 +242,15 @@ class BwrapVm(Vm):
                     result.stdout_too_large = True
                     break
             meter.finish()
-            self._stop()
+            # The kernel's word on the command's exit, there at once as a rule (the VM's init reaps it):
+            # then what the command wrote is all in the pipe, and the VM's other processes are stopped
+            # after the answer, by its deletion. Else (a timeout, too much output, an init that does not
+            # reap, a kernel before 6.15) they are stopped now and stdout is read to its end.
+            status = exits.exit_status(self._cmd) if exited and self._cmd >= 0 else None
+            if status is None:
+                self._stop()
             if not result.stdout_too_large:
-                rest = pipes.drain(out_fd, max_stdout + 1 - size)
+                rest = pipes.drain(out_fd, max_stdout + 1 - size, wait=status is None)
                 chunks.append(rest)
                 size += len(rest)
                 result.stdout_too_large = size > max_stdout
@@ -256,7 +264,8 @@ class BwrapVm(Vm):
         result.oom_killed = self.cgroup.oom_kills() > 0
         if result.timed_out or result.stdout_too_large:
             return result
-        status = exits.exit_status(self._cmd) if self._cmd >= 0 else None
+        if status is None and self._cmd >= 0:
+            status = exits.exit_status(self._cmd)
         if status is not None:  # the kernel's word on the command's own exit
             ended = os.waitstatus_to_exitcode(status)
             result.signal, result.exit_code = (-ended, None) if ended < 0 else (None, ended)
@@ -306,6 +315,7 @@ class BwrapVm(Vm):
                         stream.close()
 
     def collect(self, names: Sequence[str], *, max_total: int) -> dict[str, bytes]:
+        self._stop()  # no process of the VM writes to /out while it is read
         return read_out_files(self.path / "out", names, max_total=max_total)
 
     def kill(self) -> None:
@@ -334,6 +344,7 @@ class BwrapVm(Vm):
         if self._deleted:
             return
         self._deleted = True
+        self._driver.handed_over(self)
         self._driver.destroy(self, wait=False)
 
 

@@ -17,8 +17,9 @@ def read_some(fd: int) -> bytes | None:
     return data or None
 
 
-def drain(fd: int, limit: int) -> bytes:
-    """Read what is left in a pipe whose writers are all dead (at most `limit` bytes, 0.5 s)."""
+def drain(fd: int, limit: int, *, wait: bool = True) -> bytes:
+    """Read what is left in a non-blocking pipe (at most `limit` bytes): with `wait`, its writers being all
+    dead, up to its end (0.5 s at most); without, what it holds now."""
     chunks: list[bytes] = []
     got = 0
     end = time.monotonic() + 0.5
@@ -27,6 +28,8 @@ def drain(fd: int, limit: int) -> bytes:
         if data is None:
             break
         if not data:
+            if not wait:
+                break
             select.select([fd], [], [], 0.01)
             continue
         chunks.append(data)

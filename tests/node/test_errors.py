@@ -235,6 +235,16 @@ def test_a_pooled_vm_is_up_before_its_call_and_an_unused_one_leaves_nothing(driv
         vm.delete()
 
 
+def test_the_pool_refills_while_a_claimed_vm_is_never_handed_over(driver: BwrapDriver) -> None:
+    # the pool's threads wait a moment for a claimed VM's tool to be mounted, never for ever
+    driver.settle()
+    vm = driver.claim(time.monotonic() + 5)
+    try:
+        assert len(driver.settle(timeout_s=30)) == driver.pool_target()
+    finally:
+        vm.delete()
+
+
 def test_pooled_vms_killed_while_they_wait_are_skipped(runner: Runner, driver: BwrapDriver) -> None:
     driver.settle()
     pidfds: list[int] = []

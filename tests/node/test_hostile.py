@@ -97,9 +97,12 @@ def test_an_output_file_that_is_not_a_regular_file_under_out_is_refused(
     assert (err["code"], err["reason"], err["message"]) == ("tool_failed", "output_file", says)
 
 
-def test_a_daemon_does_not_outlive_the_call(runner: Runner) -> None:
-    result = runner.call(hostile_call("daemon"))  # a call that waited for its daemon would time out
+@pytest.mark.parametrize("stdout", ["close", "keep"])
+def test_a_daemon_does_not_outlive_the_call(runner: Runner, driver: BwrapDriver, stdout: str) -> None:
+    # a call that waited for its daemon, or for the end of the stdout the daemon keeps, would time out
+    result = runner.call(hostile_call("daemon", {"stdout": stdout}))
     assert result.ok and result.output == {"left": "a daemon"}
+    assert leftovers(driver) == []  # killed once the call has answered, with the VM's other processes
 
 
 def test_a_tool_sees_no_host_file_no_node_secret_and_no_other_process(
