@@ -31,10 +31,9 @@ removed by a background thread (before the output files are read, when the answe
 processes are killed on the call's path). A VM is still used for one call only. `FILLERS` threads refill
 the pool, letting a claimed VM's hand-over go first (`HAND_OVER_WAIT_S`).
 
-bwrap is spawned (with vfork) through the launcher's `--as` mode, which enters the node's own small mount
-namespace (`node/vm/holder.py`) and drops to the VM's user: bwrap copies the mount table of the namespace
-it starts in, and the host's can be large. The node's directory is a shared mount,
-so the VMs' mounts made under it later reach that namespace and the sandboxes.
+bwrap is spawned (with vfork) through the launcher (`node/vm/bwrap_spawn.py`) in the node's own small mount
+namespace. The node's directory is a shared mount, so the VMs' mounts made under it later reach that
+namespace and the sandboxes.
 
 How the command ended comes from the kernel (`node/vm/exits.py`): the command's own exit status, through a
 pidfd the node opened on it before the call, whatever the sandbox's init does. On kernels before 6.15 it
@@ -45,6 +44,7 @@ comes from bwrap's `--json-status-fd` `exit-code` record, where a command killed
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import secrets
@@ -59,13 +59,13 @@ from pathlib import Path
 from node.vm import mounts, sandbox
 from node.vm.base import Vm, VmDriver, VmError
 from node.vm.bwrap_dirs import make_node_dir, make_vm_dir, remove_vm_dir
+from node.vm.bwrap_spawn import spawn
 from node.vm.bwrap_vm import SETUP_S, BwrapVm, SetupError, make_dir
 from node.vm.cgroups import CgroupError, CgroupLimits, NodeCgroups
 from node.vm.holder import hold_namespace, stop_holder
 from node.vm.host_share import HostShare
 from node.vm.launcher import NAME as LAUNCHER_NAME
-from node.vm.launcher import VM_PATH, LauncherError, build_launcher
-from node.vm.pipes import pipe_of
+from node.vm.launcher import LauncherError, build_launcher
 from node.vm.sandbox import VmLimits
 from node.vm.seccomp import FilterError, build_filter
 from node.vm.stale import cleanup_stale
@@ -259,7 +259,14 @@ class BwrapDriver(VmDriver):
         try:
             make_vm_dir(path, uid, self.limits, self.launcher_dir)
             vm = BwrapVm(self, vm_id, path, self.cgroups.create_call(vm_id, self._cg_limits), uid)
-            self._spawn(vm)
+            spawn(
+                vm,
+                bwrap=self.bwrap,
+                launcher=self.launcher_dir / LAUNCHER_NAME,
+                ns_fd=self._ns_fd,
+                seccomp=self._seccomp,
+                options=functools.partial(self.bwrap_args, vm.path),
+            )
         except BaseException:
             if vm is not None:
                 self.destroy(vm)
@@ -273,44 +280,6 @@ class BwrapDriver(VmDriver):
         with self._cond:
             self.uids.give(uid)
             self._cond.notify_all()
-
-    def _spawn(self, vm: BwrapVm) -> None:
-        status_r, status_w = os.pipe()
-        block_r, block_w = os.pipe()
-        ctl_r, ctl_w = os.pipe()
-        err_r, err_w = os.pipe()
-        seccomp_r = pipe_of(self._seccomp)
-        args_r = pipe_of(
-            b"".join(a.encode() + b"\0" for a in self.bwrap_args(vm.path, status_w, block_r, seccomp_r))
-        )
-        cgroup_fds = [os.open(p / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC) for p in vm.cgroup.paths]
-        theirs = (status_w, block_r, ctl_r, err_w, seccomp_r, args_r, *cgroup_fds)
-        try:
-            # The launcher drops to the VM's user and execs bwrap: Popen can then use vfork (with `user=` it
-            # forks the whole node process, about 2 ms of CPU per VM).
-            launcher = str(self.launcher_dir / LAUNCHER_NAME)
-            # It joins the VM's cgroup first: bwrap's cgroup namespace is then rooted at the VM's group.
-            joins = ",".join(map(str, cgroup_fds)) or "-"
-            as_vm_user = [launcher, "--as", str(vm.uid), str(vm.uid), str(self._ns_fd), joins]
-            vm.proc = subprocess.Popen(
-                [*as_vm_user, self.bwrap, "--args", str(args_r), "--", VM_PATH, str(ctl_r), str(err_w)],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                pass_fds=(*theirs, self._ns_fd) if self._ns_fd >= 0 else theirs,
-                start_new_session=True,
-                cwd="/",
-                env={},
-            )
-        except OSError:
-            for fd in (*theirs, status_r, block_w, ctl_w, err_r):
-                os.close(fd)
-            raise
-        finally:
-            if vm.proc is not None:
-                for fd in theirs:
-                    os.close(fd)
-        vm.start((status_r, block_w, ctl_w, err_r))
 
     def _fill(self) -> None:
         name_os_thread()
