@@ -57,8 +57,11 @@ class Settings(BaseSettings):
     vm_uid_base: int = Field(
         default=1_900_000_000,
         ge=1,
-        le=2**32 - 2 - 80,
-        description="First host uid/gid of the VMs: each live VM has its own, up to base+slots+pool_size-1.",
+        le=2**32 - 2 - 96,  # room for the most uids a node holds: 64 slots, a pool of 16, 16 being removed
+        description=(
+            "First host uid/gid of the VMs: each live VM has its own, up to base+slots+pool_size+15"
+            " (a used VM keeps its uid until it is removed)."
+        ),
     )
     memory_mb: int = Field(default=512, ge=16, description="Memory of one VM, swap included.")
     vcpu: int = Field(default=1, ge=1, le=8, description="vCPUs of one VM (CFS quota).")

@@ -78,9 +78,9 @@ UID_BASE = 1_900_000_000  # the first host uid of the VMs (B3OS_VM_UID_BASE; see
 FILLERS = 2  # VMs prepared at once in the background
 MAX_REMOVING = 16  # used VMs the remover is behind with (their left processes, mounts and cgroup)
 HAND_OVER_WAIT_S = 0.002
-"""The longest a filler or the remover waits, before each VM it prepares or removes, while a claimed VM is
-handed over (claim to its tool's mount): the kernel takes mounts one at a time, so the tool's overlay
-waited for theirs, 0.75 ms of the call's time in half of the calls (round 32)."""
+"""The longest a filler (while the pool still holds a VM) or the remover (when not behind) waits, before a
+VM it prepares or removes, while a claimed VM is handed over (claim to its tool's mount): the kernel makes
+mounts one at a time, and the tool's waited for theirs, 0.75 ms in half of the calls (round 32)."""
 
 
 class BwrapDriver(VmDriver):
@@ -291,7 +291,7 @@ class BwrapDriver(VmDriver):
                         len(self._pool) + self._preparing >= self.pool_size or not self.uids.free
                     ):
                         self._cond.wait()
-                    if self._closed or waited or not self._handing_over:
+                    if self._closed or waited or not self._handing_over or not self._pool:
                         break
                     self._after_hand_overs()  # then the pool's room is looked at again
                     waited = True
@@ -360,7 +360,8 @@ class BwrapDriver(VmDriver):
                     self._cond.wait()
                 if not self._removing:
                     return
-                self._after_hand_overs()
+                if len(self._removing) == 1:
+                    self._after_hand_overs()
                 vm = self._removing.popleft()
                 self._remover_busy = True
             try:
