@@ -29,7 +29,8 @@ launcher, which execve()s it without a shell. Once the command has exited (its s
 call answers; every process of the VM is then killed at once and its mounts, cgroup and directory are
 removed by a background thread (before the output files are read, when the answer names some, the
 processes are killed on the call's path). A VM is still used for one call only. `FILLERS` threads refill
-the pool, letting a claimed VM's hand-over go first (`HAND_OVER_WAIT_S`).
+the pool, counting a claimed VM as the pool's until it is handed over (claim to its tool's mount): the
+kernel makes mounts one at a time, and the tool's waited for a filler's (0.75 ms in half of the calls).
 
 bwrap is spawned (with vfork) through the launcher (`node/vm/bwrap_spawn.py`) in the node's own small mount
 namespace. The node's directory is a shared mount, so the VMs' mounts made under it later reach that
@@ -77,10 +78,6 @@ log = logging.getLogger("b3os.node.vm")
 UID_BASE = 1_900_000_000  # the first host uid of the VMs (B3OS_VM_UID_BASE; see node/vm/uids.py)
 FILLERS = 2  # VMs prepared at once in the background
 MAX_REMOVING = 16  # used VMs the remover is behind with (their left processes, mounts and cgroup)
-HAND_OVER_WAIT_S = 0.002
-"""The longest a filler (while the pool still holds a VM) or the remover (when not behind) waits, before a
-VM it prepares or removes, while a claimed VM is handed over (claim to its tool's mount): the kernel makes
-mounts one at a time, and the tool's waited for theirs, 0.75 ms in half of the calls (round 32)."""
 
 
 class BwrapDriver(VmDriver):
@@ -135,7 +132,7 @@ class BwrapDriver(VmDriver):
         self._preparing = 0
         self._removing: deque[BwrapVm] = deque()
         self._remover_busy = False
-        self._handing_over: set[str] = set()  # the claimed VMs whose tool is not mounted yet
+        self._handing_over: set[str] = set()  # claimed VMs whose tool is not mounted yet: still the pool's
         run_dir.mkdir(parents=True, exist_ok=True)
         os.chmod(run_dir, 0o711)
         closed = [str(p) for p in run_dir.parents if not p.stat().st_mode & stat.S_IXOTH]
@@ -212,7 +209,7 @@ class BwrapDriver(VmDriver):
                 if not self._pool:
                     break
                 vm = self._pool.popleft()
-                self._handing_over.add(vm.id)  # before a filler wakes to take its place
+                self._handing_over.add(vm.id)  # its place is not free until it is handed over
                 self._cond.notify_all()
             if not vm.alive():  # killed while it waited (the OOM killer, an operator): take the next one
                 log.warning("VM %s died in the pool", vm.id)
@@ -231,17 +228,11 @@ class BwrapDriver(VmDriver):
         return vm
 
     def handed_over(self, vm: BwrapVm) -> None:
-        """The VM's tool is mounted (or the VM is deleted first): the pool's threads need not wait for it."""
+        """The VM's tool is mounted (or the VM is deleted first): its place in the pool is free."""
         with self._cond:
             if vm.id in self._handing_over:
                 self._handing_over.discard(vm.id)
                 self._cond.notify_all()
-
-    def _after_hand_overs(self) -> None:
-        """With the lock held: wait, `HAND_OVER_WAIT_S` at most, until no claimed VM is being handed over."""
-        end = time.monotonic() + HAND_OVER_WAIT_S
-        while self._handing_over and not self._closed and (left := end - time.monotonic()) > 0:
-            self._cond.wait(left)
 
     def _prepare(self) -> BwrapVm:
         """A VM whose sandbox is up and whose launcher waits for a command.
@@ -285,16 +276,11 @@ class BwrapDriver(VmDriver):
         name_os_thread()
         while True:
             with self._cond:
-                waited = False
-                while True:
-                    while not self._closed and (
-                        len(self._pool) + self._preparing >= self.pool_size or not self.uids.free
-                    ):
-                        self._cond.wait()
-                    if self._closed or waited or not self._handing_over or not self._pool:
-                        break
-                    self._after_hand_overs()  # then the pool's room is looked at again
-                    waited = True
+                while not self._closed and (
+                    len(self._pool) + self._preparing + len(self._handing_over) >= self.pool_size
+                    or not self.uids.free
+                ):
+                    self._cond.wait()
                 if self._closed:
                     return
                 self._preparing += 1
@@ -360,8 +346,6 @@ class BwrapDriver(VmDriver):
                     self._cond.wait()
                 if not self._removing:
                     return
-                if len(self._removing) == 1:
-                    self._after_hand_overs()
                 vm = self._removing.popleft()
                 self._remover_busy = True
             try:
