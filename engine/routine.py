@@ -7,11 +7,12 @@ A routine has `name`, `description`, `inputs` (JSON-Schema-typed, with defaults)
 
 A step waits for the steps its `needs:` names (`[]`: none); a step without `needs:` waits for the
 step before it (the first step for none), so a routine without `needs:` runs its steps in order.
-`direct_needs` and `transitive_needs` compute that graph for the workflow and the validator alike.
+engine.step_graph computes that graph for the workflow and the validator alike.
 
 The workflow receives only a validated `Routine` (parsing and validation happen at the edge, in
-engine.validate). This module imports only the standard library, pydantic and engine.cron (the
-standard library only), so the workflow sandbox can load it. The reference is docs/routines.md.
+engine.validate). This module imports only the standard library, pydantic, engine.cron and
+engine.step_graph (the standard library only), so the workflow sandbox can load it. The reference is
+docs/routines.md.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from pydantic import (
 )
 
 from engine.cron import Overlap
+from engine.step_graph import direct_needs
 
 DURATION_PATTERN = r"^[0-9]{1,9}(ms|s|m|h)$"
 """A duration: a whole number and a unit, `500ms`, `30s`, `2m`, `1h`."""
@@ -403,37 +405,3 @@ class Routine(_Model):
     def step_needs(self) -> dict[str, tuple[str, ...]]:
         """Each step's direct needs, by step id (the step before it when it sets no `needs:`)."""
         return direct_needs([(step.id, step.needs) for step in self.steps])
-
-
-def direct_needs(steps: list[tuple[str, list[str] | None]]) -> dict[str, tuple[str, ...]]:
-    """The steps each step waits for: its `needs:`, or the step before it when it has none.
-
-    Args:
-        steps: `(id, needs)` of each step, in file order (`needs` None when the step sets none).
-    """
-    found: dict[str, tuple[str, ...]] = {}
-    before: str | None = None
-    for step_id, needs in steps:
-        if needs is None:
-            found.setdefault(step_id, () if before is None else (before,))
-        else:
-            found.setdefault(step_id, tuple(dict.fromkeys(needs)))
-        before = step_id
-    return found
-
-
-def transitive_needs(needs: dict[str, tuple[str, ...]]) -> dict[str, frozenset[str]]:
-    """The steps each step waits for, directly or through others (never itself; unknown ids ignored)."""
-    found: dict[str, frozenset[str]] = {}
-    for start in needs:
-        seen: set[str] = set()
-        stack = [n for n in needs[start] if n in needs]
-        while stack:
-            step_id = stack.pop()
-            if step_id in seen:
-                continue
-            seen.add(step_id)
-            stack.extend(n for n in needs[step_id] if n in needs and n not in seen)
-        seen.discard(start)
-        found[start] = frozenset(seen)
-    return found

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.routine import direct_needs, transitive_needs
+from engine.step_graph import direct_needs, transitive_needs
 from engine.yaml_positions import Located
 
 Triple = tuple[int, int, str]

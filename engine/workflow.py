@@ -55,7 +55,7 @@ with workflow.unsafe.imports_passed_through():
     import engine.payloads as payloads
     from engine.foreach import run_chunks
     from engine.pacing import Pacer
-    from engine.routine import Routine, Step, transitive_needs
+    from engine.routine import Routine, Step
     from engine.runs import (
         FOREACH_CHUNK_ITEMS,
         FOREACH_MAX_ITEMS,
@@ -67,6 +67,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from engine.scope import Scope
     from engine.step_calls import RunCalls, StepCaller, StepFailure, output_size, sentence
+    from engine.step_graph import transitive_needs
 
 PATCH_NEEDS = "routines-v2-needs"
 """The `workflow.patched` id of routines v2 (needs:, status functions): a run started before it (its

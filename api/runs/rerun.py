@@ -18,8 +18,9 @@ Every other step runs as in any run, under the new run's idempotency keys.
 from __future__ import annotations
 
 from api.errors import Conflict, InvalidRequest
-from engine.routine import Routine, transitive_needs
+from engine.routine import Routine
 from engine.runs import RunRoutineResult, StepResult
+from engine.step_graph import transitive_needs
 
 KEPT_STATUSES = ("succeeded", "skipped")
 POINT_STATUSES = ("failed", "cancelled")
