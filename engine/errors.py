@@ -2,7 +2,7 @@
 
     EngineError
     ├── RoutineError             a routine file has problems, each at file:line:column (engine.validate)
-    ├── RoutineInputError        a run's inputs do not fit the routine (engine.validate)
+    ├── RoutineInputError        a run's inputs do not fit the routine (engine.run_inputs)
     ├── ExpressionError          an expression could not be evaluated (engine.expressions)
     │   └── ExpressionSyntaxError  an expression does not parse, or its shape passes a cap
     └── PayloadError             a value cannot travel through Temporal (engine.payloads)

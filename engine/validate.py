@@ -12,12 +12,12 @@ Schemas and defaults, and, given an `ActionResolver`, that each `uses:` resolves
 Errors::
 
     RoutineError         a routine file has problems (`problems`: list of Problem)
-    RoutineInputError    a run's inputs do not fit the routine's inputs (`problems`: list of str)
+
+A run's inputs are checked against the routine's by engine.run_inputs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, get_args
 
@@ -40,6 +40,7 @@ from engine.routine import (
 from engine.routine_checks import check_expressions, check_sizes, check_with
 from engine.routine_events import check_triggers
 from engine.routine_needs import check_needs
+from engine.run_inputs import RoutineInputError, resolve_inputs
 from engine.yaml_positions import Located, YamlRefused, compose
 from packs.schemas import schema_errors, schema_problem
 
@@ -70,14 +71,6 @@ class FileProblems(EngineError):
 
 class RoutineError(FileProblems):
     """A routine file has problems; `str()` lists each as `file:line:column: message`."""
-
-
-class RoutineInputError(EngineError):
-    """A run's inputs do not fit the routine; `problems` name each input at fault."""
-
-    def __init__(self, problems: list[str]) -> None:
-        self.problems = problems
-        super().__init__("; ".join(problems))
 
 
 _FIELDS: dict[str, list[str]] = {
@@ -410,32 +403,3 @@ def _schedule_problems(routine: Routine, doc: Located) -> list[tuple[int, int, s
 def _index_in_on(routine: Routine, item: Any) -> int:
     """The index of an item of a listed `on:`."""
     return next(i for i, x in enumerate(routine.on or []) if x is item)  # type: ignore[arg-type]
-
-
-def resolve_inputs(routine: Routine, given: Mapping[str, Any]) -> dict[str, Any]:
-    """A run's inputs: the given values checked against each input's schema, defaults filled in.
-
-    Raises:
-        RoutineInputError: an unknown input, a missing required one, or a value that does not fit.
-    """
-    problems: list[str] = []
-    for name in given:
-        if name not in routine.inputs:
-            known = ", ".join(routine.inputs) or "none"
-            problems.append(f"routine '{routine.name}' has no input '{name}' (inputs: {known})")
-    result: dict[str, Any] = {}
-    for name, spec in routine.inputs.items():
-        if name in given:
-            value = given[name]
-        elif spec.required:
-            problems.append(f"input '{name}' is required")
-            continue
-        else:
-            value = spec.default
-        for error in schema_errors(spec.json_schema(), value):
-            at = "".join(f"[{p!r}]" for p in error.absolute_path)
-            problems.append(f"input '{name}'{at}: {error.message}")
-        result[name] = value
-    if problems:
-        raise RoutineInputError(problems)
-    return result

@@ -23,7 +23,7 @@ from api.routines.ceiling import ceiling, pin_facts
 from api.routines.models import RoutineEstimate
 from api.routines.store import RoutineStore, routine_hash
 from engine.routine import Routine
-from engine.validate import RoutineInputError, resolve_inputs
+from engine.run_inputs import RoutineInputError, resolve_inputs
 from packs.resolve import ResolveError
 
 

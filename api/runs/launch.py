@@ -32,8 +32,8 @@ from api.runs.tables import RunRecord
 from api.server_timing import phase
 from engine import expressions, payloads
 from engine.routine import Routine
+from engine.run_inputs import RoutineInputError, resolve_inputs
 from engine.runs import RunRoutineInput, StepResult, routine_workflow_id
-from engine.validate import RoutineInputError, resolve_inputs
 from packs.resolve import ResolveError, parse_ref
 
 

@@ -56,9 +56,9 @@ from api.schedules.tick_check import check_tick
 from api.temporal import Temporal
 from engine.cron import ScheduleError, check_cron, check_timezone
 from engine.routine import SCHEDULES_PER_ROUTINE, Routine
+from engine.run_inputs import RoutineInputError, resolve_inputs
 from engine.runs import SEARCH_ATTRIBUTE_ROUTINE, SEARCH_ATTRIBUTE_SCHEDULE
 from engine.ticks import SCHEDULE_WORKFLOW_TYPE, ScheduleTickInput, temporal_schedule_id
-from engine.validate import RoutineInputError, resolve_inputs
 
 GRANT_HEADER = "X-B3OS-Schedule-Grant"
 GRANT_PREFIX = "b3sch_"

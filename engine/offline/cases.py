@@ -32,7 +32,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from engine.routine import Routine
-from engine.validate import FileProblems, Problem, RoutineInputError, resolve_inputs
+from engine.run_inputs import RoutineInputError, resolve_inputs
+from engine.validate import FileProblems, Problem
 from engine.yaml_positions import Located, YamlRefused, compose
 from packs.checks_util import render, same
 from packs.fixtures import error_problems

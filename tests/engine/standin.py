@@ -33,9 +33,10 @@ from activities.call_action import Ledger
 from activities.errors import error_for_answer
 from engine.foreach import ForeachWorkflow
 from engine.resolvers import LocalPackResolver
+from engine.run_inputs import resolve_inputs
 from engine.runs import RunRoutineInput, RunRoutineResult, StepResult, routine_workflow_id
 from engine.steps import CallActionInput, CallActionResult
-from engine.validate import load_routine, resolve_inputs
+from engine.validate import load_routine
 from engine.workflow import RoutineWorkflow
 from node.runner import content_type_of
 

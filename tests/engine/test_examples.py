@@ -20,8 +20,9 @@ from standin import PACKS, REPO, call_action
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from engine.run_inputs import resolve_inputs
 from engine.runs import RunRoutineInput, RunRoutineResult, routine_workflow_id
-from engine.validate import load_routine_file, resolve_inputs
+from engine.validate import load_routine_file
 from engine.workflow import RoutineWorkflow
 from engine.yaml_positions import compose
 

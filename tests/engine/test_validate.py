@@ -9,7 +9,8 @@ import pytest
 
 from engine import yaml_positions
 from engine.resolvers import ResolveError
-from engine.validate import RoutineError, RoutineInputError, load_routine, resolve_inputs
+from engine.run_inputs import RoutineInputError, resolve_inputs
+from engine.validate import RoutineError, load_routine
 
 ECHO = "com.example.tools/echo/echo@1"
 
