@@ -1,5 +1,5 @@
-"""Checks of a routine's expressions, of its sizes, and of its `with:` values against the actions'
-inputSchemas.
+"""Checks of a routine's expressions (their syntax, scope and lengths), and of its `with:` values against
+the actions' inputSchemas (its sizes: engine.routine_sizes).
 
 All work on the raw YAML data (so they run even when the pydantic models refuse the file) and
 return `(line, column, message)` triples; engine.validate gathers them.
@@ -7,16 +7,14 @@ return `(line, column, message)` triples; engine.validate gathers them.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import jsonschema
 
 from engine import expressions as ex
-from engine import payloads
+from engine.raw_routine import as_dict, as_list, step_label
 from engine.routine_needs import explicit_needs, readable_steps
-from engine.runs import FOREACH_MAX_ITEMS
 from engine.yaml_positions import Located, Path
 from packs.cel_syntax import MAX_EXPRESSION_CHARS, MAX_FIELD_EXPRESSION_CHARS, MAX_ROUTINE_EXPRESSION_CHARS
 from packs.schemas import schema_errors
@@ -25,19 +23,6 @@ if TYPE_CHECKING:
     from engine.resolvers import ActionResolver
 
 Triple = tuple[int, int, str]
-
-
-def _as_list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _as_dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _step_label(step: Any, i: int) -> str:
-    sid = step.get("id") if isinstance(step, dict) else None
-    return f"step '{sid}'" if isinstance(sid, str) else f"step {i + 1}"
 
 
 def _strings(value: Any, path: Path) -> Iterator[tuple[Path, str]]:
@@ -64,13 +49,13 @@ def check_expressions(data: dict[str, Any], doc: Located) -> list[Triple]:
     if too_many:
         return too_many
     problems: list[Triple] = []
-    steps = _as_list(data.get("steps"))
+    steps = as_list(data.get("steps"))
     order: dict[str, int] = {}
     for i, step in enumerate(steps):
         if isinstance(step, dict) and isinstance(step.get("id"), str):
             order.setdefault(step["id"], i)
     readable, explicit = readable_steps(data), explicit_needs(data)
-    inputs = _as_dict(data.get("inputs"))
+    inputs = as_dict(data.get("inputs"))
     on = data.get("on")
     event = isinstance(on, list) and any(isinstance(item, dict) and "trigger" in item for item in on)
     scope = _Scope(order, set(inputs), len(steps), False, "outputs", frozenset(order), event=event)
@@ -82,7 +67,7 @@ def check_expressions(data: dict[str, Any], doc: Located) -> list[Triple]:
     for i, step in enumerate(steps):
         if not isinstance(step, dict):
             continue
-        label = _step_label(step, i)
+        label = step_label(step, i)
         has_foreach = step.get("foreach") is not None
         sid = step.get("id")
         reads = readable.get(sid, frozenset()) if isinstance(sid, str) else frozenset()
@@ -110,9 +95,9 @@ def check_expressions(data: dict[str, Any], doc: Located) -> list[Triple]:
 def _fields(data: dict[str, Any]) -> Iterator[tuple[Path, str, Any]]:
     """The fields that hold expressions, named as problems name them: each step's `if:`, `foreach:` and
     `with:`, then the routine's `outputs`."""
-    for i, step in enumerate(_as_list(data.get("steps"))):
+    for i, step in enumerate(as_list(data.get("steps"))):
         for key in ("if", "foreach", "with"):
-            yield ("steps", i, key), f"{_step_label(step, i)}: {key}", _as_dict(step).get(key)
+            yield ("steps", i, key), f"{step_label(step, i)}: {key}", as_dict(step).get(key)
     yield ("outputs",), "outputs", data.get("outputs")
 
 
@@ -153,76 +138,6 @@ def _field_length(doc: Located, path: Path, value: Any, where: str) -> list[Trip
         f"{MAX_FIELD_EXPRESSION_CHARS:,} one field may have: split the work across steps"
     )
     return [(*doc.position(path), message)]
-
-
-def check_sizes(data: dict[str, Any], doc: Located) -> list[Triple]:
-    """What could not travel through Temporal: text that is not Unicode anywhere, literal `with:` and
-    `outputs` over their payload limits, and literal `foreach:` lists over FOREACH_MAX_ITEMS items."""
-    problems = [(*at, f"{_place(data, path)}: {message}") for at, path, message in _not_json(data, doc)]
-    steps = _as_list(data.get("steps"))
-    for i, step in enumerate(steps):
-        if not isinstance(step, dict):
-            continue
-        label = _step_label(step, i)
-        foreach = step.get("foreach")
-        if isinstance(foreach, list) and len(foreach) > FOREACH_MAX_ITEMS:
-            problems.append(
-                (
-                    *doc.position(("steps", i, "foreach")),
-                    f"{label}: foreach: lists {len(foreach):,} items; a step runs at most "
-                    f"{FOREACH_MAX_ITEMS:,}: split the list across steps or runs",
-                )
-            )
-        with_ = step.get("with")
-        if isinstance(with_, dict):
-            limit = payloads.CALL_INPUT_LIMIT_BYTES
-            problems.extend(_too_large(doc, ("steps", i, "with"), with_, f"{label}: with:", limit))
-    outputs = data.get("outputs")
-    if isinstance(outputs, dict):
-        problems.extend(_too_large(doc, ("outputs",), outputs, "outputs", payloads.RUN_OUTPUTS_LIMIT_BYTES))
-    return problems
-
-
-def _too_large(doc: Located, path: Path, value: Any, what: str, limit: int) -> list[Triple]:
-    try:
-        payloads.measure(value, what, limit)
-    except payloads.PayloadError as exc:
-        if exc.code == "payload_too_large":  # text that is not Unicode is reported at its place
-            return [(*doc.position(path), exc.message)]
-    return []
-
-
-def _not_json(value: Any, doc: Located) -> Iterator[tuple[tuple[int, int], Path, str]]:
-    """Each string and key that UTF-8 cannot carry (a lone surrogate such as "\\ud800") and each number
-    JSON cannot write (`.nan`, `.inf`), at its place: nothing is silently turned into null."""
-    stack: list[tuple[Any, Path]] = [(value, ())]
-    while stack:
-        item, where = stack.pop()
-        if isinstance(item, float) and not math.isfinite(item):
-            yield doc.position(where), where, _NOT_A_NUMBER
-        elif isinstance(item, str):
-            if not payloads.is_unicode(item):
-                yield doc.position(where), where, _NOT_UNICODE
-        elif isinstance(item, dict):
-            for key, child in item.items():
-                if isinstance(key, str) and not payloads.is_unicode(key):
-                    yield doc.key_position((*where, key)), where, f"a key: {_NOT_UNICODE}"
-                stack.append((child, (*where, key)))
-        elif isinstance(item, list):
-            stack.extend((child, (*where, i)) for i, child in enumerate(item))
-
-
-_NOT_UNICODE = "the text is not Unicode (a lone surrogate such as \\ud800): write the character itself"
-_NOT_A_NUMBER = "JSON has no such number (.nan, .inf and -.inf): write a finite number, or null"
-
-
-def _place(data: dict[str, Any], path: Path) -> str:
-    """`step 'fetch': with.text` or `outputs.o`, for a message."""
-    if len(path) >= 2 and path[0] == "steps" and isinstance(path[1], int):
-        rest = ".".join(str(p) for p in path[2:])
-        label = _step_label(_as_list(data.get("steps"))[path[1]], path[1])
-        return f"{label}: {rest}" if rest else label
-    return ".".join(str(p) for p in path) or "the routine"
 
 
 def _foreach_of_input(
@@ -383,13 +298,13 @@ def _scope_problem(ref: ex.Reference, scope: _Scope) -> str | None:
 def check_with(data: dict[str, Any], doc: Located, resolver: ActionResolver) -> list[Triple]:
     """Each `uses:` resolves, and literal `with:` values fit the action's inputSchema."""
     problems: list[Triple] = []
-    steps = _as_list(data.get("steps"))
+    steps = as_list(data.get("steps"))
     cache: dict[str, dict[str, Any] | None | Exception] = {}
     for i, step in enumerate(steps):
         if not isinstance(step, dict) or not isinstance(step.get("uses"), str):
             continue
         ref = step["uses"]
-        label = _step_label(step, i)
+        label = step_label(step, i)
         if ref not in cache:
             try:
                 cache[ref] = resolver.input_schema(ref)
@@ -412,9 +327,9 @@ def _fit(
     doc: Located, i: int, label: str, ref: str, with_: dict[str, Any], schema: dict[str, Any]
 ) -> list[Triple]:
     problems: list[Triple] = []
-    props = _as_dict(schema.get("properties"))
+    props = as_dict(schema.get("properties"))
     at_with = ("steps", i, "with") if "with" in doc.get(("steps", i)) else ("steps", i, "uses")
-    for name in _as_list(schema.get("required")):
+    for name in as_list(schema.get("required")):
         if name not in with_:
             problems.append(
                 (*doc.key_position(at_with), f"{label}: with: missing required input '{name}' of {ref}")

@@ -37,9 +37,10 @@ from engine.routine import (
     Step,
     duration_ms,
 )
-from engine.routine_checks import check_expressions, check_sizes, check_with
+from engine.routine_checks import check_expressions, check_with
 from engine.routine_events import check_triggers
 from engine.routine_needs import check_needs
+from engine.routine_sizes import check_sizes
 from engine.run_inputs import RoutineInputError, resolve_inputs
 from engine.yaml_positions import Located, YamlRefused, compose
 from packs.schemas import schema_errors, schema_problem
