@@ -16,26 +16,23 @@ first compile in the process; compiled expressions are cached by text, the most 
 CACHE_CHARACTERS characters of text in all.)
 
 Its parts: engine.expression_text (finding `${{ }}` in strings; the errors, `ExpressionError` and
-`ExpressionSyntaxError`), engine.cel_tree (what a parse tree reads and calls), and here compiling, the
-compiled expressions' cache, what an expression reads and calls, and evaluating. Callers use the names
-of this module (`__all__`), wherever each is defined.
+`ExpressionSyntaxError`), engine.cel_tree (what a parse tree reads and calls), engine.cel_compile
+(compiling, and the compiled expressions' cache), and here what an expression reads and calls, and
+evaluating. Callers use the names of this module (`__all__`), wherever each is defined.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
-import celpy
 import lark
-from cachetools import LRUCache, cached
 from celpy.evaluation import CELEvalError
 
-from engine import cel_runtime, cel_tree, cel_values
+from engine import cel_runtime, cel_values
+from engine.cel_compile import CACHE_CHARACTERS, Compiled, compiled
 from engine.cel_tree import FUNCTIONS, STATUS_FUNCTIONS, Reference, StatusCall
 from engine.cel_values import Budget
 from engine.expression_text import (
@@ -55,7 +52,6 @@ from engine.expression_text import (
     whole_expression,
 )
 from engine.scope import Scope
-from packs import cel_syntax
 
 __all__ = [  # the expressions' API, wherever each part lives (engine.expression_text, engine.cel_tree)
     "CACHE_CHARACTERS",
@@ -95,90 +91,6 @@ __all__ = [  # the expressions' API, wherever each part lives (engine.expression
     "whole_expression",
 ]
 
-# --- compiling ---------------------------------------------------------------------------------
-
-CACHE_CHARACTERS = 16_000
-"""Compiled expressions kept, counted by the characters of their text (least recently used first out):
-a parse tree takes up to ~2 KB of memory per character of its text (a 2,000-character list literal,
-~4 MB), so the cache holds at most a few tens of megabytes, and about 500 expressions of 30 characters."""
-
-
-@dataclass(frozen=True)
-class Compiled:
-    """One compiled expression: the tree the evaluator walks, and what the expression reads and calls."""
-
-    tree: lark.Tree
-    references: tuple[Reference, ...]
-    functions: tuple[str, ...]
-    reads: tuple[tuple[str, str | None], ...]
-    status_calls: tuple[StatusCall, ...]
-    size: int  # the characters of its text: what it weighs in the cache
-
-
-_env: celpy.Environment | None = None
-_parser_lock = threading.Lock()  # cel-python's parser is not thread-safe
-_programs: LRUCache[str, Compiled] = LRUCache(maxsize=CACHE_CHARACTERS, getsizeof=lambda c: c.size)
-
-
-def _environment() -> celpy.Environment:
-    global _env
-    if _env is None:
-        _env = celpy.Environment()
-    return _env
-
-
-@cached(_programs, key=lambda expr: expr, lock=threading.Lock())
-def _compiled(expr: str) -> Compiled:
-    too_long = cel_syntax.length_problem(expr)
-    if too_long is not None:
-        raise _shape_error(expr, too_long)
-    with _parser_lock:
-        try:
-            tree = _environment().compile(expr)
-        except celpy.CELParseError as exc:
-            raise _syntax_error(expr, exc) from None
-    shape = cel_syntax.tree_problem(tree)
-    if shape is not None:
-        raise _shape_error(expr, shape)
-    bound = cel_tree.bound_names(tree)
-    refs = tuple(cel_tree.references_of(tree, bound))
-    # A name a macro binds may also be read free elsewhere in the expression: read it whole then.
-    reads = [(r.root, r.path[0] if r.path else None) for r in refs] + [(name, None) for name in sorted(bound)]
-    return Compiled(
-        tree=cel_syntax.runnable(tree),
-        references=refs,
-        functions=tuple(cel_tree.functions_of(tree)),
-        reads=tuple(dict.fromkeys(reads)),
-        status_calls=tuple(cel_tree.status_calls_of(tree)),
-        size=max(len(expr), 1),
-    )
-
-
-def _shape_error(expr: str, shape: cel_syntax.ShapeProblem) -> ExpressionSyntaxError:
-    before = expr[: shape.offset]
-    line = before.count("\n") + 1
-    column = shape.offset - (before.rfind("\n") + 1) + 1
-    return ExpressionSyntaxError(expr, shape.problem, line, column, shape.offset)
-
-
-def _syntax_error(expr: str, exc: celpy.CELParseError) -> ExpressionSyntaxError:
-    line = exc.line or 1
-    column = exc.column or 1
-    lines = expr.split("\n")
-    offset = min(sum(len(text) + 1 for text in lines[: line - 1]) + column - 1, len(expr))
-    cause = exc.__context__
-    token = getattr(cause, "token", None)
-    if offset >= len(expr) or (token is not None and token.type == "$END"):
-        what = "the expression ends too early"
-        offset = len(expr)
-        column = len(lines[-1]) + 1
-        line = len(lines)
-    elif token is not None:
-        what = f"unexpected {str(token)!r}"
-    else:
-        what = f"unexpected {expr[offset]!r}"
-    return ExpressionSyntaxError(expr, f"syntax error at column {column}: {what}", line, column, offset)
-
 
 def check(expr: str) -> None:
     """Parse one CEL expression.
@@ -186,7 +98,7 @@ def check(expr: str) -> None:
     Raises:
         ExpressionSyntaxError: with the line and column of the problem inside `expr`.
     """
-    _compiled(expr)
+    compiled(expr)
 
 
 def check_template(text: str) -> None:
@@ -209,7 +121,7 @@ def functions(expr: str) -> list[str]:
     Raises:
         ExpressionSyntaxError: the expression does not parse or its shape is refused.
     """
-    return list(_compiled(expr).functions)
+    return list(compiled(expr).functions)
 
 
 def references(expr: str) -> list[Reference]:
@@ -222,7 +134,7 @@ def references(expr: str) -> list[Reference]:
     Raises:
         ExpressionSyntaxError: the expression does not parse or its shape is refused.
     """
-    return list(_compiled(expr).references)
+    return list(compiled(expr).references)
 
 
 def status_calls(expr: str) -> list[StatusCall]:
@@ -231,7 +143,7 @@ def status_calls(expr: str) -> list[StatusCall]:
     Raises:
         ExpressionSyntaxError: the expression does not parse or its shape is refused.
     """
-    return list(_compiled(expr).status_calls)
+    return list(compiled(expr).status_calls)
 
 
 def uses_status(condition: str | bool | None) -> bool:
@@ -340,11 +252,11 @@ def _run(
     status: Mapping[str, bool] | None = None,
     most: int | None = None,
 ) -> Any:
-    compiled = _compiled(expr)
+    program = compiled(expr)
     try:
-        names = scope.activation(compiled.reads, budget)
-        functions = cel_runtime.status_functions(status) if status and compiled.status_calls else None
-        result = cel_runtime.run(compiled.tree, names, budget, functions)
+        names = scope.activation(program.reads, budget)
+        functions = cel_runtime.status_functions(status) if status and program.status_calls else None
+        result = cel_runtime.run(program.tree, names, budget, functions)
         if most is not None and isinstance(result, list) and len(result) > most:
             raise TooManyItems(len(result), most)  # before converting 10,000 items to refuse them
         return cel_values.to_json(result, budget)

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from engine import cel_compile
 from engine import expressions as ex
 
 CONTEXT: dict[str, Any] = {
@@ -191,9 +192,9 @@ def test_references_leave_out_macro_variables() -> None:
 
 def test_compiled_programs_are_cached_by_text() -> None:
     ex.check("inputs.count + 41")
-    first = ex._programs["inputs.count + 41"]
+    first = cel_compile._programs["inputs.count + 41"]
     ex.evaluate("${{ inputs.count + 41 }}", CONTEXT)
-    assert ex._programs["inputs.count + 41"] is first
+    assert cel_compile._programs["inputs.count + 41"] is first
 
 
 def test_evaluation_is_deterministic_for_maps() -> None:
@@ -290,13 +291,13 @@ def test_a_scope_reads_steps_set_after_it_was_made_and_shares_them_with_its_item
 def test_the_cache_of_compiled_expressions_is_bounded_by_the_characters_it_holds() -> None:
     for i in range(1000, 3000):
         ex.check(f"inputs.count + {i}")  # 19 characters each
-    assert ex._programs.currsize <= ex.CACHE_CHARACTERS
-    assert len(ex._programs) == ex.CACHE_CHARACTERS // 19
-    assert "inputs.count + 1000" not in ex._programs  # the least recently used went first
+    assert cel_compile._programs.currsize <= ex.CACHE_CHARACTERS
+    assert len(cel_compile._programs) == ex.CACHE_CHARACTERS // 19
+    assert "inputs.count + 1000" not in cel_compile._programs  # the least recently used went first
     long = "[" + ",".join(str(n) for n in range(1000, 1399)) + "]"  # 1,996 characters: weighs 1,996
     ex.check(long)
-    assert long in ex._programs and ex._programs.currsize <= ex.CACHE_CHARACTERS
-    assert len(ex._programs) == (ex.CACHE_CHARACTERS - len(long)) // 19 + 1
+    assert long in cel_compile._programs and cel_compile._programs.currsize <= ex.CACHE_CHARACTERS
+    assert len(cel_compile._programs) == (ex.CACHE_CHARACTERS - len(long)) // 19 + 1
 
 
 def test_matches_is_bounded_by_its_patterns_program_times_its_texts_length() -> None:
