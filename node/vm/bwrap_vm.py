@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from node.errors import NodeError
 from node.vm import exits, mounts, pipes
@@ -24,8 +24,16 @@ from node.vm.cgroups import CallCgroup, CgroupError
 from node.vm.collect import read_out_files
 from node.vm.usage import UsageMeter
 
-if TYPE_CHECKING:
-    from node.vm.bwrap import BwrapDriver
+
+class Owner(Protocol):
+    """The driver that made a VM, as the VM uses it (`node.vm.bwrap.BwrapDriver`)."""
+
+    node_dir: Path
+
+    def handed_over(self, vm: BwrapVm) -> None: ...
+
+    def destroy(self, vm: BwrapVm, *, wait: bool = True) -> None: ...
+
 
 SETUP_S = 10.0  # how long a VM's sandbox may take to come up
 
@@ -52,7 +60,7 @@ class BwrapVm(Vm):
     uid and gid.
     """
 
-    def __init__(self, driver: BwrapDriver, vm_id: str, path: Path, cgroup: CallCgroup, uid: int) -> None:
+    def __init__(self, driver: Owner, vm_id: str, path: Path, cgroup: CallCgroup, uid: int) -> None:
         self.id = vm_id
         self.path = path
         self.cgroup = cgroup

@@ -19,15 +19,24 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from node.errors import NodeError
 from node.vm.base import InputFile, OutputFileError, RunResult, Usage, Vm, VmError
 from node.vm.cgroups import CallCgroup, CgroupError
 from node.vm.guest_init import HEAD, MAX_HEADER
+from node.vm.sandbox import VmLimits
 
-if TYPE_CHECKING:
-    from node.vm.microvm import MicroVmDriver
+
+class Owner(Protocol):
+    """The driver that booted a microVM, as the VM uses it (`node.vm.microvm.MicroVmDriver`)."""
+
+    limits: VmLimits
+
+    def tool_tree(self, src: Path) -> tuple[list[dict[str, Any]], bytes]: ...
+
+    def destroy(self, vm: MicroVm) -> None: ...
+
 
 STEP_S = 30.0  # how long a hand-over step (copy, unpack, collect) may take in the guest
 
@@ -123,7 +132,7 @@ def _raise(exc: OSError) -> None:
 class MicroVm(Vm):
     """One booted microVM: its QEMU (as the VM's host uid, in the VM's cgroup) and the channel to its init."""
 
-    def __init__(self, driver: MicroVmDriver, vm_id: str, path: Path, cgroup: CallCgroup, uid: int) -> None:
+    def __init__(self, driver: Owner, vm_id: str, path: Path, cgroup: CallCgroup, uid: int) -> None:
         self.id = vm_id
         self.path = path
         self.cgroup = cgroup
