@@ -27,14 +27,12 @@ from pydantic import ValidationError
 
 from engine import expressions as ex
 from engine.errors import EngineError
+from engine.model_problems import model_problems, short, where
 from engine.routine import (
     MIN_TIMEOUT_MS,
     EventTrigger,
     InputType,
-    RetryPolicy,
     Routine,
-    ScheduleTrigger,
-    Step,
     duration_ms,
 )
 from engine.routine_checks import check_expressions, check_with
@@ -72,15 +70,6 @@ class FileProblems(EngineError):
 
 class RoutineError(FileProblems):
     """A routine file has problems; `str()` lists each as `file:line:column: message`."""
-
-
-_FIELDS: dict[str, list[str]] = {
-    "routine": [f.alias or n for n, f in Routine.model_fields.items()],
-    "step": [f.alias or n for n, f in Step.model_fields.items()],
-    "retry": [f.alias or n for n, f in RetryPolicy.model_fields.items()],
-    "trigger": [f.alias or n for n, f in EventTrigger.model_fields.items()],
-    "schedule": [f.alias or n for n, f in ScheduleTrigger.model_fields.items()],
-}
 
 
 def load_routine_file(path: str | Path, resolver: ActionResolver | None = None) -> Routine:
@@ -135,7 +124,7 @@ def load_routine(text: str, filename: str = "<routine>", resolver: ActionResolve
         # YAML spells fields as in the file (`with`, `max-attempts`), never by Python name (`with_`)
         routine = Routine.model_validate(data, by_alias=True, by_name=False)
     except ValidationError as exc:
-        problems.extend(_pydantic_problems(exc, doc))
+        problems.extend(Problem(*p) for p in model_problems(exc, doc))
     problems.extend(Problem(*p) for p in _structure_problems(data, doc))
     problems.extend(Problem(*p) for p in check_needs(data, doc))
     problems.extend(Problem(*p) for p in check_expressions(data, doc))
@@ -149,124 +138,6 @@ def load_routine(text: str, filename: str = "<routine>", resolver: ActionResolve
     if problems or routine is None:
         raise RoutineError(filename, problems)
     return routine
-
-
-def _on_errors(errors: list[Any], data: dict[str, Any]) -> list[Any]:
-    """The errors of `on:` as the file wrote it: the errors of the form it did not use (a mapping or a
-    list) left out, and the union's member names taken out of each place."""
-    kept = []
-    listed = isinstance(data.get("on"), list)
-    for err in errors:
-        loc = tuple(err["loc"])
-        if loc[:1] == ("on",) and len(loc) > 1 and isinstance(loc[1], str):
-            if loc[1].startswith("list[") != listed:
-                continue
-            loc = ("on", *loc[2:3], *loc[4:]) if listed else ("on", *loc[2:])
-        kept.append({**err, "loc": loc})
-    return kept
-
-
-def _pydantic_problems(exc: ValidationError, doc: Located) -> list[Problem]:
-    problems: list[Problem] = []
-    seen: set[tuple[Any, ...]] = set()
-    data = doc.value if isinstance(doc.value, dict) else {}
-    for err in _on_errors(exc.errors(), data):
-        loc = tuple(err["loc"])
-        kind = err["type"]
-        if kind == "extra_forbidden":
-            parent, key = loc[:-1], str(loc[-1])
-            owner = _owner(parent)
-            allowed = ", ".join(_FIELDS.get(owner, []))
-            problems.append(
-                Problem(
-                    *doc.key_position(loc),
-                    f"{_where(parent, doc)}unknown field '{key}'"
-                    + (f"; the fields of a {owner} are {allowed}" if allowed else ""),
-                )
-            )
-            continue
-        if kind == "missing":
-            parent = loc[:-1]
-            problems.append(Problem(*doc.position(parent), f"{_where(parent, doc)}missing field '{loc[-1]}'"))
-            continue
-        path = doc.known_prefix(loc)
-        if path in seen:
-            continue  # a union reports one error per member type: one problem is enough
-        seen.add(path)
-        if path[-1:] == ("uses",):
-            continue  # reported with the ref's own sentence by _structure_problems
-        at = doc.key_position(loc[:-1]) if loc[-1:] == ("[key]",) else doc.position(path)
-        problems.append(Problem(*at, _message(path, err, doc, loc)))
-    return problems
-
-
-def _message(path: tuple[Any, ...], err: Any, doc: Located, loc: tuple[Any, ...]) -> str:
-    field = str(path[-1]) if path else ""
-    value = err.get("input")
-    where = _where(path, doc)
-    if loc[-1:] == ("[key]",):
-        return (
-            f"{where}input name {field!r} is not accepted: use letters, digits and _ "
-            "(inputs.<name> must read it), such as my_input"
-        )
-    if field == "id" and err["type"] == "string_pattern_mismatch":
-        return (
-            f"{where}step id {value!r} is not accepted: use letters, digits and _, starting with a "
-            "letter or _ (steps.<id> must read it), such as fetch_page"
-        )
-    if field == "name" and len(path) == 1 and err["type"] == "string_pattern_mismatch":
-        return (
-            f"routine name {value!r} is not accepted: "
-            "use lowercase letters, digits and hyphens, such as hello-world"
-        )
-    if field in ("timeout", "backoff", "max-backoff") and err["type"] == "string_pattern_mismatch":
-        return (
-            f"{where}{value!r} is not a duration: use a whole number and a unit, such as 500ms, 30s, 2m or 1h"
-        )
-    if field == "trigger" and err["type"] == "string_pattern_mismatch":
-        return (
-            f"{where}{value!r} is not a trigger ref: use ns/pack/trigger@1 or @1.0.0, such as "
-            "io.b3os/github/issue-opened@1"
-        )
-    if field == "foreach":
-        return f"{where}must be an expression such as ${{{{ inputs.names }}}} or a list, got {value!r}"
-    if field == "if":
-        return f"{where}must be an expression such as steps.a.status == 'succeeded', got {value!r}"
-    if err["type"] == "value_error":  # our own validators' sentences name the value already
-        return f"{where}{str(err['msg']).removeprefix('Value error, ')}"
-    return f"{where}{err['msg'][0].lower()}{err['msg'][1:]}, got {_short(value)}"
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _owner(path: tuple[Any, ...]) -> str:
-    if path == ():
-        return "routine"
-    if len(path) == 2 and path[0] == "steps":
-        return "step"
-    if len(path) == 3 and path[0] == "steps" and path[2] == "retry":
-        return "retry"
-    if len(path) == 2 and path[0] == "on" and isinstance(path[1], int):
-        return "trigger"
-    if len(path) == 3 and path[:2] == ("on", "schedule"):
-        return "schedule"
-    return ""
-
-
-def _where(path: tuple[Any, ...], doc: Located) -> str:
-    """A readable place: `step 'fetch': retry.max-attempts: ` or `inputs.name: `."""
-    if not path:
-        return ""
-    if path[0] == "steps" and len(path) >= 2 and isinstance(path[1], int):
-        step = doc.get(path[:2])
-        sid = step.get("id") if isinstance(step, dict) else None
-        head = f"step '{sid}'" if isinstance(sid, str) else f"step {path[1] + 1}"
-        rest = ".".join(str(p) for p in path[2:])
-        return f"{head}: {rest}: " if rest else f"{head}: "
-    return ".".join(str(p) for p in path) + ": "
 
 
 def _ms(duration: str) -> int:
@@ -306,7 +177,7 @@ def _structure_problems(data: dict[str, Any], doc: Located) -> list[tuple[int, i
             problems.append(
                 (
                     *doc.position(("steps", i, "timeout")),
-                    f"{_where(('steps', i, 'timeout'), doc)}timeout {timeout} is shorter than a call can "
+                    f"{where(('steps', i, 'timeout'), doc)}timeout {timeout} is shorter than a call can "
                     f"take ({MIN_TIMEOUT_MS // 1000}s at least; leave it out for the action's limit)",
                 )
             )
@@ -316,14 +187,14 @@ def _structure_problems(data: dict[str, Any], doc: Located) -> list[tuple[int, i
                 ActionRef.parse(uses)
             except RefError as exc:
                 problems.append(
-                    (*doc.position(("steps", i, "uses")), f"{_where(('steps', i), doc)}uses: {exc}")
+                    (*doc.position(("steps", i, "uses")), f"{where(('steps', i), doc)}uses: {exc}")
                 )
         elif "uses" in step:
             problems.append(
                 (
                     *doc.position(("steps", i, "uses")),
-                    f"{_where(('steps', i), doc)}uses: must be an action ref such as "
-                    f"com.example.tools/echo/echo@1, got {_short(uses)}",
+                    f"{where(('steps', i), doc)}uses: must be an action ref such as "
+                    f"com.example.tools/echo/echo@1, got {short(uses)}",
                 )
             )
     return problems
