@@ -1,4 +1,4 @@
-"""HTTP clients for the servers that tests and benches start on loopback.
+"""HTTP clients for the servers that tests and benches start on loopback (and JSON answers for stand-ins).
 
 httpx builds a TLS context for each client it makes, loading the whole CA bundle: ~50 ms of CPU a
 client. The tests made a client per request (polling a run every 100 ms took a third of a core) while
@@ -7,7 +7,9 @@ the servers under test shared the same two cores. Every client here shares one c
 
 from __future__ import annotations
 
+import json
 import ssl
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import httpx
@@ -41,3 +43,13 @@ def post(url: str, **kwargs: Any) -> httpx.Response:
 
 def put(url: str, **kwargs: Any) -> httpx.Response:
     return request("PUT", url, **kwargs)
+
+
+def send_json(handler: BaseHTTPRequestHandler, status: int, body: object) -> None:
+    """Answer an `http.server` request with `body` as JSON (a stand-in for a server of the platform)."""
+    data = json.dumps(body).encode()
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from hermetic import hermetic
+from loopback import send_json
 
 from cli.main import main
 
@@ -111,12 +111,7 @@ def test_ctrl_c_waits_for_the_request_in_flight_then_cancels_the_run_on_the_same
         protocol_version = "HTTP/1.1"  # keep-alive, as the api
 
         def _answer(self, status: int, body: dict[str, object]) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            send_json(self, status, body)
 
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
             seen.append(("GET", self.path.partition("?")[0], self.client_address[1]))

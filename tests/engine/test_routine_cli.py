@@ -19,6 +19,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from loopback import send_json
 
 from packs.manifest import parse_manifest
 from packs.refs import ActionRef
@@ -152,12 +153,7 @@ def registry() -> Iterator[tuple[str, Registry]]:
             return self._send(200, {"ref": ref, "pin": found.pin, "action": action})
 
         def _send(self, status: int, body: object) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            send_json(self, status, body)
 
         def log_message(self, format: str, *args: object) -> None:
             return
