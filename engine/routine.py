@@ -10,14 +10,13 @@ step before it (the first step for none), so a routine without `needs:` runs its
 engine.step_graph computes that graph for the workflow and the validator alike.
 
 The workflow receives only a validated `Routine` (parsing and validation happen at the edge, in
-engine.validate). This module imports only the standard library, pydantic, engine.cron and
-engine.step_graph (the standard library only), so the workflow sandbox can load it. The reference is
+engine.validate). This module imports only the standard library, pydantic, engine.cron, engine.durations
+and engine.step_graph (no more than these), so the workflow sandbox can load it. The reference is
 docs/routines.md.
 """
 
 from __future__ import annotations
 
-import re
 from datetime import timedelta
 from typing import Annotated, Any, Literal
 
@@ -33,10 +32,8 @@ from pydantic import (
 )
 
 from engine.cron import Overlap
+from engine.durations import Duration, duration_ms, parse_duration
 from engine.step_graph import direct_needs
-
-DURATION_PATTERN = r"^[0-9]{1,9}(ms|s|m|h)$"
-"""A duration: a whole number and a unit, `500ms`, `30s`, `2m`, `1h`."""
 
 STEP_ID_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"
 """A step id is a CEL identifier, so that `steps.<id>` reads it: letters, digits and `_`."""
@@ -56,18 +53,6 @@ MAX_PARALLEL_DEFAULT = 4
 MAX_PARALLEL_LIMIT = 32
 """The largest `max-parallel` a routine may set."""
 
-_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
-_DURATION_RE = re.compile(DURATION_PATTERN)
-
-Duration = Annotated[
-    str,
-    Field(
-        pattern=DURATION_PATTERN,
-        description="A duration: a whole number and a unit (ms, s, m, h), such as 500ms, 30s, 2m.",
-        examples=["500ms", "30s", "2m"],
-    ),
-]
-
 INPUT_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"
 """An input name is a CEL identifier, so that `inputs.<name>` reads it."""
 
@@ -77,30 +62,6 @@ InputType = Literal["string", "integer", "number", "boolean", "array", "object"]
 
 StepStatus = Literal["succeeded", "failed", "skipped", "cancelled"]
 """What `steps.<id>.status` reads once a step has ended (cancelled: in an always() or cancelled() step)."""
-
-
-def duration_ms(text: str) -> int:
-    """The milliseconds of a duration such as `500ms`, `30s`, `2m` or `1h`.
-
-    Raises:
-        ValueError: the text is not a duration; the sentence names it.
-    """
-    match = _DURATION_RE.match(text) if isinstance(text, str) else None
-    if match is None:
-        raise ValueError(
-            f"{text!r} is not a duration: use a whole number and a unit, such as 500ms, 30s, 2m or 1h"
-        )
-    unit = match.group(1)
-    return int(text[: -len(unit)]) * _UNITS_MS[unit]
-
-
-def parse_duration(text: str) -> timedelta:
-    """A duration such as `30s` as a timedelta.
-
-    Raises:
-        ValueError: the text is not a duration.
-    """
-    return timedelta(milliseconds=duration_ms(text))
 
 
 class _Model(BaseModel):

@@ -26,6 +26,7 @@ import yaml
 from pydantic import ValidationError
 
 from engine import expressions as ex
+from engine.durations import duration_ms
 from engine.errors import EngineError
 from engine.model_problems import model_problems, short, where
 from engine.routine import (
@@ -33,7 +34,6 @@ from engine.routine import (
     EventTrigger,
     InputType,
     Routine,
-    duration_ms,
 )
 from engine.routine_checks import check_expressions, check_with
 from engine.routine_events import check_triggers

@@ -56,6 +56,14 @@ with workflow.unsafe.imports_passed_through():
     from engine.foreach import run_chunks
     from engine.pacing import Pacer
     from engine.routine import Routine, Step
+    from engine.run_failures import (
+        RESULT_LIMIT_BYTES,
+        RunFailure,
+        largest_output,
+        outputs_failure,
+        run_details,
+        step_failure,
+    )
     from engine.runs import (
         FOREACH_CHUNK_ITEMS,
         FOREACH_MAX_ITEMS,
@@ -87,17 +95,6 @@ that happens; runs started before record it as they did."""
 OUTPUTS_IN_RESULT_BYTES = 512 * payloads.KIB
 """Step outputs carried in the run's result and progress, in all (the rest stay in the history)."""
 
-RESULT_LIMIT_BYTES = payloads.PAYLOAD_LIMIT_BYTES - 64 * payloads.KIB
-"""The largest result the workflow returns (one Temporal payload, with room for its wrapping)."""
-
-
-class _RunFailure(Exception):
-    """The run fails for good outside any step's call (its outputs, its result); already has its error."""
-
-    def __init__(self, error: ApplicationError) -> None:
-        super().__init__(error.message)
-        self.error = error
-
 
 @workflow.defn(name=WORKFLOW_TYPE)
 class RoutineWorkflow:
@@ -127,7 +124,7 @@ class RoutineWorkflow:
         """
         try:
             return await self._run(input)
-        except _RunFailure as failure:
+        except RunFailure as failure:
             raise failure.error from None
         except Exception as exc:
             if isinstance(exc, TemporalError):  # our ApplicationErrors; Temporal's own (nondeterminism)
@@ -137,7 +134,7 @@ class RoutineWorkflow:
             message = f"the run stopped inside its workflow: {type(exc).__name__}: {exc}"
             error = {"step": self._step, "code": "workflow_error", "reason": None, "message": message}
             raise ApplicationError(
-                message, error, self._details(), type="WorkflowError", non_retryable=True
+                message, error, run_details(self._result), type="WorkflowError", non_retryable=True
             ) from None
 
     async def _run(self, input: RunRoutineInput) -> RunRoutineResult:
@@ -161,7 +158,7 @@ class RoutineWorkflow:
             error = self._result.steps[failed].error
             assert error is not None
             self._result.status = "failed"
-            raise self._run_failure(failed, error)
+            raise step_failure(failed, error, self._result)
         self._step = None
         self._result.outputs = await self._outputs(routine, scope)
         self._result.status = "succeeded"
@@ -169,7 +166,7 @@ class RoutineWorkflow:
             payloads.measure(self._result.model_dump(mode="json"), "the run's result", RESULT_LIMIT_BYTES)
         except payloads.PayloadError as exc:
             self._result.status = "failed"
-            raise self._outputs_failure(exc.code, "result", exc.message) from None
+            raise outputs_failure(self._result, exc.code, "result", exc.message) from None
         return self._result
 
     async def _run_steps(
@@ -276,47 +273,15 @@ class RoutineWorkflow:
             )
         except Exception as exc:  # an ExpressionError, or anything the evaluation did not foresee
             self._result.status = "failed"
-            raise self._outputs_failure("expression_failed", "outputs", sentence(exc)) from None
+            raise outputs_failure(self._result, "expression_failed", "outputs", sentence(exc)) from None
         try:
             payloads.measure(outputs, "outputs", payloads.RUN_OUTPUTS_LIMIT_BYTES)
         except payloads.PayloadError as exc:
             self._result.status = "failed"
-            raise self._outputs_failure(exc.code, "outputs", f"{exc.message}{_largest(outputs)}") from None
+            raise outputs_failure(
+                self._result, exc.code, "outputs", f"{exc.message}{largest_output(outputs)}"
+            ) from None
         return outputs
-
-    def _outputs_failure(self, code: str, reason: str, message: str) -> _RunFailure:
-        error = {"step": None, "code": code, "reason": reason, "message": message}
-        return _RunFailure(
-            ApplicationError(
-                f"outputs failed: {code} ({reason}): {message}",
-                error,
-                self._details(),
-                type="OutputsFailed",
-                non_retryable=True,
-            )
-        )
-
-    def _details(self) -> dict[str, Any]:
-        """The run's result for a failure's details: without step outputs when it would not fit."""
-        details = self._result.model_dump(mode="json")
-        try:
-            payloads.measure(details, "the run's result", RESULT_LIMIT_BYTES)
-        except payloads.PayloadError:
-            details["outputs"] = {}
-            for step in details["steps"].values():
-                step["output"] = None
-        return details
-
-    def _run_failure(self, step_id: str, error: StepError) -> ApplicationError:
-        reason = f" ({error.reason})" if error.reason else ""
-        details = {"step": step_id, "code": error.code, "reason": error.reason, "message": error.message}
-        return ApplicationError(
-            f"step {step_id} failed: {error.code}{reason}: {error.message}",
-            details,
-            self._details(),
-            type="StepFailed",
-            non_retryable=True,
-        )
 
     async def _run_step(
         self, step: Step, state: StepResult, input: RunRoutineInput, scope: Scope, status: dict[str, bool]
@@ -419,12 +384,3 @@ class RoutineWorkflow:
             state.status, state.error, state.attempts = "cancelled", None, attempts
             return
         cls._fail(state, error, attempts)
-
-
-def _largest(outputs: dict[str, Any]) -> str:
-    """`; the largest is outputs.x (1.2 MiB)`, for a sentence about outputs that are too large."""
-    sizes = {name: len(payloads.encode(value)) for name, value in outputs.items()}
-    if not sizes:
-        return ""
-    name = max(sizes, key=lambda n: sizes[n])
-    return f"; the largest is outputs.{name} ({payloads.size_text(sizes[name])})"

@@ -32,7 +32,8 @@ from api.rawsql import Reads
 from api.registry import catalog
 from api.routines.models import CallCeilingPublic, RoutineEstimate, StepCeiling
 from engine import expressions
-from engine.routine import RetryPolicy, Routine, Step, duration_ms
+from engine.durations import duration_ms
+from engine.routine import RetryPolicy, Routine, Step
 from engine.runs import FOREACH_MAX_ITEMS
 from packs.resolve import parse_ref
 

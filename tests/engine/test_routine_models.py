@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from engine.routine import RetryPolicy, Routine, duration_ms, parse_duration
+from engine.durations import duration_ms, parse_duration
+from engine.routine import RetryPolicy, Routine
 from engine.validate import load_routine_file
 
 HELLO = Path(__file__).resolve().parents[2] / "examples" / "routines" / "hello.yaml"
