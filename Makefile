@@ -71,6 +71,7 @@ typecheck: setup
 
 bench: setup
 	$(BIN)/python -m bench goals
+	$(BIN)/python -m bench growth
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache $(TS_SDK)/node_modules $(TS_SDK)/dist

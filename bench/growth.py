@@ -14,18 +14,22 @@ only the engine's own cost is measured (`GROWTH_SETTINGS`), then, small size fir
   the history size;
 
 and the RSS of the api processes, the workers and the node at rest before, after the small sizes, after
-the large ones and after the large ones twice more: memory is flat when the later large rounds leave it
-where the first did (the first may raise it: bounded caches filled, the allocator's high-water mark). The
-goal: the time per run, item or step at the large size within 1.5x of the small. Run:
-`.venv/bin/python -m bench growth [--only runs|foreach|steps]` (root; needs the node's base template).
+the large ones and after the large ones twice more: memory is flat when the last large round leaves each
+within 2 MiB of the round before it (the first large rounds may raise it: bounded caches fill, the
+allocator's high-water mark). The goal: the time per run, item or step at each large size within 1.5x of
+the small. Prints one table (`make bench` runs it after `bench goals`) and writes it as JSON
+(`bench/growth.json`, or `--json PATH`). Run: `.venv/bin/python -m bench growth [--only
+runs|foreach|steps]` (root; needs the node's base template; ~7 minutes on 2 cores).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from bench.procstats import rss_mib
@@ -40,7 +44,17 @@ GROWTH_SETTINGS = {
 """The per-organization limits lifted for the bench: it measures what the engine costs, not the limits."""
 
 SIZES = {"runs": (100, 1000), "foreach": (100, 1000), "steps": (20, 200)}
+UNITS = {
+    "runs": "one-step runs of 25 orgs at once, per run",
+    "foreach": "a foreach of free noop calls, per item",
+    "steps": "steps each needing the one before, per step",
+}
+MOST_ITEMS = 10_000
+"""A foreach's most items (`engine.runs.FOREACH_MAX_ITEMS`), run once after the rounds."""
 GOAL_RATIO = 1.5
+MEMORY_SLACK_MIB = 2
+"""Memory is flat when the last large round leaves each process within this of the round before it (the
+first large rounds may raise it: bounded caches fill, such as the worker's 1,000 cached runs)."""
 
 
 def _one_step(free: str) -> str:
@@ -111,52 +125,88 @@ async def _one_run(stack: Any, source: str, name: str, inputs: dict[str, Any]) -
     return (took, *await _history_size(stack, run_id, name))
 
 
-async def _bench(stack: Any, only: set[str]) -> None:
+async def _bench(stack: Any, only: set[str], results: dict[str, Any]) -> None:
     from calls.stack import FREE
 
-    print(f"RSS MiB at rest: {_rss(stack)}")
-    rows: list[str] = []
-    rss: dict[str, dict[str, float]] = {}
+    rss: dict[str, dict[str, float]] = {"at rest": _rss(stack)}
+    results["rss_mib"] = rss
     for round_name, size in (("small", 0), ("large", 1), ("large 2", 1), ("large 3", 1)):
         if "runs" in only:
             count = SIZES["runs"][size]
-            per = await _runs(stack, count)
-            rows.append(f"runs {count}: {per * 1000:.1f} ms a run")
+            _add(results, "runs", count, await _runs(stack, count), None)
         if "foreach" in only:
             count = SIZES["foreach"][size]
             took, events, size_b = await _one_run(
                 stack, _foreach(FREE), "many", {"items": list(range(count))}
             )
-            rows.append(
-                f"foreach {count}: {took / count * 1000:.1f} ms an item; history {events} events, "
-                f"{size_b / 1024:.0f} KiB"
-            )
+            _add(results, "foreach", count, took / count, (events, size_b))
         if "steps" in only:
             count = SIZES["steps"][size]
             took, events, size_b = await _one_run(stack, _steps(FREE, count), f"long-{count}", {})
-            rows.append(
-                f"steps {count}: {took / count * 1000:.1f} ms a step; history {events} events, "
-                f"{size_b / 1024:.0f} KiB"
-            )
+            _add(results, "steps", count, took / count, (events, size_b))
         await asyncio.sleep(5)  # the processes settle (their last calls' answers sent, runs forgotten)
         rss[round_name] = _rss(stack)
-        print("\n".join(rows[-len(only) :]), flush=True)
+        print(f"{round_name} round done", flush=True)
     if "foreach" in only:
         took, events, size_b = await _one_run(stack, _foreach(FREE), "many", {"items": list(range(10_000))})
         await asyncio.sleep(5)
-        rss["after 10,000 items"] = _rss(stack)
-        rows.append(
-            f"foreach 10000: {took / 10_000 * 1000:.1f} ms an item; the largest history (the run's or a "
-            f"chunk's) {events} events, {size_b / 1024:.0f} KiB"
+        rss[f"after {MOST_ITEMS:,} items"] = _rss(stack)
+        _add(results, "foreach", MOST_ITEMS, took / MOST_ITEMS, (events, size_b))
+
+
+def _add(
+    results: dict[str, Any], work: str, count: int, seconds: float, history: tuple[int, int] | None
+) -> None:
+    """One measured size of a work: seconds per unit, and the largest history's events and bytes."""
+    row: dict[str, Any] = {"count": count, "ms_per_unit": round(seconds * 1000, 2)}
+    if history is not None:
+        row["history_events"], row["history_bytes"] = history
+    results.setdefault(work, []).append(row)
+
+
+def print_table(results: dict[str, Any]) -> None:
+    """Item 3's table: each work at its small and large sizes, per unit, against the goal; then memory."""
+    print(f"{'work':<45}{'small':<16}{'large (rounds)':<34}{'large / small':<22}{'target':<10}met")
+    for work, (small, _) in SIZES.items():
+        rows = results.get(work, [])
+        smalls = [r for r in rows if r["count"] == small]
+        larges = [r for r in rows if r["count"] != small]
+        if not smalls or not larges:
+            continue
+        base = smalls[0]["ms_per_unit"]
+        ratios = [r["ms_per_unit"] / base for r in larges]
+        sizes = "; ".join(
+            f"{count:,}: " + ", ".join(f"{r['ms_per_unit']:.1f}" for r in larges if r["count"] == count)
+            for count in dict.fromkeys(r["count"] for r in larges)
         )
-    print("\n".join(rows))
-    for kind in rss["small"]:
-        print(f"RSS {kind}, MiB after each round: " + ", ".join(f"{r} {m[kind]:.0f}" for r, m in rss.items()))
+        times = ", ".join(f"{x:.2f}x" for x in ratios)
+        met = "yes" if max(ratios) <= GOAL_RATIO else "NO"
+        print(
+            f"{UNITS[work]:<45}{f'{small:,}: {base:.1f} ms':<16}{sizes:<34}{times:<22}"
+            f"{f'<= {GOAL_RATIO}x':<10}{met}"
+        )
+        history = max(larges, key=lambda r: r.get("history_events", 0))
+        if "history_events" in history:
+            print(
+                f"  the largest history at {history['count']:,}: {history['history_events']:,} events, "
+                f"{history['history_bytes'] / 1024:.0f} KiB"
+            )
+    rss = results.get("rss_mib", {})
+    rounds = [r for r in rss if r.startswith("large")]
+    for kind in rss.get("at rest", {}):
+        after = ", ".join(f"{r} {m[kind]:.0f}" for r, m in rss.items())
+        if len(rounds) < 2:
+            print(f"RSS {kind}, MiB: {after}")
+            continue
+        grew = rss[rounds[-1]][kind] - rss[rounds[-2]][kind]
+        flat = "yes" if grew <= MEMORY_SLACK_MIB else "NO"
+        print(f"RSS {kind}, MiB: {after}; the last large round {grew:+.0f} (<= {MEMORY_SLACK_MIB}): {flat}")
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="bench growth")
     parser.add_argument("--only", action="append", choices=sorted(SIZES), help="a part (repeatable)")
+    parser.add_argument("--json", type=Path, default=REPO / "bench" / "growth.json", help="where to write")
     args = parser.parse_args(argv)
     sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "engine")]
 
@@ -169,11 +219,18 @@ def main(argv: list[str]) -> int:
 
     RoutineStack.env = env  # type: ignore[method-assign]
 
+    results: dict[str, Any] = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
     async def run() -> None:
         async with routine_stack("growth") as stack:
-            await _bench(stack, set(args.only or SIZES))
+            await _bench(stack, set(args.only or SIZES), results)
 
-    asyncio.run(run())
+    try:
+        asyncio.run(run())
+    finally:  # what was measured before a failure is still worth its table
+        print_table(results)
+        args.json.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+        print(f"written: {args.json}")
     return 0
 
 
