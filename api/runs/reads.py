@@ -230,14 +230,18 @@ class RunReads:
     ) -> RunRoutineResult:
         """The running run's `progress`, asked of its worker only when its history has grown since this
         process last asked: its state changes only in a workflow task, which adds events, so while a step's
-        call runs (no new event) a poll costs a describe, not a query (a worker activation) as well."""
+        call runs (no new event) a poll costs a describe, not a query (a worker activation) as well. When
+        no worker answers in time (its workers down, or busy with a backlog of workflow tasks), the last
+        progress this process was told stands, rather than none."""
         seen = (desc.run_id, desc.history_length)
         kept = self._progress.get(desc.id)
         if kept is not None and kept[0] == seen:
             return kept[1].model_copy(deep=True)
         progress = await _progress(handle)
-        if progress.steps:  # an empty answer (no worker answered in time) is not kept
+        if progress.steps:  # every step is listed, pending ones too: empty is no answer
             self._progress[desc.id] = (seen, progress.model_copy(deep=True))
+        elif kept is not None:
+            return kept[1].model_copy(deep=True)
         return progress
 
     def _save_final(self, row: RunRecord) -> None:
