@@ -14,7 +14,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 class ActivitySettings(BaseSettings):
     """Where the step activity sends calls, and with which token."""
 
-    model_config = SettingsConfigDict(env_prefix="B3OS_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="B3OS_", extra="ignore", hide_input_in_errors=True)
 
     api_url: str = Field(default="http://127.0.0.1:8000", description="base URL of the b3os api")
     worker_token: SecretStr = Field(default=SecretStr(""), description="the api's worker token")

@@ -15,6 +15,8 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from sqlalchemy import make_url
+from sqlalchemy.exc import ArgumentError
 from starlette.requests import Request
 
 from engine.runs import BUSY_TASK_QUEUE
@@ -46,9 +48,11 @@ def parse_networks(value: str) -> list[IPNetwork]:
 
 
 class Settings(BaseSettings):
-    """Everything the api reads from its environment."""
+    """Everything the api reads from its environment. A refused setting's error names the setting and
+    says why, never the value it was given (tokens and secrets are settings too; a refused URL is shown
+    with its password hidden)."""
 
-    model_config = SettingsConfigDict(env_prefix="B3OS_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="B3OS_", extra="ignore", hide_input_in_errors=True)
 
     data_dir: Path = Field(default=Path(".b3os"), description="the state directory of this installation")
     database_url: str | None = Field(
@@ -141,6 +145,11 @@ class Settings(BaseSettings):
         parse_networks(value)
         return value
 
+    @field_validator("database_url")
+    @classmethod
+    def _database(cls, value: str | None) -> str | None:
+        return None if value is None else checked_database_url(value, "B3OS_DATABASE_URL")
+
     @model_validator(mode="after")
     def _database_blobs_are_small(self) -> Settings:
         if self.blob_store == "database" and self.max_blob_bytes > DATABASE_MAX_BYTES:
@@ -160,7 +169,7 @@ class Settings(BaseSettings):
             return self.database_url
         env = os.environ.get("DATABASE_URL")
         if env:
-            return env
+            return checked_database_url(env, "DATABASE_URL")
         return f"sqlite:///{(self.data_dir / 'b3os.db').resolve()}"
 
     def resolved_blob_dir(self) -> Path:
@@ -172,3 +181,29 @@ async def get_settings(request: Request) -> Settings:
     """The settings the running app was built with (a dependency)."""
     settings: Settings = request.app.state.settings
     return settings
+
+
+def checked_database_url(url: str, name: str) -> str:
+    """`url` when it names a database b3os runs on: a SQLite file or PostgreSQL.
+
+    Raises:
+        ValueError: naming the setting `name` and the URL (its password hidden): not a SQLAlchemy URL,
+            another database, or an in-memory SQLite (which the api's connections cannot share).
+    """
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise ValueError(
+            f"{name} is not a database URL: write sqlite:////var/lib/b3os/b3os.db or "
+            "postgresql://user:password@host/database"
+        ) from None
+    shown = parsed.render_as_string(hide_password=True)
+    backend = parsed.get_backend_name()
+    if backend not in ("sqlite", "postgresql"):
+        raise ValueError(f"{name} {shown!r} names a {backend} database: b3os runs on SQLite or PostgreSQL")
+    if backend == "sqlite" and parsed.database in (None, "", ":memory:"):
+        raise ValueError(
+            f"{name} {shown!r} names an in-memory SQLite database, which the api's connections and "
+            "processes cannot share: name a file, such as sqlite:////var/lib/b3os/b3os.db"
+        )
+    return url

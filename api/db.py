@@ -33,7 +33,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlmodel import Session
 from starlette.requests import Request
 
-from api.config import Settings
+from api.config import Settings, checked_database_url
 
 T = TypeVar("T")
 log = logging.getLogger("b3os.api")
@@ -48,26 +48,28 @@ handle and a page cache that fills only as it reads; waiting is now the gate's, 
 
 
 def make_engine(url: str) -> Engine:
-    """Build an engine for a SQLAlchemy URL (SQLite file, or PostgreSQL via psycopg 3)."""
-    parsed = make_url(url)
+    """Build an engine for a SQLAlchemy URL (SQLite file, or PostgreSQL via psycopg 3).
+
+    Raises:
+        ValueError: the URL names no database b3os runs on (`api.config.checked_database_url`).
+    """
+    parsed = make_url(checked_database_url(url, "the database URL"))
     if parsed.get_backend_name() == "postgresql" and parsed.drivername == "postgresql":
         parsed = parsed.set(drivername="postgresql+psycopg")
     if parsed.get_backend_name() != "sqlite":
         engine = create_engine(parsed, pool_pre_ping=True, pool_size=10, max_overflow=20)
         _quiet_lost_connections(engine.dialect.loaded_dbapi.OperationalError)
         return engine
-    if parsed.database and parsed.database != ":memory:":
-        _private_file(Path(parsed.database))
+    database = Path(str(parsed.database))  # a file: checked_database_url refuses an in-memory one
+    _private_file(database)
     engine = create_engine(
         parsed,
         connect_args={"check_same_thread": False, "timeout": 30},
         pool_size=SQLITE_POOL_SIZE,
         max_overflow=SQLITE_POOL_OVERFLOW,
     )
-    shared = bool(parsed.database and parsed.database != ":memory:")
-    gate = _WriterGate(Path(f"{parsed.database}-writer") if shared else None)
-    if gate.file is not None:
-        weakref.finalize(engine, os.close, gate.file)
+    gate = _WriterGate(Path(f"{database}-writer"))
+    weakref.finalize(engine, os.close, gate.file)
     event.listen(engine, "connect", _sqlite_connect)
     event.listen(engine, "begin", gate.begin)
     event.listen(engine, "commit", gate.end)
@@ -178,12 +180,10 @@ class _WriterGate:
     it is free. Read-only transactions (`read_session`) never pass the gate.
     """
 
-    def __init__(self, lock_file: Path | None = None) -> None:
+    def __init__(self, lock_file: Path) -> None:
         self._lock = threading.Lock()
         self._holder: Any = None
-        self.file: int | None = None
-        if lock_file is not None:
-            self.file = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o600)
+        self.file = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o600)
 
     def begin(self, connection: Any) -> None:
         options = connection.get_execution_options()
@@ -208,8 +208,7 @@ class _WriterGate:
             raise WriterBusy
         self._holder = connection
         try:
-            if self.file is not None:
-                fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             self._holder = None
             self._lock.release()
@@ -231,8 +230,6 @@ class _WriterGate:
         self._release(connection)
 
     def _take_file(self) -> None:
-        if self.file is None:
-            return
         give_up, pause = time.monotonic() + GATE_WAIT_S, 0.0005
         while True:
             try:
@@ -247,8 +244,7 @@ class _WriterGate:
     def _release(self, connection: Any) -> None:
         if self._holder is connection:  # a read-only one, or one let in after a timeout, holds nothing
             self._holder = None
-            if self.file is not None:
-                fcntl.flock(self.file, fcntl.LOCK_UN)
+            fcntl.flock(self.file, fcntl.LOCK_UN)
             self._lock.release()
 
 

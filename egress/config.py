@@ -50,7 +50,7 @@ def parse_connect_to(text: str) -> ConnectTo:
 class EgressSettings(BaseSettings):
     """Everything the egress proxy reads from its environment."""
 
-    model_config = SettingsConfigDict(env_prefix="B3OS_EGRESS_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="B3OS_EGRESS_", extra="ignore", hide_input_in_errors=True)
 
     token: SecretStr = Field(description="the bearer token the api presents (B3OS_EGRESS_TOKEN); required")
     key_file: Path = Field(

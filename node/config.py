@@ -16,7 +16,7 @@ B3OS_HOME = Path.home() / ".b3os"
 class Settings(BaseSettings):
     """The node worker's configuration (env prefix `B3OS_`)."""
 
-    model_config = SettingsConfigDict(env_prefix="B3OS_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="B3OS_", extra="ignore", hide_input_in_errors=True)
 
     node_credential: SecretStr = Field(
         default=SecretStr(""),

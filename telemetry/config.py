@@ -12,7 +12,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 class TelemetrySettings(BaseSettings):
     """Traces and the `/metrics` endpoint (env prefix `B3OS_`)."""
 
-    model_config = SettingsConfigDict(env_prefix="B3OS_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="B3OS_", extra="ignore", hide_input_in_errors=True)
 
     otel_exporter: Literal["none", "console", "otlp", "file"] = Field(
         default="none",

@@ -13,6 +13,7 @@ from apitest import Org
 from db.postgres import PostgresCluster
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from pydantic import ValidationError
 from sqlalchemy import inspect
 from sqlmodel import Session
 
@@ -142,6 +143,32 @@ def test_settings_default_to_sqlite_under_the_data_dir(
     assert Settings(data_dir=tmp_path).resolved_database_url() == "postgresql://u@h/db"
     monkeypatch.setenv("B3OS_DATABASE_URL", "sqlite:///other.db")
     assert Settings(data_dir=tmp_path).resolved_database_url() == "sqlite:///other.db"
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("sqlite://", "names an in-memory SQLite database"),
+        ("sqlite:///:memory:", "names an in-memory SQLite database"),
+        ("mysql://u:hunter2@h/db", "'mysql://u:***@h/db' names a mysql database"),
+        ("not a url", "is not a database URL"),
+    ],
+)
+def test_a_database_url_b3os_cannot_run_on_is_refused_naming_the_setting(
+    url: str, says: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("B3OS_DATABASE_URL", raising=False)
+    with pytest.raises(ValidationError) as refused:
+        Settings(data_dir=tmp_path, database_url=url)
+    assert "B3OS_DATABASE_URL" in str(refused.value) and says in str(refused.value)
+    assert "hunter2" not in str(refused.value)
+    monkeypatch.setenv("DATABASE_URL", url)  # the fallback too, when the api asks for the URL
+    with pytest.raises(ValueError) as fell_back:
+        Settings(data_dir=tmp_path).resolved_database_url()
+    assert str(fell_back.value).startswith("DATABASE_URL") and says in str(fell_back.value)
+    with pytest.raises(ValueError) as made:  # and every engine made (the checker's, the migrations')
+        make_engine(url)
+    assert str(made.value).startswith("the database URL") and says in str(made.value)
 
 
 def test_healthz_says_when_the_database_does_not_answer(tmp_path: Path) -> None:
