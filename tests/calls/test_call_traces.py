@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -70,6 +71,7 @@ def traced(temporal_env: WorkflowEnvironment) -> Iterator[TracedStack]:
         yield stack
     finally:
         stack.stop()
+        shutil.rmtree(root)
 
 
 def spans_of(path: Path) -> list[dict[str, Any]]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from cli._http import read_env_file
 from cli.main import main as b3os_main
 from http1.server import SERVER_PROTOCOL
 from node.credential import call_key, signed_headers
+from node.vm import mounts
 from node.vm.stale import cleanup_stale
 
 REPO = Path(__file__).resolve().parents[2]
@@ -224,7 +226,7 @@ def _read_lines(pipe: Iterator[str], into: list[str], ready: threading.Event | N
 @contextlib.contextmanager
 def running_dev(prefix: str = "b3os-dev-", **extra_env: str) -> Iterator[Dev]:
     """`b3os dev` on free loopback ports in a fresh directory (`extra_env` in its environment), ready;
-    SIGTERM at the end."""
+    SIGTERM at the end, then the directory removed (its node has removed its VMs' mounts by then)."""
     root = Path(tempfile.mkdtemp(prefix=prefix))
     os.chmod(root, 0o711)
     ports = {flag: free_port() for flag in DEV_PORT_FLAGS}
@@ -256,6 +258,8 @@ def running_dev(prefix: str = "b3os-dev-", **extra_env: str) -> Iterator[Dev]:
         for pipe in (process.stdout, process.stderr):
             if pipe is not None:
                 pipe.close()
+        assert mounts.mounts_under(root) == [], "b3os dev left mounts behind"
+        shutil.rmtree(root)
 
 
 def _terminate(process: subprocess.Popen[str]) -> None:

@@ -144,6 +144,7 @@ def sync_stack() -> Iterator[SyncStack]:
     finally:
         procs.stop()
         engine.dispose()
+        shutil.rmtree(root)
 
 
 def _installed(engine: Engine, node_id: str, tag: str) -> bool:

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { mkdtemp, writeFile } from "node:fs/promises";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
@@ -19,8 +19,8 @@ test("file inputs travel as $bytes and a name: bytes, a File, a Blob, a path and
   const api = await serve([
     { status: 200, json: { call_id: "tcall_1", ref: `${ECHO}.0.0`, tier: "vm", output, cost: {}, timings: {} } },
   ]);
+  const dir = await mkdtemp(join(tmpdir(), "b3os-sdk-"));
   try {
-    const dir = await mkdtemp(join(tmpdir(), "b3os-sdk-"));
     await writeFile(join(dir, "notes.txt"), "from a path\n");
     const b3os = new B3OS({ apiUrl: api.url, apiKey: "b3_test" });
     const answer = await b3os.actions.call<typeof output>(
@@ -52,6 +52,7 @@ test("file inputs travel as $bytes and a name: bytes, a File, a Blob, a path and
     assert.deepEqual(fileBytes(answer.output.file), new TextEncoder().encode("\u0000binary"));
   } finally {
     await api.close();
+    await rm(dir, { recursive: true });
   }
 });
 
