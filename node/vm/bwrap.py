@@ -32,13 +32,6 @@ processes are killed on the call's path). A VM is still used for one call only. 
 the pool, counting a claimed VM as the pool's until it is handed over (claim to its tool's mount): the
 kernel makes mounts one at a time, and the tool's waited for a filler's (0.75 ms in half of the calls).
 
-The pool's work gives way to the calls: while a call claimed its VM less than `QUIET_S` ago and runs, the
-fillers keep the pool at half its VMs (rounded up) rather than full, and the remover waits as long as
-fewer than half of `MAX_REMOVING` used VMs wait for it. Preparing and removing VMs is the node's busiest work, and done
-beside a short call it took the call's CPU and interpreter: a noop straight to the node went from 3.3x a
-bare run of its command to 2.45x (docs/performance.md, round 34). A long call holds them back for
-`QUIET_S` only, and a pool below half, or a remover that far behind, works at once.
-
 bwrap is spawned (with vfork) through the launcher (`node/vm/bwrap_spawn.py`) in the node's own small mount
 namespace. The node's directory is a shared mount, so the VMs' mounts made under it later reach that
 namespace and the sandboxes.
@@ -85,7 +78,6 @@ log = logging.getLogger("b3os.node.vm")
 UID_BASE = 1_900_000_000  # the first host uid of the VMs (B3OS_VM_UID_BASE; see node/vm/uids.py)
 FILLERS = 2  # VMs prepared at once in the background
 MAX_REMOVING = 16  # used VMs the remover is behind with (their left processes, mounts and cgroup)
-QUIET_S = 0.1  # how long the pool's work gives way to a call after its claim, at most
 
 
 class BwrapDriver(VmDriver):
@@ -141,7 +133,6 @@ class BwrapDriver(VmDriver):
         self._removing: deque[BwrapVm] = deque()
         self._remover_busy = False
         self._handing_over: set[str] = set()  # claimed VMs whose tool is not mounted yet: still the pool's
-        self._calls: dict[str, float] = {}  # the VMs running a call: when each was claimed (monotonic)
         run_dir.mkdir(parents=True, exist_ok=True)
         os.chmod(run_dir, 0o711)
         closed = [str(p) for p in run_dir.parents if not p.stat().st_mode & stat.S_IXOTH]
@@ -234,8 +225,6 @@ class BwrapDriver(VmDriver):
                 raise VmError("no_slot", "no VM could be prepared on this node") from exc
             with self._cond:
                 self._handing_over.add(vm.id)
-        with self._cond:
-            self._calls[vm.id] = time.monotonic()
         return vm
 
     def handed_over(self, vm: BwrapVm) -> None:
@@ -244,13 +233,6 @@ class BwrapDriver(VmDriver):
             if vm.id in self._handing_over:
                 self._handing_over.discard(vm.id)
                 self._cond.notify_all()
-
-    def _give_way_s(self, *, urgent: bool) -> float:
-        """With `self._cond` held: how long the pool's work should still wait for the calls that claimed a
-        VM less than `QUIET_S` ago (0: none, or the work is `urgent`)."""
-        if urgent or not self._calls:
-            return 0.0
-        return max(self._calls.values()) + QUIET_S - time.monotonic()
 
     def _prepare(self) -> BwrapVm:
         """A VM whose sandbox is up and whose launcher waits for a command.
@@ -292,19 +274,13 @@ class BwrapDriver(VmDriver):
 
     def _fill(self) -> None:
         name_os_thread()
-        half = (self.pool_size + 1) // 2
         while True:
             with self._cond:
-                while not self._closed:
-                    if (
-                        len(self._pool) + self._preparing + len(self._handing_over) >= self.pool_size
-                        or not self.uids.free
-                    ):
-                        self._cond.wait()
-                    elif (wait := self._give_way_s(urgent=len(self._pool) + self._preparing < half)) > 0:
-                        self._cond.wait(wait)
-                    else:
-                        break
+                while not self._closed and (
+                    len(self._pool) + self._preparing + len(self._handing_over) >= self.pool_size
+                    or not self.uids.free
+                ):
+                    self._cond.wait()
                 if self._closed:
                     return
                 self._preparing += 1
@@ -354,9 +330,6 @@ class BwrapDriver(VmDriver):
         does not wait for it. The VM's processes left after its command (a daemon the tool started) then
         live until the remover kills them, in the VM's cgroup and namespaces, with its uid still taken.
         """
-        with self._cond:
-            if self._calls.pop(vm.id, None) is not None:  # its call is over: no longer given way to
-                self._cond.notify_all()
         if not wait:
             with self._cond:
                 if not self._closed and len(self._removing) < MAX_REMOVING:
@@ -369,13 +342,8 @@ class BwrapDriver(VmDriver):
         name_os_thread()
         while True:
             with self._cond:
-                while not self._closed:
-                    if not self._removing:
-                        self._cond.wait()
-                    elif (wait := self._give_way_s(urgent=len(self._removing) >= MAX_REMOVING // 2)) > 0:
-                        self._cond.wait(wait)
-                    else:
-                        break
+                while not self._closed and not self._removing:
+                    self._cond.wait()
                 if not self._removing:
                     return
                 vm = self._removing.popleft()
