@@ -10,10 +10,11 @@ on both:
 
 - noop: the echo tool's `noop` script run bare (`subprocess.run`, the floor), `POST /v1/node/calls` to
   the node itself, `POST /v1/actions/call`, and the same through a bare FastAPI app that only passes
-  the call on to the node (`bench.api_floor`: the api's floor); the api's, the floor's and the node's
-  own CPU per call (/proc, the goals; the node's split into its VM pool's threads and the rest); the
-  api's share of the time is the request minus the node's phases (start..delete), so it holds the
-  api's work, both HTTP hops and the node's HTTP layer;
+  the call on to the node (`bench.api_floor`: the api's floor), each a lone call made 50 ms after the
+  last one ended (`goals_calls.LONE_AFTER_S`); the api's, the floor's and the node's own CPU per call
+  (/proc, the goals; the node's split into its VM pool's threads and the rest), over the same calls
+  made back to back; the api's share of the time is the request minus the node's phases
+  (start..delete), so it holds the api's work, both HTTP hops and the node's HTTP layer;
 - calls per second, 8 in flight: straight to the node vs. through the api (2 organizations x 4 over
   the 2 api processes);
 - echo with a 6-byte file vs. echo without one (and the same two without the tool's own `run` phase);

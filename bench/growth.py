@@ -13,7 +13,7 @@ only the engine's own cost is measured (`GROWTH_SETTINGS`), then, small size fir
 - **steps**: a routine of 20 and then 200 steps, each needing the one before; the time per step, with
   the history size;
 
-and the RSS of the api processes, the workers and the node at rest before, after the small sizes, after
+and the RSS of each api process, worker and node at rest before, after the small sizes, after
 the large ones and after the large ones twice more: memory is flat when the last large round leaves each
 within 2 MiB of the round before it (the first large rounds may raise it: bounded caches fill, the
 allocator's high-water mark). The goal: the time per run, item or step at each large size within 1.5x of
@@ -53,8 +53,9 @@ MOST_ITEMS = 10_000
 """A foreach's most items (`engine.runs.FOREACH_MAX_ITEMS`), run once after the rounds."""
 GOAL_RATIO = 1.5
 MEMORY_SLACK_MIB = 2
-"""Memory is flat when the last large round leaves each process within this of the round before it (the
-first large rounds may raise it: bounded caches fill, such as the worker's 1,000 cached runs)."""
+"""Memory is flat when the last large round leaves each process (each api process on its own) within this
+of the round before it (the first large rounds may raise it: bounded caches fill, such as the worker's
+1,000 cached runs)."""
 
 
 def _one_step(free: str) -> str:
@@ -74,13 +75,13 @@ def _steps(free: str, count: int) -> str:
 
 
 def _rss(stack: Any) -> dict[str, float]:
+    """The RSS of each api process, worker and node, by its name in the stack, MiB."""
     kinds = ("api-", "worker", "node-")
-    used: dict[str, float] = {}
-    for proc in stack.procs:
-        kind = next((k.rstrip("-") for k in kinds if proc.name.startswith(k)), None)
-        if kind is not None and proc.popen.poll() is None:
-            used[kind] = used.get(kind, 0.0) + rss_mib(proc.popen.pid)
-    return used
+    return {
+        proc.name: rss_mib(proc.popen.pid)
+        for proc in stack.procs
+        if proc.name.startswith(kinds) and proc.popen.poll() is None
+    }
 
 
 async def _history_size(stack: Any, run_id: str, name: str) -> tuple[int, int]:
@@ -193,14 +194,14 @@ def print_table(results: dict[str, Any]) -> None:
             )
     rss = results.get("rss_mib", {})
     rounds = [r for r in rss if r.startswith("large")]
-    for kind in rss.get("at rest", {}):
-        after = ", ".join(f"{r} {m[kind]:.0f}" for r, m in rss.items())
+    for name in rss.get("at rest", {}):
+        after = ", ".join(f"{r} {m[name]:.0f}" for r, m in rss.items() if name in m)
         if len(rounds) < 2:
-            print(f"RSS {kind}, MiB: {after}")
+            print(f"RSS {name}, MiB: {after}")
             continue
-        grew = rss[rounds[-1]][kind] - rss[rounds[-2]][kind]
+        grew = rss[rounds[-1]][name] - rss[rounds[-2]][name]
         flat = "yes" if grew <= MEMORY_SLACK_MIB else "NO"
-        print(f"RSS {kind}, MiB: {after}; the last large round {grew:+.0f} (<= {MEMORY_SLACK_MIB}): {flat}")
+        print(f"RSS {name}, MiB: {after}; the last large round {grew:+.0f} (<= {MEMORY_SLACK_MIB}): {flat}")
 
 
 def main(argv: list[str]) -> int:
