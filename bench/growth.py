@@ -167,7 +167,7 @@ def _add(
 
 def print_table(results: dict[str, Any]) -> None:
     """Item 3's table: each work at its small and large sizes, per unit, against the goal; then memory."""
-    print(f"{'work':<45}{'small':<16}{'large (rounds)':<34}{'large / small':<22}{'target':<10}met")
+    print(f"{'work':<45}{'small':<16}{'large (rounds)':<42}{'large / small':<28}{'target':<10}met")
     for work, (small, _) in SIZES.items():
         rows = results.get(work, [])
         smalls = [r for r in rows if r["count"] == small]
@@ -183,7 +183,7 @@ def print_table(results: dict[str, Any]) -> None:
         times = ", ".join(f"{x:.2f}x" for x in ratios)
         met = "yes" if max(ratios) <= GOAL_RATIO else "NO"
         print(
-            f"{UNITS[work]:<45}{f'{small:,}: {base:.1f} ms':<16}{sizes:<34}{times:<22}"
+            f"{UNITS[work]:<45}{f'{small:,}: {base:.1f} ms':<16}{sizes:<42}{times:<28}"
             f"{f'<= {GOAL_RATIO}x':<10}{met}"
         )
         history = max(larges, key=lambda r: r.get("history_events", 0))
