@@ -19,7 +19,8 @@ within 2 MiB of the round before it (the first large rounds may raise it: bounde
 allocator's high-water mark). The goal: the time per run, item or step at each large size within 1.5x of
 the small. Prints one table (`make bench` runs it after `bench goals`) and writes it as JSON
 (`bench/growth.json`, or `--json PATH`). Run: `.venv/bin/python -m bench growth [--only
-runs|foreach|steps]` (root; needs the node's base template; ~7 minutes on 2 cores).
+runs|foreach|steps] [--large-rounds N]` (root; needs the node's base template; ~7 minutes on 2 cores;
+N large rounds, 3 by default).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.burst import cpu_seconds
 from bench.procstats import rss_mib
 from bench.routinestack import REPO, routine_stack
 
@@ -126,15 +128,21 @@ async def _one_run(stack: Any, source: str, name: str, inputs: dict[str, Any]) -
     return (took, *await _history_size(stack, run_id, name))
 
 
-async def _bench(stack: Any, only: set[str], results: dict[str, Any]) -> None:
+async def _bench(stack: Any, only: set[str], large_rounds: int, results: dict[str, Any]) -> None:
     from calls.stack import FREE
 
     rss: dict[str, dict[str, float]] = {"at rest": _rss(stack)}
     results["rss_mib"] = rss
-    for round_name, size in (("small", 0), ("large", 1), ("large 2", 1), ("large 3", 1)):
+    rounds = [("small", 0), ("large", 1)] + [(f"large {n}", 1) for n in range(2, large_rounds + 1)]
+    for round_name, size in rounds:
         if "runs" in only:
             count = SIZES["runs"][size]
+            before = cpu_seconds()
             _add(results, "runs", count, await _runs(stack, count), None)
+            used = cpu_seconds()
+            results["runs"][-1]["cpu_ms"] = {
+                kind: round((used[kind] - before.get(kind, 0.0)) * 1000 / count, 1) for kind in sorted(used)
+            }
         if "foreach" in only:
             count = SIZES["foreach"][size]
             took, events, size_b = await _one_run(
@@ -186,6 +194,10 @@ def print_table(results: dict[str, Any]) -> None:
             f"{UNITS[work]:<45}{f'{small:,}: {base:.1f} ms':<16}{sizes:<42}{times:<28}"
             f"{f'<= {GOAL_RATIO}x':<10}{met}"
         )
+        if all("cpu_ms" in r for r in rows):
+            kinds = [k for k in rows[0]["cpu_ms"] if any(r["cpu_ms"][k] for r in rows)]
+            each = "; ".join(f"{k} " + ", ".join(f"{r['cpu_ms'][k]:.1f}" for r in rows) for k in kinds)
+            print(f"  CPU a run, ms (small, then each large round): {each}")
         history = max(larges, key=lambda r: r.get("history_events", 0))
         if "history_events" in history:
             print(
@@ -208,7 +220,10 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="bench growth")
     parser.add_argument("--only", action="append", choices=sorted(SIZES), help="a part (repeatable)")
     parser.add_argument("--json", type=Path, default=REPO / "bench" / "growth.json", help="where to write")
+    parser.add_argument("--large-rounds", type=int, default=3, help="rounds at the large sizes (at least 2)")
     args = parser.parse_args(argv)
+    if args.large_rounds < 2:
+        parser.error(f"--large-rounds {args.large_rounds}: at least 2 (memory is read across the last two)")
     sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "engine")]
 
     from realstack import RoutineStack
@@ -224,7 +239,7 @@ def main(argv: list[str]) -> int:
 
     async def run() -> None:
         async with routine_stack("growth") as stack:
-            await _bench(stack, set(args.only or SIZES), results)
+            await _bench(stack, set(args.only or SIZES), args.large_rounds, results)
 
     try:
         asyncio.run(run())
