@@ -41,6 +41,7 @@ from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
 from api import rawsql
+from api.calls import spend
 from api.calls.earnings import add_months
 from api.calls.errors import ConcurrencyLimited, QuotaExceeded, ToolUnavailable
 from api.calls.executor import HTTP_LANE
@@ -200,7 +201,7 @@ def _check_org(
     month_end = add_months(month_start(now), 1)
     to_month_end = (month_end - now).total_seconds()
     if adm.price > 0:
-        spent = _sum(session, ActionCall.price, col(ActionCall.org_id) == adm.org_id, now)
+        spent = spend.org_prices(session, org_id=adm.org_id, now=now)
         held = [c for c in running if c.price_microusd > 0]
         reserved = sum(c.price_microusd for c in held)
         quota = settings.org_publisher_quota_microusd
@@ -215,7 +216,7 @@ def _check_org(
         cap = adm.spend_cap_microusd
         prices = settings.unit_prices()
         need = adm.price + adm.floor_microusd(settings)
-        spent = _sum(session, ActionCall.total, col(ActionCall.key_id) == adm.key_id, now)
+        spent = spend.key_total(session, key_id=adm.key_id, now=now)
         held = [c for c in running if c.key_id == adm.key_id]
         reserved = sum(
             c.price_microusd
@@ -229,13 +230,6 @@ def _check_org(
                 retry_after=to_month_end if spent + need > cap else soonest_end(held, now),
                 details={"limit": "key_spend_cap", "cap_microusd": cap, "spent_microusd": spent},
             )
-
-
-def _sum(session: Session, column: Any, where: Any, now: dt.datetime) -> int:
-    stmt = select(func.coalesce(func.sum(column), 0)).where(
-        where, col(ActionCall.state) != RUNNING, col(ActionCall.started_at) >= month_start(now)
-    )
-    return int(session.exec(stmt).one())
 
 
 def _pick_node(

@@ -27,6 +27,7 @@ from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
 from api import rawsql
+from api.calls import spend
 from api.calls.costs import Cost
 from api.calls.tables import DONE, RUNNING, ActionCall, MeterEvent
 
@@ -72,9 +73,10 @@ _ADD_EVENTS = insert(_EVENTS)
 
 
 def record(session: Session, *, call: ActionCall, outcome: Outcome, now: dt.datetime) -> None:
-    """Finish a call's row (freeing its slots) and add its meter events, in the caller's transaction."""
+    """Finish a call's row (freeing its slots), add its charges to its key's and its run's sums
+    (`api.calls.spend`) and its meter events, in the caller's transaction."""
     cost = outcome.cost
-    rawsql.execute(
+    ended = rawsql.execute(
         session,
         _FINISH,
         {
@@ -91,7 +93,9 @@ def record(session: Session, *, call: ActionCall, outcome: Outcome, now: dt.date
             "b_price": cost.price,
             "b_total": cost.total,
         },
-    )
+    ).rowcount
+    if ended:  # (a row already marked lost stays unbilled)
+        spend.add(session, call=call, price=cost.price, total=cost.total)
     namespace = call.pack.split("/", 1)[0]
     if outcome.units:  # one executemany
         rawsql.execute(

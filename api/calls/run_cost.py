@@ -4,28 +4,33 @@ A run started with `max_cost_microusd` (api.runs.launch refused it if its ceilin
 in its grant. Each of its steps' calls is admitted with its ceiling, the most it can cost
 (api.calls.costs.call_ceiling), written on its row; in the admission's transaction, after that row is
 written, `check` adds up what the run's ended calls were charged and the ceilings of its running calls (this
-one included). Past the max the call is refused for good (403 `forbidden`, reason `max_cost`, no
-Retry-After: the step fails and the run ends failed with this sentence) and its row is rolled back. The
-admission's lock (SQLite's one writer; PostgreSQL's advisory lock on the organization) orders the run's
-calls, so two of them at once (foreach items, parallel steps) never both pass: a run's charges never pass
-its max.
+one included): the run's sum (`api.calls.spend`) and its running rows, in one statement (one snapshot: a
+call ending meanwhile is counted in one or the other). Past the max the call is refused for good (403
+`forbidden`, reason `max_cost`, no Retry-After: the step fails and the run ends failed with this
+sentence) and its row is rolled back. The admission's lock (SQLite's one writer; PostgreSQL's advisory
+lock on the organization) orders the run's calls, so two of them at once (foreach items, parallel steps)
+never both pass: a run's charges never pass its max.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import bindparam, case, func
+from sqlalchemy import bindparam, func
 from sqlalchemy import select as sa_select
 from sqlmodel import Session
 
 from api import rawsql
+from api.calls import spend
 from api.calls.errors import RunMaxCost
 from api.calls.tables import RUNNING, ActionCall
 
 _CALLS = ActionCall.__table__  # type: ignore[attr-defined]
-_RUN_COST = sa_select(
-    func.coalesce(func.sum(case((_CALLS.c.state != RUNNING, _CALLS.c.total), else_=0)), 0),
-    func.coalesce(func.sum(case((_CALLS.c.state == RUNNING, _CALLS.c.ceiling_microusd), else_=0)), 0),
-).where(_CALLS.c.run_id == bindparam("run"))  # built once: each call of a run with a max reads it
+_HELD = (
+    sa_select(func.sum(_CALLS.c.ceiling_microusd))
+    .where(_CALLS.c.run_id == bindparam("run"), _CALLS.c.state == RUNNING)
+    .scalar_subquery()
+)  # (index ix_action_calls_run_state: the run's running rows only)
+# built once: each call of a run with a max reads it
+_RUN_COST = sa_select(spend.run_total_of(bindparam("run")), _HELD)
 
 
 def check(session: Session, *, run_id: str, step: str, most: int, ceiling: int) -> None:
@@ -40,7 +45,7 @@ def check(session: Session, *, run_id: str, step: str, most: int, ceiling: int) 
         RunMaxCost: 403 forbidden, reason max_cost.
     """
     row = rawsql.execute(session, _RUN_COST, {"run": run_id}).first()
-    charged, held = (int(row[0]), int(row[1])) if row is not None else (0, 0)
+    charged, held = int(row[0] or 0), int(row[1] or 0)
     if charged + held <= most:
         return
     step_id, _, item = step.partition("/")

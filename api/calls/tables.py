@@ -13,6 +13,8 @@
   it stores the answer (status and body) for at least 24 hours. `call_id` names the call as soon
   as it is admitted, so a cancel by key finds the running call.
 - `call_cancels`: one row per call cancelled while it ran (`POST /v1/actions/call/cancel`).
+- `key_spend` and `run_charges`: what ended calls were charged, added up as each call ends
+  (`api.calls.spend`): per key and month (the month the call started in, UTC), and per run.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ class ActionCall(SQLModel, table=True):
         Index("ix_action_calls_node_state", "node_id", "state"),
         Index("ix_action_calls_org_started", "org_id", "started_at"),
         Index("ix_action_calls_key_started", "key_id", "started_at"),
+        Index("ix_action_calls_run_state", "run_id", "state"),
     )
     id: str = Field(primary_key=True, max_length=40)
     org_id: str = Field(max_length=40)
@@ -66,9 +69,7 @@ class ActionCall(SQLModel, table=True):
     floor: int = Field(default=0, sa_type=BigInteger)
     price: int = Field(default=0, sa_type=BigInteger)
     total: int = Field(default=0, sa_type=BigInteger)
-    run_id: str | None = Field(
-        default=None, max_length=40, index=True, description="the run of a routine step's call"
-    )
+    run_id: str | None = Field(default=None, max_length=40, description="the run of a routine step's call")
     ceiling_microusd: int | None = Field(
         default=None,
         sa_type=BigInteger,
@@ -122,3 +123,23 @@ class CallCancel(SQLModel, table=True):
     key_id: str = Field(max_length=40, description="the key that asked for the cancel")
     requested_at: dt.datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
     node_state: str = Field(max_length=20, description="killed, not_started, unknown or unreachable")
+
+
+class KeySpend(SQLModel, table=True):
+    """What a key's calls that started in one month and have ended were charged (their rows' sums)."""
+
+    __tablename__ = "key_spend"
+    __table_args__ = (Index("ix_key_spend_org_month", "org_id", "month"),)
+    key_id: str = Field(primary_key=True, max_length=40)
+    month: str = Field(primary_key=True, max_length=7, description="YYYY-MM, UTC")
+    org_id: str = Field(max_length=40)
+    price: int = Field(default=0, sa_type=BigInteger, description="publishers' prices, micro-USD")
+    total: int = Field(default=0, sa_type=BigInteger, description="every charge, micro-USD")
+
+
+class RunCharge(SQLModel, table=True):
+    """What a run's ended calls were charged, in all (the sum of their rows' `total`)."""
+
+    __tablename__ = "run_charges"
+    run_id: str = Field(primary_key=True, max_length=40)
+    total: int = Field(default=0, sa_type=BigInteger)

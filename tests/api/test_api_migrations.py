@@ -23,7 +23,7 @@ from fastapi.testclient import TestClient
 from sqlmodel import Session, SQLModel, select
 
 import api.migrations
-from api.calls.tables import ActionCall, CallCancel, IdempotencyRecord, MeterEvent
+from api.calls.tables import ActionCall, CallCancel, IdempotencyRecord, KeySpend, MeterEvent, RunCharge
 from api.config import Settings
 from api.connections.tables import ConnectionRecord
 from api.db import is_postgres, make_engine
@@ -157,13 +157,15 @@ ROWS: dict[str, dict[str, Any]] = {
         "verified": True, "status": "started", "reason": None, "event_id": "e-1", "dedupe": "e-1",
         "event": {"number": 7}, "run_id": "run_1", "attempts": 1, "last_error": None,
     },
+    "key_spend": {"key_id": "key_1", "month": "2025-03", "org_id": "org_1", "price": 10, "total": 113},
+    "run_charges": {"run_id": "run_1", "total": 113},
 }
 # tables renamed by a later revision: their name at the baseline (ROWS and MODELS go by it)
 BASELINE_NAMES = {"action_calls": "tool_calls"}
 # tables of later revisions
 AFTER_BASELINE = {
     "node_credentials", "run_grants", "routine_versions", "routine_schedules", "blobs", "published_blobs",
-    "trigger_subscriptions", "trigger_deliveries",
+    "trigger_subscriptions", "trigger_deliveries", "key_spend", "run_charges",
 }
 
 MODELS: dict[str, type[SQLModel]] = {
@@ -174,7 +176,7 @@ MODELS: dict[str, type[SQLModel]] = {
     "connections": ConnectionRecord, "run_grants": RunGrant, "node_credentials": NodeCredential,
     "routine_versions": RoutineVersion, "routine_schedules": RoutineSchedule, "blobs": BlobContent,
     "published_blobs": PublishedBlob, "trigger_subscriptions": TriggerSubscription,
-    "trigger_deliveries": TriggerDelivery,
+    "trigger_deliveries": TriggerDelivery, "key_spend": KeySpend, "run_charges": RunCharge,
 }
 # fmt: on
 
@@ -280,6 +282,49 @@ def test_routines_stored_before_versions_get_their_current_version_kept(engine: 
     assert kept.source == source
     assert kept.hash == "sha256:" + hashlib.sha256(source.encode()).hexdigest()
     assert kept.stored_at == routine["updated_at"]
+
+
+def test_calls_stored_before_the_spend_sums_are_added_up_per_key_and_month_and_per_run(
+    engine: sa.Engine,
+) -> None:
+    with engine.begin() as conn:
+        command.upgrade(alembic_config(conn), "0014_run_cost_ceiling")
+    insert_rows(engine)  # call_1: key_1, March 2025, price 10, total 113
+    call = dict(ROWS["tool_calls"])
+    rows = [  # (id, key, started at, state, price, total, run)
+        ("call_2", "key_1", T + dt.timedelta(days=3), "done", 5, 50, "run_9"),
+        ("call_3", "key_1", dt.datetime(2025, 3, 31, 23, 59, 59, tzinfo=dt.UTC), "done", 0, 7, "run_9"),
+        ("call_4", "key_1", dt.datetime(2025, 4, 1, tzinfo=dt.UTC), "done", 1, 9, None),
+        ("call_5", "key_2", T, "done", 0, 4, None),
+        ("call_6", "key_1", T, "running", 3, 0, "run_9"),  # not ended: not added
+        ("call_7", "key_1", T, "lost", 0, 0, None),
+    ]
+    with engine.begin() as conn:
+        calls = sa.Table("action_calls", sa.MetaData(), autoload_with=conn)
+        for id_, key, at, state, price, total, run in rows:
+            conn.execute(
+                calls.insert(),
+                {
+                    **call,
+                    "id": id_,
+                    "key_id": key,
+                    "started_at": at,
+                    "state": state,
+                    "price": price,
+                    "total": total,
+                    "run_id": run,
+                },
+            )
+    migrate(engine)
+    with Session(engine) as session:
+        sums = {(s.key_id, s.month, s.org_id, s.price, s.total) for s in session.exec(select(KeySpend))}
+        runs = {(r.run_id, r.total) for r in session.exec(select(RunCharge))}
+    assert sums == {
+        ("key_1", "2025-03", "org_1", 10 + 5, 113 + 50 + 7),
+        ("key_1", "2025-04", "org_1", 1, 9),
+        ("key_2", "2025-03", "org_1", 0, 4),
+    }
+    assert runs == {("run_9", 57)}
 
 
 def test_the_blobs_of_versions_published_before_stay_readable_by_nodes(engine: sa.Engine) -> None:

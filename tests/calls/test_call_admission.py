@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -12,10 +13,11 @@ from sqlalchemy import Engine
 from sqlmodel import Session, col, func, select
 
 from api.accounts.organizations import new_id
-from api.calls import admission, limits
+from api.calls import admission, limits, metering
+from api.calls.costs import Cost
 from api.calls.errors import ConcurrencyLimited
 from api.calls.settings import CallSettings
-from api.calls.tables import ActionCall
+from api.calls.tables import ActionCall, KeySpend
 from api.db import make_engine, read_session
 from api.errors import CallError, RateLimited
 from api.models import Node, utcnow
@@ -304,3 +306,65 @@ async def test_a_routine_call_refused_for_its_starts_waits_in_the_api_when_its_t
                 "org-a", lambda s: None, lambda s: None, wait_s=wait_s
             )  # type: ignore[arg-type]
         assert raised.value is refused
+
+
+def _ended(engine: Engine, adm: limits.Admission, *, at: dt.datetime, floor: int, price: int = 0) -> None:
+    """Admit `adm` at `at` and end it charged `floor` + `price`, as a call's end transaction does."""
+    nodes = _nodes(engine, "n1", "n2")
+    with Session(engine) as session:
+        call = limits.admit(session, adm=adm, nodes=nodes, settings=SETTINGS, clock=lambda: at)
+    cost = Cost(floor=floor, price=price)
+    outcome = metering.Outcome(status=200, code=None, reason=None, ran=True, vcpu_ms=0, gib_ms=0, cost=cost)
+    with Session(engine) as session:
+        metering.record(session, call=call, outcome=outcome, now=at + dt.timedelta(seconds=1))
+        session.commit()
+
+
+def test_a_keys_cap_holds_what_its_calls_that_started_this_month_were_charged(engine: Engine) -> None:
+    now = dt.datetime(2026, 12, 15, 12, tzinfo=dt.UTC)
+    floor = SETTINGS.unit_prices().tool_call_microusd
+    # ended across the month's start: counted in November, the month it started in
+    _ended(engine, _admission("org-c"), at=dt.datetime(2026, 11, 30, 23, 59, 59, tzinfo=dt.UTC), floor=900)
+    _ended(engine, _admission("org-c"), at=now - dt.timedelta(hours=1), floor=100)
+    _ended(engine, _admission("org-c"), at=now - dt.timedelta(minutes=1), floor=50)
+    nodes = _nodes(engine, "n1", "n2")
+    # 150 spent this month: a cap of 150 + one call's floor admits it, one micro-USD less does not
+    refused = _admit(engine, "org-c", nodes, cap=150 + floor - 1, clock=lambda: now)
+    assert refused.startswith("quota_exceeded::")
+    try:
+        with Session(engine) as session:
+            adm = _admission("org-c", cap=150 + floor - 1)
+            limits.admit(session, adm=adm, nodes=nodes, settings=SETTINGS, clock=lambda: now)
+    except CallError as exc:
+        assert exc.details is not None and exc.details["spent_microusd"] == 150
+    assert _admit(engine, "org-c", nodes, cap=150 + floor, clock=lambda: now).startswith("ok:")
+    with Session(engine) as session:
+        sums = {(s.key_id, s.month, s.total) for s in session.exec(select(KeySpend))}
+    assert sums == {("key-org-c", "2026-11", 900), ("key-org-c", "2026-12", 150)}
+
+
+def test_an_organizations_publisher_prices_add_up_over_its_keys_and_a_lost_call_adds_nothing(
+    engine: Engine,
+) -> None:
+    now = utcnow()
+    quota = SETTINGS.org_publisher_quota_microusd
+    first = _admission("org-d", price=quota // 2)
+    other = dataclasses.replace(_admission("org-d", price=quota // 2 - 10), key_id="key-other")
+    _ended(engine, first, at=now, floor=1, price=first.price)
+    _ended(engine, other, at=now, floor=1, price=other.price)
+    nodes = _nodes(engine, "n1", "n2")
+    # a call whose lease ended is marked lost; its late end bills nothing
+    late = _admission("org-d", price=5)
+    with Session(engine) as session:
+        call = limits.admit(session, adm=late, nodes=nodes, settings=SETTINGS, clock=lambda: now)
+    with Session(engine) as session:
+        assert limits.mark_lost(session, now=call.lease_expires_at) == 1
+    outcome = metering.Outcome(
+        status=200, code=None, reason=None, ran=True, vcpu_ms=0, gib_ms=0, cost=Cost(floor=1, price=5)
+    )
+    with Session(engine) as session:
+        metering.record(session, call=call, outcome=outcome, now=now)
+        session.commit()
+    # 10 micro-USD of the quota left: a price of 10 is admitted, 11 is not
+    assert _admit(engine, "org-d", nodes, price=11).startswith("quota_exceeded::")
+    assert _admit(engine, "org-d", nodes, price=10).startswith("ok:")

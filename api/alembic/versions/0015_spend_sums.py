@@ -1,0 +1,67 @@
+"""What ended calls were charged, added up: `key_spend` (per key and month, UTC, as `YYYY-MM`) and
+`run_charges` (per run), written as each call ends (`api.calls.spend`), so that an admission reads one
+row rather than every call of the month or of the run. `ix_action_calls_run_state` (run_id, state)
+replaces `ix_action_calls_run_id`: a run's running calls are read without its ended ones.
+
+The sums start from the calls already stored: every row no longer running, grouped as the api groups
+them (a call counts in the month it started in). The downgrade drops the two tables and the index, and
+puts `ix_action_calls_run_id` back.
+
+Frozen: every definition is written out here, never read from the models.
+
+Revision ID: 0015_spend_sums
+Revises: 0014_run_cost_ceiling
+Create Date: 2026-12-05
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "0015_spend_sums"
+down_revision: str | None = "0014_run_cost_ceiling"
+branch_labels: str | None = None
+depends_on: str | None = None
+
+
+def upgrade() -> None:
+    op.create_table(
+        "key_spend",
+        sa.Column("key_id", sa.String(length=40), nullable=False),
+        sa.Column("month", sa.String(length=7), nullable=False),
+        sa.Column("org_id", sa.String(length=40), nullable=False),
+        sa.Column("price", sa.BigInteger(), nullable=False),
+        sa.Column("total", sa.BigInteger(), nullable=False),
+        sa.PrimaryKeyConstraint("key_id", "month"),
+    )
+    op.create_index("ix_key_spend_org_month", "key_spend", ["org_id", "month"], unique=False)
+    op.create_table(
+        "run_charges",
+        sa.Column("run_id", sa.String(length=40), nullable=False),
+        sa.Column("total", sa.BigInteger(), nullable=False),
+        sa.PrimaryKeyConstraint("run_id"),
+    )
+    op.drop_index("ix_action_calls_run_id", table_name="action_calls")
+    op.create_index("ix_action_calls_run_state", "action_calls", ["run_id", "state"], unique=False)
+    if op.get_bind().dialect.name == "postgresql":
+        month = "to_char(started_at AT TIME ZONE 'UTC', 'YYYY-MM')"
+    else:  # SQLite keeps a timestamp as text, `YYYY-MM-DD HH:MM:SS...`, in UTC
+        month = "substr(started_at, 1, 7)"
+    op.execute(
+        "INSERT INTO key_spend (key_id, month, org_id, price, total)"
+        f" SELECT key_id, {month}, MIN(org_id), SUM(price), SUM(total) FROM action_calls"
+        f" WHERE state <> 'running' AND total > 0 GROUP BY key_id, {month}"
+    )
+    op.execute(
+        "INSERT INTO run_charges (run_id, total) SELECT run_id, SUM(total) FROM action_calls"
+        " WHERE run_id IS NOT NULL AND state <> 'running' AND total > 0 GROUP BY run_id"
+    )
+
+
+def downgrade() -> None:
+    op.drop_index("ix_action_calls_run_state", table_name="action_calls")
+    op.create_index("ix_action_calls_run_id", "action_calls", ["run_id"], unique=False)
+    op.drop_table("run_charges")
+    op.drop_index("ix_key_spend_org_month", table_name="key_spend")
+    op.drop_table("key_spend")
