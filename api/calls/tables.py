@@ -43,6 +43,10 @@ class ActionCall(SQLModel, table=True):
         Index("ix_action_calls_org_started", "org_id", "started_at"),
         Index("ix_action_calls_key_started", "key_id", "started_at"),
         Index("ix_action_calls_run_state", "run_id", "state"),
+        # a refusal's Retry-After: an action version's last finished calls (api.calls.slot_ends)
+        Index("ix_action_calls_action_finished", "pack", "version", "action", "state", "finished_at"),
+        # the sweep of leases that ended (api.calls.limits.mark_lost)
+        Index("ix_action_calls_state_lease", "state", "lease_expires_at"),
     )
     id: str = Field(primary_key=True, max_length=40)
     org_id: str = Field(max_length=40)

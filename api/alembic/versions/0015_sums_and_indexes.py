@@ -1,15 +1,18 @@
 """What ended calls were charged, added up: `key_spend` (per key and month, UTC, as `YYYY-MM`) and
 `run_charges` (per run), written as each call ends (`api.calls.spend`), so that an admission reads one
 row rather than every call of the month or of the run. `ix_action_calls_run_state` (run_id, state)
-replaces `ix_action_calls_run_id`: a run's running calls are read without its ended ones.
+replaces `ix_action_calls_run_id`: a run's running calls are read without its ended ones. Two more indexes
+of `action_calls` end a read of every call ever made: `ix_action_calls_action_finished` (an action version's
+last finished calls, for a refused call's Retry-After) and `ix_action_calls_state_lease` (the sweep of
+running rows whose lease ended).
 
 The sums start from the calls already stored: every row no longer running, grouped as the api groups
-them (a call counts in the month it started in). The downgrade drops the two tables and the index, and
-puts `ix_action_calls_run_id` back.
+them (a call counts in the month it started in). The downgrade drops the two tables and the three indexes,
+and puts `ix_action_calls_run_id` back.
 
 Frozen: every definition is written out here, never read from the models.
 
-Revision ID: 0015_spend_sums
+Revision ID: 0015_sums_and_indexes
 Revises: 0014_run_cost_ceiling
 Create Date: 2026-12-05
 """
@@ -19,7 +22,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0015_spend_sums"
+revision: str = "0015_sums_and_indexes"
 down_revision: str | None = "0014_run_cost_ceiling"
 branch_labels: str | None = None
 depends_on: str | None = None
@@ -44,6 +47,15 @@ def upgrade() -> None:
     )
     op.drop_index("ix_action_calls_run_id", table_name="action_calls")
     op.create_index("ix_action_calls_run_state", "action_calls", ["run_id", "state"], unique=False)
+    op.create_index(
+        "ix_action_calls_action_finished",
+        "action_calls",
+        ["pack", "version", "action", "state", "finished_at"],
+        unique=False,
+    )
+    op.create_index(
+        "ix_action_calls_state_lease", "action_calls", ["state", "lease_expires_at"], unique=False
+    )
     if op.get_bind().dialect.name == "postgresql":
         month = "to_char(started_at AT TIME ZONE 'UTC', 'YYYY-MM')"
     else:  # SQLite keeps a timestamp as text, `YYYY-MM-DD HH:MM:SS...`, in UTC
@@ -60,6 +72,8 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.drop_index("ix_action_calls_state_lease", table_name="action_calls")
+    op.drop_index("ix_action_calls_action_finished", table_name="action_calls")
     op.drop_index("ix_action_calls_run_state", table_name="action_calls")
     op.create_index("ix_action_calls_run_id", "action_calls", ["run_id"], unique=False)
     op.drop_table("run_charges")

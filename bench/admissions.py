@@ -1,0 +1,122 @@
+"""A call's admission and end with a month of calls before it: does their cost grow with the month?
+
+On a fresh SQLite database migrated to head, one organization's key has N ended calls this month. Then
+300 calls are admitted (`api.calls.limits.admit`, the limits' one write transaction) and ended
+(`api.calls.metering.record`, the end's), one after the other; the median of the two together is printed
+for each N. By default the key has a monthly spend cap and each call a publisher's price, so both of the
+month's sums are read at each admission; `--free` makes the calls free and the key uncapped (the path
+of a noop call: no sum is read).
+
+Run: `.venv/bin/python -m bench admissions [--months-calls N ...] [--free]` (default N: 0 10000 100000).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from sqlalchemy import Engine, insert
+from sqlalchemy.orm import configure_mappers
+from sqlmodel import Session
+
+from api.calls import limits, metering, spend
+from api.calls.costs import Cost
+from api.calls.settings import CallSettings
+from api.calls.tables import ActionCall, KeySpend
+from api.db import make_engine
+from api.migrations import migrate
+from api.models import utcnow
+
+SETTINGS = CallSettings(starts_per_minute=10**9)  # 300 calls in a few seconds: the rate limit aside
+CALLS = 300
+ORG, KEY = "org_bench", "key_bench"
+
+
+class _Node:
+    node_id = "node-a"
+    slots_total = 8
+    slots_free = 8
+
+
+def _month_of_calls(engine: Engine, n: int, now: dt.datetime) -> None:
+    """N ended calls of this month, as the api would have left them (their rows and their key's sum)."""
+    start = limits.month_start(now)
+    rows = [
+        {
+            "id": f"tcall_{i}",
+            "org_id": ORG,
+            "key_id": KEY,
+            "surface": "http",
+            "pack": "com.example.tools/echo",
+            "version": "1.0.0",
+            "action": "noop",
+            "node_id": "node-a",
+            "state": "done",
+            "timeout_ms": 1000,
+            "price_microusd": 1,
+            "started_at": start + dt.timedelta(seconds=i % 3600),
+            "deadline_at": start,
+            "lease_expires_at": start,
+            "price": 1,
+            "total": 3,
+        }
+        for i in range(n)
+    ]
+    with Session(engine) as session:
+        if rows:
+            session.execute(insert(ActionCall), rows)
+            month = spend.month_of(now)
+            session.add(KeySpend(key_id=KEY, month=month, org_id=ORG, price=n, total=3 * n))
+        session.commit()
+
+
+def measure(n: int, *, free: bool) -> float:
+    """The median time in ms of a call's admission and end with `n` calls before it this month."""
+    with tempfile.TemporaryDirectory(prefix="b3os-bench-admissions-") as tmp:
+        engine = make_engine(f"sqlite:///{Path(tmp) / 'api.db'}")
+        try:
+            migrate(engine)
+            _month_of_calls(engine, n, utcnow())
+            times = []
+            for i in range(CALLS):
+                adm = limits.Admission(
+                    call_id=f"tcall_new_{i}",
+                    org_id=ORG,
+                    key_id=KEY,
+                    spend_cap_microusd=None if free else 10**12,
+                    surface="http",
+                    pack="com.example.tools/echo",
+                    version="1.0.0",
+                    action="noop",
+                    price=0 if free else 1,
+                    timeout_ms=1000,
+                )
+                cost = Cost(floor=2, price=adm.price)
+                outcome = metering.Outcome(200, None, None, True, 0, 0, cost)
+                started = time.perf_counter()
+                with Session(engine) as session:
+                    call = limits.admit(session, adm=adm, nodes=[_Node()], settings=SETTINGS, clock=utcnow)
+                with Session(engine) as session:
+                    metering.record(session, call=call, outcome=outcome, now=utcnow())
+                    session.commit()
+                times.append(time.perf_counter() - started)
+            return statistics.median(times) * 1000
+        finally:
+            engine.dispose()
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="bench admissions", description=__doc__.splitlines()[0])
+    parser.add_argument("--months-calls", type=int, nargs="+", default=[0, 10_000, 100_000], metavar="N")
+    parser.add_argument("--free", action="store_true", help="free calls of an uncapped key")
+    args = parser.parse_args(argv)
+    configure_mappers()  # as the api's start does (a row built by model_construct needs its mapper)
+    kind = "free calls, no cap" if args.free else "priced calls of a capped key"
+    for n in args.months_calls:
+        median = measure(n, free=args.free)
+        print(f"{kind}: {n:>7,} calls before this month: admission and end, median {median:.2f} ms")
+    return 0
