@@ -47,7 +47,7 @@ from api.routes import (
 )
 from api.services import services_of
 from http1.server import limits as http_limits
-from telemetry import interpreter, logs, tracing
+from telemetry import arenas, interpreter, logs, tracing
 from telemetry.config import TelemetrySettings
 from telemetry.scrape import install_metrics
 
@@ -76,6 +76,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     http_limits()  # a bad B3OS_HTTP_ setting stops the start here, not each connection
     interpreter.hand_over_often()
+    arenas.few_arenas()  # before the worker threads allocate
     telemetry = TelemetrySettings()
     tracing.setup("api", telemetry)
     engine = engine_from_settings(settings)
