@@ -38,15 +38,16 @@ class ActionCall(SQLModel, table=True):
 
     __tablename__ = "action_calls"
     __table_args__ = (
-        Index("ix_action_calls_org_state", "org_id", "state"),
-        Index("ix_action_calls_node_state", "node_id", "state"),
+        # the running calls (few), of an organization or a node: admission, the sweep of ended leases
+        Index("ix_action_calls_state_lease", "state", "lease_expires_at"),
+        # an organization's starts in the last minute (admission)
         Index("ix_action_calls_org_started", "org_id", "started_at"),
-        Index("ix_action_calls_key_started", "key_id", "started_at"),
+        # a run's running calls (its max cost)
         Index("ix_action_calls_run_state", "run_id", "state"),
         # a refusal's Retry-After: an action version's last finished calls (api.calls.slot_ends)
         Index("ix_action_calls_action_finished", "pack", "version", "action", "state", "finished_at"),
-        # the sweep of leases that ended (api.calls.limits.mark_lost)
-        Index("ix_action_calls_state_lease", "state", "lease_expires_at"),
+        # an organization's usage over a period (api.calls.metering.usage)
+        Index("ix_action_calls_org_finished", "org_id", "state", "finished_at"),
     )
     id: str = Field(primary_key=True, max_length=40)
     org_id: str = Field(max_length=40)

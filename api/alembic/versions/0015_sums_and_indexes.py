@@ -1,14 +1,17 @@
 """What ended calls were charged, added up: `key_spend` (per key and month, UTC, as `YYYY-MM`) and
 `run_charges` (per run), written as each call ends (`api.calls.spend`), so that an admission reads one
 row rather than every call of the month or of the run. `ix_action_calls_run_state` (run_id, state)
-replaces `ix_action_calls_run_id`: a run's running calls are read without its ended ones. Two more indexes
-of `action_calls` end a read of every call ever made: `ix_action_calls_action_finished` (an action version's
-last finished calls, for a refused call's Retry-After) and `ix_action_calls_state_lease` (the sweep of
-running rows whose lease ended).
+replaces `ix_action_calls_run_id`: a run's running calls are read without its ended ones.
+
+`action_calls` keeps every call, so no statement may read it whole: `ix_action_calls_action_finished` (an
+action version's last finished calls, for a refused call's Retry-After), `ix_action_calls_state_lease`
+(the running calls: admission's counts and the sweep of ended leases) and `ix_action_calls_org_finished`
+(an organization's usage over a period; it replaces `ix_action_calls_org_state`). `ix_action_calls_node_state`
+and `ix_action_calls_key_started` go: no statement uses them since, and each call's writes kept them.
 
 The sums start from the calls already stored: every row no longer running, grouped as the api groups
-them (a call counts in the month it started in). The downgrade drops the two tables and the three indexes,
-and puts `ix_action_calls_run_id` back.
+them (a call counts in the month it started in). The downgrade drops the two tables and the new indexes,
+and puts the old ones back.
 
 Frozen: every definition is written out here, never read from the models.
 
@@ -26,6 +29,12 @@ revision: str = "0015_sums_and_indexes"
 down_revision: str | None = "0014_run_cost_ceiling"
 branch_labels: str | None = None
 depends_on: str | None = None
+
+_GONE = {
+    "org_state": ["org_id", "state"],
+    "node_state": ["node_id", "state"],
+    "key_started": ["key_id", "started_at"],
+}
 
 
 def upgrade() -> None:
@@ -56,6 +65,11 @@ def upgrade() -> None:
     op.create_index(
         "ix_action_calls_state_lease", "action_calls", ["state", "lease_expires_at"], unique=False
     )
+    op.create_index(
+        "ix_action_calls_org_finished", "action_calls", ["org_id", "state", "finished_at"], unique=False
+    )
+    for name in _GONE:
+        op.drop_index(f"ix_action_calls_{name}", table_name="action_calls")
     if op.get_bind().dialect.name == "postgresql":
         month = "to_char(started_at AT TIME ZONE 'UTC', 'YYYY-MM')"
     else:  # SQLite keeps a timestamp as text, `YYYY-MM-DD HH:MM:SS...`, in UTC
@@ -72,6 +86,9 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    for name, columns in _GONE.items():
+        op.create_index(f"ix_action_calls_{name}", "action_calls", columns, unique=False)
+    op.drop_index("ix_action_calls_org_finished", table_name="action_calls")
     op.drop_index("ix_action_calls_state_lease", table_name="action_calls")
     op.drop_index("ix_action_calls_action_finished", table_name="action_calls")
     op.drop_index("ix_action_calls_run_state", table_name="action_calls")
