@@ -10,7 +10,10 @@ too, `{namespace}__{pack}__{action}` (`org.other__echo__echo`): names and action
 reason, retry_after, ...); a refused call (429, 503) always carries `retry_after` there, in seconds.
 The answer's output is `structuredContent`.
 
-Tools come from the newest release of each pack; the ref called is `ns/pack/action@<major>`.
+Tools come from the newest release of each pack; the ref called is `ns/pack/action@<major>`. Each api
+process keeps the tool map it built (`ToolMap`) until a version is published: versions and packs are
+never changed nor deleted, so the registry's newest `seq` names the map (one indexed read per request,
+not every version of every pack, as every `tools/call` read them).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import mcp_types
-from sqlmodel import Session, col, select
+from sqlmodel import Session, col, func, select
 
 from api.calls.answers import Answer
 from api.models import Pack, PackVersion
@@ -92,6 +95,25 @@ def tools(session: Session) -> dict[str, Tool]:
                 action=action,
             )
     return found
+
+
+_NEWEST_SEQ = select(func.max(PackVersion.seq))
+
+
+class ToolMap:
+    """The tools of one engine's registry, built again only once a version has been published since."""
+
+    def __init__(self) -> None:
+        self._built: tuple[int | None, dict[str, Tool]] | None = None  # (the newest seq, its tools)
+
+    def tools(self, session: Session) -> dict[str, Tool]:
+        """Every tool, by name (`tools`), as of the newest version published."""
+        seq = session.exec(_NEWEST_SEQ).one()
+        built = self._built
+        if built is None or built[0] != seq:
+            # read after `seq`: a version published meanwhile is in the map, and the next read builds it again
+            built = self._built = (seq, tools(session))
+        return built[1]
 
 
 def call_result(answer: Answer) -> mcp_types.CallToolResult:

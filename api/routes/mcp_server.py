@@ -10,6 +10,7 @@ api's import time (~0.5 s of CPU at each start), and most api processes never se
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import anyio
@@ -35,25 +36,27 @@ def _request(ctx: ServerRequestContext[Any, Any]) -> Request:
     return request
 
 
-async def _tools(request: Request) -> dict[str, mcp_tools.Tool]:
+async def _tools(request: Request, tool_map: mcp_tools.ToolMap) -> dict[str, mcp_tools.Tool]:
     def read() -> dict[str, mcp_tools.Tool]:
         with Session(request.app.state.engine) as session:
-            return mcp_tools.tools(session)
+            return tool_map.tools(session)
 
     found: dict[str, mcp_tools.Tool] = await anyio.to_thread.run_sync(read)
     return found
 
 
 async def list_tools(
-    ctx: ServerRequestContext[Any, Any], params: mcp_types.PaginatedRequestParams | None
+    tool_map: mcp_tools.ToolMap,
+    ctx: ServerRequestContext[Any, Any],
+    params: mcp_types.PaginatedRequestParams | None,
 ) -> mcp_types.ListToolsResult:
     """`tools/list`: every tool, in one page."""
-    found = await _tools(_request(ctx))
+    found = await _tools(_request(ctx), tool_map)
     return mcp_types.ListToolsResult(tools=[t.describe() for t in found.values()])
 
 
 async def call_tool(
-    ctx: ServerRequestContext[Any, Any], params: mcp_types.CallToolRequestParams
+    tool_map: mcp_tools.ToolMap, ctx: ServerRequestContext[Any, Any], params: mcp_types.CallToolRequestParams
 ) -> mcp_types.CallToolResult:
     """`tools/call`: one call through the call service; an unknown tool is a JSON-RPC -32602.
 
@@ -61,7 +64,7 @@ async def call_tool(
         MCPError: no tool has that name.
     """
     request = _request(ctx)
-    tool = (await _tools(request)).get(params.name)
+    tool = (await _tools(request, tool_map)).get(params.name)
     if tool is None:
         raise MCPError(mcp_types.INVALID_PARAMS, f"Unknown tool: {params.name[:200]}")
     caller: Caller = request.state.caller
@@ -72,13 +75,15 @@ async def call_tool(
 
 
 def server() -> Server[Any]:
-    """The MCP server: the tool methods of this module (ping and the handshake are the library's)."""
+    """The MCP server: the tool methods of this module (ping and the handshake are the library's), over
+    one tool map (each start of an app has its own server, on its own database)."""
+    tool_map = mcp_tools.ToolMap()
     return Server(
         "b3os",
         version="0.1.0",
         instructions=INSTRUCTIONS,
-        on_list_tools=list_tools,
-        on_call_tool=call_tool,
+        on_list_tools=partial(list_tools, tool_map),
+        on_call_tool=partial(call_tool, tool_map),
     )
 
 

@@ -80,6 +80,9 @@ async def test_mcp_lists_the_echo_tools_and_calls_one_with_the_same_metering(sta
 async def test_a_tool_name_once_given_to_a_pack_is_never_given_to_another(stack: Stack) -> None:
     # a rival namespace, first in alphabetical order, publishes a pack of the same name later
     rival = "aaa.rival"
+    async with mcp_session(stack, stack.org().headers) as session:  # the api's tool map, before
+        await session.initialize()
+        assert not any(t.name.startswith(rival) for t in (await session.list_tools()).tools)
     key = Ed25519PrivateKey.generate()
     with Session(stack.engine) as session:
         publishers.set_publisher(session, namespace=rival, org_id=stack.publisher.org_id)  # type: ignore[union-attr]
