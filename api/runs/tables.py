@@ -26,6 +26,7 @@ class RunRecord(SQLModel, table=True):
     __table_args__ = (
         UniqueConstraint("org_id", "idempotency_key", name="uq_routine_runs_org_key"),
         Index("ix_routine_runs_org_created", "org_id", "created_at"),
+        Index("ix_routine_runs_org_routine_created", "org_id", "routine_name", "created_at"),  # ?routine=
     )
     id: str = Field(primary_key=True, max_length=40)
     org_id: str = Field(max_length=40)

@@ -8,6 +8,8 @@ action version's last finished calls, for a refused call's Retry-After), `ix_act
 (the running calls: admission's counts and the sweep of ended leases) and `ix_action_calls_org_finished`
 (an organization's usage over a period; it replaces `ix_action_calls_org_state`). `ix_action_calls_node_state`
 and `ix_action_calls_key_started` go: no statement uses them since, and each call's writes kept them.
+`ix_routine_runs_org_routine_created` lists one routine's runs (`GET /v1/runs?routine=`) without reading
+every run of the organization.
 
 The sums start from the calls already stored: every row no longer running, grouped as the api groups
 them (a call counts in the month it started in). The downgrade drops the two tables and the new indexes,
@@ -70,6 +72,12 @@ def upgrade() -> None:
     )
     for name in _GONE:
         op.drop_index(f"ix_action_calls_{name}", table_name="action_calls")
+    op.create_index(
+        "ix_routine_runs_org_routine_created",
+        "routine_runs",
+        ["org_id", "routine_name", "created_at"],
+        unique=False,
+    )
     if op.get_bind().dialect.name == "postgresql":
         month = "to_char(started_at AT TIME ZONE 'UTC', 'YYYY-MM')"
     else:  # SQLite keeps a timestamp as text, `YYYY-MM-DD HH:MM:SS...`, in UTC
@@ -86,6 +94,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.drop_index("ix_routine_runs_org_routine_created", table_name="routine_runs")
     for name, columns in _GONE.items():
         op.create_index(f"ix_action_calls_{name}", "action_calls", columns, unique=False)
     op.drop_index("ix_action_calls_org_finished", table_name="action_calls")
