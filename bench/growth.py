@@ -138,11 +138,12 @@ async def _bench(stack: Any, only: set[str], large_rounds: int, results: dict[st
         if "runs" in only:
             count = SIZES["runs"][size]
             before = cpu_seconds()
-            _add(results, "runs", count, await _runs(stack, count), None)
+            took = await _runs(stack, count)
             used = cpu_seconds()
-            results["runs"][-1]["cpu_ms"] = {
+            cpu_ms = {
                 kind: round((used[kind] - before.get(kind, 0.0)) * 1000 / count, 1) for kind in sorted(used)
             }
+            _add(results, "runs", count, took, None, cpu_ms=cpu_ms)
         if "foreach" in only:
             count = SIZES["foreach"][size]
             took, events, size_b = await _one_run(
@@ -164,12 +165,21 @@ async def _bench(stack: Any, only: set[str], large_rounds: int, results: dict[st
 
 
 def _add(
-    results: dict[str, Any], work: str, count: int, seconds: float, history: tuple[int, int] | None
+    results: dict[str, Any],
+    work: str,
+    count: int,
+    seconds: float,
+    history: tuple[int, int] | None,
+    *,
+    cpu_ms: dict[str, float] | None = None,
 ) -> None:
-    """One measured size of a work: seconds per unit, and the largest history's events and bytes."""
+    """One measured size of a work: seconds per unit, the largest history's events and bytes, and the CPU
+    a unit took in each kind of process."""
     row: dict[str, Any] = {"count": count, "ms_per_unit": round(seconds * 1000, 2)}
     if history is not None:
         row["history_events"], row["history_bytes"] = history
+    if cpu_ms is not None:
+        row["cpu_ms"] = cpu_ms
     results.setdefault(work, []).append(row)
 
 
