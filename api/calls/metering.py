@@ -74,7 +74,9 @@ _ADD_EVENTS = insert(_EVENTS)
 
 def record(session: Session, *, call: ActionCall, outcome: Outcome, now: dt.datetime) -> None:
     """Finish a call's row (freeing its slots), add its charges to its key's and its run's sums
-    (`api.calls.spend`) and its meter events, in the caller's transaction."""
+    (`api.calls.spend`) and its meter events, in the caller's transaction. A row a sweep has marked lost
+    meanwhile (`limits.mark_lost`) stays as it is, and nothing is metered: a lost call is never billed,
+    and its publisher is not paid for it."""
     cost = outcome.cost
     ended = rawsql.execute(
         session,
@@ -94,8 +96,9 @@ def record(session: Session, *, call: ActionCall, outcome: Outcome, now: dt.date
             "b_total": cost.total,
         },
     ).rowcount
-    if ended:  # (a row already marked lost stays unbilled)
-        spend.add(session, call=call, price=cost.price, total=cost.total)
+    if not ended:  # its lease ended and a sweep marked it lost: it stays unbilled, its units unmetered
+        return
+    spend.add(session, call=call, price=cost.price, total=cost.total)
     namespace = call.pack.split("/", 1)[0]
     if outcome.units:  # one executemany
         rawsql.execute(

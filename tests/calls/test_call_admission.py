@@ -17,7 +17,7 @@ from api.calls import admission, limits, metering
 from api.calls.costs import Cost
 from api.calls.errors import ConcurrencyLimited
 from api.calls.settings import CallSettings
-from api.calls.tables import ActionCall, KeySpend
+from api.calls.tables import ActionCall, KeySpend, MeterEvent
 from api.db import make_engine, read_session
 from api.errors import CallError, RateLimited
 from api.models import Node, utcnow
@@ -360,11 +360,20 @@ def test_an_organizations_publisher_prices_add_up_over_its_keys_and_a_lost_call_
     with Session(engine) as session:
         assert limits.mark_lost(session, now=call.lease_expires_at) == 1
     outcome = metering.Outcome(
-        status=200, code=None, reason=None, ran=True, vcpu_ms=0, gib_ms=0, cost=Cost(floor=1, price=5)
+        status=200,
+        code=None,
+        reason=None,
+        ran=True,
+        vcpu_ms=0,
+        gib_ms=0,
+        cost=Cost(floor=1, price=5),
+        units=((metering.TOOL_CALL, 1), (metering.PUBLISHER_MICROUSD, 5)),
     )
     with Session(engine) as session:
         metering.record(session, call=call, outcome=outcome, now=now)
         session.commit()
+    with Session(engine) as session:  # nor metered: its publisher is not paid for it
+        assert not session.exec(select(MeterEvent).where(col(MeterEvent.call_id) == call.id)).all()
     # 10 micro-USD of the quota left: a price of 10 is admitted, 11 is not
     assert _admit(engine, "org-d", nodes, price=11).startswith("quota_exceeded::")
     assert _admit(engine, "org-d", nodes, price=10).startswith("ok:")
