@@ -147,10 +147,17 @@ async def test_polls_start_each_new_issue_once_from_now_through_the_egress_proxy
         lambda: [d for d in rows(routine_stack, org, sub["id"]) if d["event_id"] == "1004" and d["run_id"]],
         "issue 4 started no run",
     )
-    # the 429 and the poll after it; each request's query and when it came (from the first), if not
+    # the 429 and the poll after it; each request's query and when it came (from the first), if not.
+    # The schedule fires by itself too, every `everyS` from the epoch: when the test crosses such a
+    # moment, one more poll comes, before the 429 (and takes it) or after issue 4 (its cursor moved on)
     asked = [(r.query.get("since"), round(t - times[0], 2)) for r, t in zip(seen, times, strict=True)]
-    assert len(seen) - polls == 2, asked
-    assert times[-1] - times[-2] >= 1.0  # the upstream's Retry-After, waited
+    after = list(zip(seen[polls:], times[polls:], strict=True))
+    assert len(after) >= 2, asked
+    (limited, limited_at), (retried, retried_at) = after[:2]
+    assert limited.query.get("since") == retried.query.get("since") == ["2026-12-03T10:00:00Z"], asked
+    assert retried_at - limited_at >= 1.0, asked  # the upstream's Retry-After, waited
+    assert all(r.query.get("since") == ["2026-12-04T10:00:00Z"] for r, _ in after[2:]), asked
+    assert [d["event_id"] for d in rows(routine_stack, org, sub["id"])].count("1004") == 1
     assert four[0]["status"] == "started"
     r = loopback.request("GET", f"{routine_stack.url}/v1/runs?routine=watch-issues", headers=org.headers)
     assert len(r.json()["runs"]) == 2
