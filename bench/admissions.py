@@ -1,11 +1,13 @@
-"""A call's admission and end with a month of calls before it: does their cost grow with the month?
+"""A call's admission and end with a month of calls before it: does their cost grow with the calls stored?
 
 On a fresh SQLite database migrated to head, one organization's key has N ended calls this month. Then
 300 calls are admitted (`api.calls.limits.admit`, the limits' one write transaction) and ended
 (`api.calls.metering.record`, the end's), one after the other; the median of the two together is printed
 for each N. By default the key has a monthly spend cap and each call a publisher's price, so both of the
 month's sums are read at each admission; `--free` makes the calls free and the key uncapped (the path
-of a noop call: no sum is read).
+of a noop call: no sum is read). Then, on the same N calls, the two reads that run under the writer but
+not on every call: a refused call's Retry-After (`api.calls.slot_ends.expected_end`, from its action
+version's last finished calls) and the sweep of ended leases (`api.calls.limits.mark_lost`), medians of 20.
 
 Run: `.venv/bin/python -m bench admissions [--months-calls N ...] [--free]` (default N: 0 10000 100000).
 """
@@ -17,13 +19,14 @@ import datetime as dt
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from sqlalchemy import Engine, insert
 from sqlalchemy.orm import configure_mappers
 from sqlmodel import Session
 
-from api.calls import limits, metering, spend
+from api.calls import limits, metering, slot_ends, spend
 from api.calls.costs import Cost
 from api.calls.settings import CallSettings
 from api.calls.tables import ActionCall, KeySpend
@@ -59,6 +62,7 @@ def _month_of_calls(engine: Engine, n: int, now: dt.datetime) -> None:
             "timeout_ms": 1000,
             "price_microusd": 1,
             "started_at": start + dt.timedelta(seconds=i % 3600),
+            "finished_at": start + dt.timedelta(seconds=i % 3600, milliseconds=50),
             "deadline_at": start,
             "lease_expires_at": start,
             "price": 1,
@@ -74,14 +78,26 @@ def _month_of_calls(engine: Engine, n: int, now: dt.datetime) -> None:
         session.commit()
 
 
-def measure(n: int, *, free: bool) -> float:
-    """The median time in ms of a call's admission and end with `n` calls before it this month."""
+def _median_ms(engine: Engine, read: Callable[[Session], object], times: int = 20) -> float:
+    took = []
+    for _ in range(times):
+        with Session(engine) as session:
+            started = time.perf_counter()
+            read(session)
+            took.append(time.perf_counter() - started)
+            session.rollback()
+    return statistics.median(took) * 1000
+
+
+def measure(n: int, *, free: bool) -> tuple[float, float, float]:
+    """Medians in ms with `n` calls before: a call's admission and end, a refusal's Retry-After, the sweep."""
     with tempfile.TemporaryDirectory(prefix="b3os-bench-admissions-") as tmp:
         engine = make_engine(f"sqlite:///{Path(tmp) / 'api.db'}")
         try:
             migrate(engine)
             _month_of_calls(engine, n, utcnow())
             times = []
+            running = []
             for i in range(CALLS):
                 adm = limits.Admission(
                     call_id=f"tcall_new_{i}",
@@ -104,7 +120,10 @@ def measure(n: int, *, free: bool) -> float:
                     metering.record(session, call=call, outcome=outcome, now=utcnow())
                     session.commit()
                 times.append(time.perf_counter() - started)
-            return statistics.median(times) * 1000
+                running = [call]  # (ended: as a running call, for the Retry-After's read below)
+            retry_after = _median_ms(engine, lambda s: slot_ends.expected_end(s, running, utcnow()))
+            sweep = _median_ms(engine, lambda s: limits.mark_lost(s, now=utcnow()))
+            return statistics.median(times) * 1000, retry_after, sweep
         finally:
             engine.dispose()
 
@@ -117,6 +136,9 @@ def main(argv: list[str]) -> int:
     configure_mappers()  # as the api's start does (a row built by model_construct needs its mapper)
     kind = "free calls, no cap" if args.free else "priced calls of a capped key"
     for n in args.months_calls:
-        median = measure(n, free=args.free)
-        print(f"{kind}: {n:>7,} calls before this month: admission and end, median {median:.2f} ms")
+        median, retry_after, sweep = measure(n, free=args.free)
+        print(
+            f"{kind}: {n:>7,} calls before: admission and end, median {median:.2f} ms; "
+            f"a refusal's Retry-After {retry_after:.2f} ms; the sweep of ended leases {sweep:.2f} ms"
+        )
     return 0
