@@ -98,7 +98,7 @@ def record(session: Session, *, call: ActionCall, outcome: Outcome, now: dt.date
     ).rowcount
     if not ended:  # its lease ended and a sweep marked it lost: it stays unbilled, its units unmetered
         return
-    spend.add(session, call=call, price=cost.price, total=cost.total)
+    spend.add(session, call=call, price=cost.price, total=cost.total, now=now)
     namespace = call.pack.split("/", 1)[0]
     if outcome.units:  # one executemany
         rawsql.execute(

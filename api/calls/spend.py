@@ -10,7 +10,9 @@ an admission's cost no longer grows with what the key or the run has done.
 
 `add` runs in the transaction that ends the call (`api.calls.metering.record`, only when that
 transaction is the one that ended the row), so each sum equals its rows' at every commit. A call counts
-in the month it started in (UTC), as a row's `started_at` always did.
+in the month it ended in (UTC), as `GET /v1/usage` counts its cost and units and the earnings its sale
+(until round 35 the limits counted it in the month it started in: a call across midnight at a month's
+end counted in one month here and in the next in the usage).
 """
 
 from __future__ import annotations
@@ -61,24 +63,25 @@ def month_of(at: dt.datetime) -> str:
     return at.astimezone(dt.UTC).strftime("%Y-%m")
 
 
-def add(session: Session, *, call: ActionCall, price: int, total: int) -> None:
-    """Add an ended call's charges to its key's month and its run, in the transaction that ended it."""
+def add(session: Session, *, call: ActionCall, price: int, total: int, now: dt.datetime) -> None:
+    """Add an ended call's charges to its key's month (`now`'s, when it ended) and its run, in the
+    transaction that ended it."""
     if total <= 0:  # (a price is part of the total)
         return
     add_key, add_run = _ADDS[session.get_bind().dialect.name]
-    params = {"key_id": call.key_id, "month": month_of(call.started_at), "org_id": call.org_id}
+    params = {"key_id": call.key_id, "month": month_of(now), "org_id": call.org_id}
     rawsql.execute(session, add_key, {**params, "price": price, "total": total})
     if call.run_id is not None:
         rawsql.execute(session, add_run, {"run_id": call.run_id, "total": total})
 
 
 def org_prices(session: Session, *, org_id: str, now: dt.datetime) -> int:
-    """The publishers' prices an organization's ended calls that started in `now`'s month were charged."""
+    """The publishers' prices an organization's calls that ended in `now`'s month were charged."""
     return int(rawsql.execute(session, _ORG_PRICES, {"org": org_id, "month": month_of(now)}).scalar() or 0)
 
 
 def key_total(session: Session, *, key_id: str, now: dt.datetime) -> int:
-    """What a key's ended calls that started in `now`'s month were charged, in all."""
+    """What a key's calls that ended in `now`'s month were charged, in all."""
     return int(rawsql.execute(session, _KEY_TOTAL, {"key": key_id, "month": month_of(now)}).scalar() or 0)
 
 

@@ -14,7 +14,7 @@
   as it is admitted, so a cancel by key finds the running call.
 - `call_cancels`: one row per call cancelled while it ran (`POST /v1/actions/call/cancel`).
 - `key_spend` and `run_charges`: what ended calls were charged, added up as each call ends
-  (`api.calls.spend`): per key and month (the month the call started in, UTC), and per run.
+  (`api.calls.spend`): per key and month (the month the call ended in, UTC), and per run.
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ class CallCancel(SQLModel, table=True):
 
 
 class KeySpend(SQLModel, table=True):
-    """What a key's calls that started in one month and have ended were charged (their rows' sums)."""
+    """What a key's calls that ended in one month were charged (their rows' sums)."""
 
     __tablename__ = "key_spend"
     __table_args__ = (Index("ix_key_spend_org_month", "org_id", "month"),)

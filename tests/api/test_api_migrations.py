@@ -289,26 +289,28 @@ def test_calls_stored_before_the_spend_sums_are_added_up_per_key_and_month_and_p
 ) -> None:
     with engine.begin() as conn:
         command.upgrade(alembic_config(conn), "0014_run_cost_ceiling")
-    insert_rows(engine)  # call_1: key_1, March 2025, price 10, total 113
+    insert_rows(engine)  # call_1: key_1, ended in March 2025, price 10, total 113
     call = dict(ROWS["tool_calls"])
-    rows = [  # (id, key, started at, state, price, total, run)
+    march_end = dt.datetime(2025, 3, 31, 23, 59, 59, tzinfo=dt.UTC)
+    rows = [  # (id, key, ended at, state, price, total, run): a call counts in the month it ended in
         ("call_2", "key_1", T + dt.timedelta(days=3), "done", 5, 50, "run_9"),
-        ("call_3", "key_1", dt.datetime(2025, 3, 31, 23, 59, 59, tzinfo=dt.UTC), "done", 0, 7, "run_9"),
-        ("call_4", "key_1", dt.datetime(2025, 4, 1, tzinfo=dt.UTC), "done", 1, 9, None),
+        ("call_3", "key_1", march_end, "done", 0, 7, "run_9"),
+        ("call_4", "key_1", march_end + dt.timedelta(seconds=2), "done", 1, 9, None),  # started in March
         ("call_5", "key_2", T, "done", 0, 4, None),
-        ("call_6", "key_1", T, "running", 3, 0, "run_9"),  # not ended: not added
+        ("call_6", "key_1", None, "running", 3, 0, "run_9"),  # not ended: not added
         ("call_7", "key_1", T, "lost", 0, 0, None),
     ]
     with engine.begin() as conn:
         calls = sa.Table("action_calls", sa.MetaData(), autoload_with=conn)
-        for id_, key, at, state, price, total, run in rows:
+        for id_, key, ended, state, price, total, run in rows:
             conn.execute(
                 calls.insert(),
                 {
                     **call,
                     "id": id_,
                     "key_id": key,
-                    "started_at": at,
+                    "started_at": (ended or T) - dt.timedelta(seconds=5),
+                    "finished_at": ended,
                     "state": state,
                     "price": price,
                     "total": total,

@@ -320,13 +320,15 @@ def _ended(engine: Engine, adm: limits.Admission, *, at: dt.datetime, floor: int
         session.commit()
 
 
-def test_a_keys_cap_holds_what_its_calls_that_started_this_month_were_charged(engine: Engine) -> None:
+def test_a_keys_cap_holds_what_its_calls_that_ended_this_month_were_charged(engine: Engine) -> None:
+    """A call counts in the month it ended in, as `GET /v1/usage` counts it."""
     now = dt.datetime(2026, 12, 15, 12, tzinfo=dt.UTC)
     floor = SETTINGS.unit_prices().tool_call_microusd
-    # ended across the month's start: counted in November, the month it started in
-    _ended(engine, _admission("org-c"), at=dt.datetime(2026, 11, 30, 23, 59, 59, tzinfo=dt.UTC), floor=900)
+    november_end = dt.datetime(2026, 11, 30, 23, 59, 58, tzinfo=dt.UTC)
+    _ended(engine, _admission("org-c"), at=november_end - dt.timedelta(seconds=1), floor=900)  # November
+    _ended(engine, _admission("org-c"), at=november_end + dt.timedelta(seconds=1), floor=20)  # across
     _ended(engine, _admission("org-c"), at=now - dt.timedelta(hours=1), floor=100)
-    _ended(engine, _admission("org-c"), at=now - dt.timedelta(minutes=1), floor=50)
+    _ended(engine, _admission("org-c"), at=now - dt.timedelta(minutes=1), floor=30)
     nodes = _nodes(engine, "n1", "n2")
     # 150 spent this month: a cap of 150 + one call's floor admits it, one micro-USD less does not
     refused = _admit(engine, "org-c", nodes, cap=150 + floor - 1, clock=lambda: now)
@@ -340,7 +342,11 @@ def test_a_keys_cap_holds_what_its_calls_that_started_this_month_were_charged(en
     assert _admit(engine, "org-c", nodes, cap=150 + floor, clock=lambda: now).startswith("ok:")
     with Session(engine) as session:
         sums = {(s.key_id, s.month, s.total) for s in session.exec(select(KeySpend))}
+        usage = metering.usage(
+            session, org_id="org-c", start=limits.month_start(now), end=dt.datetime(2027, 1, 1, tzinfo=dt.UTC)
+        )
     assert sums == {("key-org-c", "2026-11", 900), ("key-org-c", "2026-12", 150)}
+    assert usage["cost"]["total"] == 150  # the usage of December says the same
 
 
 def test_an_organizations_publisher_prices_add_up_over_its_keys_and_a_lost_call_adds_nothing(

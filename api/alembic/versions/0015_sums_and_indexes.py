@@ -12,8 +12,8 @@ and `ix_action_calls_key_started` go: no statement uses them since, and each cal
 every run of the organization.
 
 The sums start from the calls already stored: every row no longer running, grouped as the api groups
-them (a call counts in the month it started in). The downgrade drops the two tables and the new indexes,
-and puts the old ones back.
+them (a call counts in the month it ended in, its `finished_at`, as the usage counts it). The downgrade
+drops the two tables and the new indexes, and puts the old ones back.
 
 Frozen: every definition is written out here, never read from the models.
 
@@ -79,13 +79,13 @@ def upgrade() -> None:
         unique=False,
     )
     if op.get_bind().dialect.name == "postgresql":
-        month = "to_char(started_at AT TIME ZONE 'UTC', 'YYYY-MM')"
+        month = "to_char(finished_at AT TIME ZONE 'UTC', 'YYYY-MM')"
     else:  # SQLite keeps a timestamp as text, `YYYY-MM-DD HH:MM:SS...`, in UTC
-        month = "substr(started_at, 1, 7)"
+        month = "substr(finished_at, 1, 7)"
     op.execute(
         "INSERT INTO key_spend (key_id, month, org_id, price, total)"
         f" SELECT key_id, {month}, MIN(org_id), SUM(price), SUM(total) FROM action_calls"
-        f" WHERE state <> 'running' AND total > 0 GROUP BY key_id, {month}"
+        f" WHERE state <> 'running' AND total > 0 AND finished_at IS NOT NULL GROUP BY key_id, {month}"
     )
     op.execute(
         "INSERT INTO run_charges (run_id, total) SELECT run_id, SUM(total) FROM action_calls"
