@@ -28,7 +28,6 @@ from sqlmodel import Session, col, func, select
 from api.calls.answers import Answer
 from api.models import Pack, PackVersion
 from api.registry import catalog
-from packs import resolve as resolving
 from packs.manifest import Action
 from packs.resolve import ResolveError
 
@@ -70,14 +69,7 @@ def _first_of_each_name(session: Session) -> set[str]:
 
 def tools(session: Session) -> dict[str, Tool]:
     """Every tool, by name, from the newest release of each pack (what `@<major>` resolves to)."""
-    by_pack: dict[str, dict[str, PackVersion]] = {}
-    for row in session.exec(select(PackVersion)).all():
-        by_pack.setdefault(row.pack, {})[row.version] = row
-    newest: dict[str, PackVersion] = {}
-    for pack, rows in by_pack.items():
-        pick = resolving.newest(rows)
-        if pick is not None:
-            newest[pack] = rows[pick]
+    newest = catalog.newest_of_each(session)
     owners = _first_of_each_name(session)
     found: dict[str, Tool] = {}
     for pack in sorted(newest):

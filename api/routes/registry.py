@@ -9,7 +9,6 @@ from typing import Annotated, Any
 from anyio import to_thread
 from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, ConfigDict, Field
-from sqlmodel import col, select
 
 from api.accounts.scopes import ACTIONS_WRITE, TOOLS_PUBLISH
 from api.deps import CheckersDep, Principal, PrincipalDep, ReadSessionDep, SessionDep, require
@@ -135,9 +134,7 @@ async def publish_pack(
 @router.get("", response_model=PackList)
 def list_packs(_: PrincipalDep, session: ReadSessionDep) -> PackList:
     """Every pack at its newest version."""
-    names = session.exec(select(PackVersion.pack).distinct().order_by(col(PackVersion.pack))).all()
-    newest = [catalog.newest(session, pack=name) for name in names]
-    return PackList(packs=[_summary(v) for v in newest if v is not None])
+    return PackList(packs=[_summary(v) for v in catalog.newest_of_each(session).values()])
 
 
 @router.get("/{namespace}/{name}", response_model=PackSummary, responses=error_responses(404))

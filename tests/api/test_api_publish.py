@@ -320,6 +320,8 @@ def test_the_newest_version_is_by_semver_and_refs_resolve(
     base = f"/v1/actions/packs/{NAMESPACE}/echo"
     pack = client.get(base, headers=publisher.headers).json()
     assert pack["version"] == "1.10.0" and pack["actions"][1]["ref"] == f"{NAMESPACE}/echo/echo@1.10.0"
+    listed = client.get("/v1/actions/packs", headers=publisher.headers).json()["packs"]
+    assert [p["version"] for p in listed if p["pack"] == f"{NAMESPACE}/echo"] == ["1.10.0"]
     versions = client.get(f"{base}/versions", headers=publisher.headers).json()["versions"]
     assert [v["version"] for v in versions] == ["1.10.0", "1.9.3", "1.2.0", "0.9.0"]
     tools = client.get(f"{base}/tools", params={"version": "0.9.0"}, headers=publisher.headers).json()
