@@ -5,8 +5,8 @@ organization's publishers' prices this month, a key's charges this month against
 charges against its max cost. Summed from the calls' rows, each admission read every call of the month
 (or of the run) while it held the database's one writer: a capped key's admission and end took 6.5 ms
 after 10,000 calls in a month and 77 ms after 100,000 (`bench admissions`), and a foreach's items each
-read all the run's calls before them. Here each sum is one row, so
-an admission's cost no longer grows with what the key or the run has done.
+read all the run's calls before them. Here each sum is one row, so an admission's cost no longer grows
+with what the key or the run has done.
 
 `add` runs in the transaction that ends the call (`api.calls.metering.record`, only when that
 transaction is the one that ended the row), so each sum equals its rows' at every commit. A call counts

@@ -23,6 +23,7 @@ from api.errors import CallError, RateLimited
 from api.models import Node, utcnow
 
 SETTINGS = CallSettings()
+Units = tuple[tuple[str, int], ...]
 
 
 @pytest.fixture
@@ -308,16 +309,23 @@ async def test_a_routine_call_refused_for_its_starts_waits_in_the_api_when_its_t
         assert raised.value is refused
 
 
+def _end(
+    engine: Engine, call: ActionCall, *, at: dt.datetime, floor: int, price: int = 0, units: Units = ()
+) -> None:
+    """End `call` at `at` charged `floor` + `price`, as a call's end transaction does."""
+    cost = Cost(floor=floor, price=price)
+    outcome = metering.Outcome(200, None, None, True, vcpu_ms=0, gib_ms=0, cost=cost, units=units)
+    with Session(engine) as session:
+        metering.record(session, call=call, outcome=outcome, now=at)
+        session.commit()
+
+
 def _ended(engine: Engine, adm: limits.Admission, *, at: dt.datetime, floor: int, price: int = 0) -> None:
-    """Admit `adm` at `at` and end it charged `floor` + `price`, as a call's end transaction does."""
+    """Admit `adm` at `at` and end it a second later, charged `floor` + `price`."""
     nodes = _nodes(engine, "n1", "n2")
     with Session(engine) as session:
         call = limits.admit(session, adm=adm, nodes=nodes, settings=SETTINGS, clock=lambda: at)
-    cost = Cost(floor=floor, price=price)
-    outcome = metering.Outcome(status=200, code=None, reason=None, ran=True, vcpu_ms=0, gib_ms=0, cost=cost)
-    with Session(engine) as session:
-        metering.record(session, call=call, outcome=outcome, now=at + dt.timedelta(seconds=1))
-        session.commit()
+    _end(engine, call, at=at + dt.timedelta(seconds=1), floor=floor, price=price)
 
 
 def test_a_keys_cap_holds_what_its_calls_that_ended_this_month_were_charged(engine: Engine) -> None:
@@ -365,19 +373,14 @@ def test_an_organizations_publisher_prices_add_up_over_its_keys_and_a_lost_call_
         call = limits.admit(session, adm=late, nodes=nodes, settings=SETTINGS, clock=lambda: now)
     with Session(engine) as session:
         assert limits.mark_lost(session, now=call.lease_expires_at) == 1
-    outcome = metering.Outcome(
-        status=200,
-        code=None,
-        reason=None,
-        ran=True,
-        vcpu_ms=0,
-        gib_ms=0,
-        cost=Cost(floor=1, price=5),
+    _end(
+        engine,
+        call,
+        at=now,
+        floor=1,
+        price=5,
         units=((metering.TOOL_CALL, 1), (metering.PUBLISHER_MICROUSD, 5)),
     )
-    with Session(engine) as session:
-        metering.record(session, call=call, outcome=outcome, now=now)
-        session.commit()
     with Session(engine) as session:  # nor metered: its publisher is not paid for it
         assert not session.exec(select(MeterEvent).where(col(MeterEvent.call_id) == call.id)).all()
     # 10 micro-USD of the quota left: a price of 10 is admitted, 11 is not
