@@ -64,8 +64,8 @@ PASSED_THROUGH = ("engine.workflow", "engine.foreach")
 for every run (see `workflow_runner`)."""
 
 SHUTDOWN_S = 10.0
-"""How long a stopping worker waits for its tasks and polls to end; past it (a workflow task stuck in C
-holds its slot, engine.stuck) it exits regardless."""
+"""How long a stopping worker waits for its tasks and polls to end (`B3OS_TEMPORAL_SHUTDOWN_S`); past it (a
+workflow task stuck in C holds its slot, engine.stuck) it exits regardless."""
 
 EXIT_LOST_SLOT = 3
 """The worker's exit status when it stopped because a workflow task slot would not come back
@@ -91,6 +91,7 @@ class TemporalSettings(BaseSettings):
     tls_server_name: str | None = None
     workflow_tasks: int = Field(default=WORKFLOW_TASKS, ge=2)
     hung_task_s: float = Field(default=HUNG_S, ge=3)
+    shutdown_s: float = Field(default=SHUTDOWN_S, gt=0)
 
     def tls_config(self) -> TLSConfig | None:
         """The client's TLS settings, or None for plaintext (see `tls_config`)."""
@@ -272,7 +273,7 @@ def _tick_activities(ticks: ScheduleActivities | None) -> list[Callable[..., Any
 
 async def main() -> int:
     """Run the worker until SIGINT or SIGTERM, or until a slot is lost (engine.stuck), then finish the
-    running tasks and stop (within `SHUTDOWN_S`); the exit status: 0, or `EXIT_LOST_SLOT`."""
+    running tasks and stop (within `shutdown_s`); the exit status: 0, or `EXIT_LOST_SLOT`."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     telemetry = TelemetrySettings()
     tracing.setup("worker", telemetry)
@@ -322,7 +323,7 @@ async def main() -> int:
     async with worker:
         await stop.wait()
         code = EXIT_LOST_SLOT if gave_up else 0
-        deadline = _exit_after(SHUTDOWN_S, code, stuck.holding)
+        deadline = _exit_after(settings.shutdown_s, code, stuck.holding)
         watching.cancel()
     await activities.aclose()
     deadline.cancel()

@@ -31,8 +31,12 @@ async def test_an_organizations_runs_past_three_in_flight_take_the_busy_lane_tha
     routine_stack: RoutineStack,
 ) -> None:
     busy = f"{routine_stack.queue}-lane-{uuid.uuid4().hex[:6]}"
-    worker = routine_stack.start_worker(queue=busy, name="busy-worker", nice=10)
-    url, api = routine_stack.start_api(extra_env={"B3OS_TEMPORAL_BUSY_TASK_QUEUE": busy}, listed=False)
+    # the busy lane's steps wait in this api for a slot the first four free (the api's default wait), not
+    # for a Retry-After of the sleepers' deadlines (15 s: their action had no finished call to go by)
+    url, api = routine_stack.start_api(
+        extra_env={"B3OS_TEMPORAL_BUSY_TASK_QUEUE": busy, "B3OS_ROUTINE_ADMISSION_WAIT_S": "5"}, listed=False
+    )
+    worker = routine_stack.start_worker(queue=busy, name="busy-worker", nice=10, api_url=url)
     try:
         org, quiet = routine_stack.runner(), routine_stack.runner()
         assert (await routine_stack.store(org, SLEEPY, url=url)).status_code == 201

@@ -11,6 +11,7 @@ import asyncio
 import json
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 from calls.stack import WORKER_TOKEN, Org, Proc, free_port, wait_http
-from realstack import FREE_ECHO, FREE_FAIL, RoutineStack, no_traceback
+from realstack import FREE_ECHO, RoutineStack, no_traceback
 from temporalio.api.enums.v1 import EventType
 from workers import PATIENCE_S
 
@@ -26,6 +27,10 @@ from activities.idempotency import step_idempotency_key
 from http1.server import SERVER_PROTOCOL
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "egress"))
+from servers import Recorded, Reply  # noqa: E402
+
+PUBLIC = "com.example.tools/probe/public@1"
 
 
 @pytest.fixture(scope="module")
@@ -130,9 +135,16 @@ async def test_a_run_survives_a_restart_of_the_api_process_that_started_it(
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     api = _api_at(routine_stack, port)
+    released = threading.Event()
+
+    def held(req: Recorded) -> Reply:  # each GET waits up to 4 s (the action's timeout is 5), until released
+        released.wait(4)
+        return Reply(200, [("Content-Type", "application/json")], b"{}")
+
+    routine_stack.upstreams["api.example.com"].on("/public/held", held)
     naps = "".join(
-        f"  - id: b{n}\n    uses: {FREE_FAIL}\n    with: {{mode: sleep, seconds: 4}}\n" for n in range(1, 7)
-    )  # six steps of 4 s each, one after another
+        f"  - id: b{n}\n    uses: {PUBLIC}\n    with: {{path: held}}\n" for n in range(1, 7)
+    )  # six steps of up to 4 s each, one after another, until the test releases them
     source = f"""\
 name: restart
 steps:
@@ -149,7 +161,7 @@ outputs:
     assert stored.status_code == 201, stored.text
     run_id = await routine_stack.start_run(org, "restart", url=url)
     deadline = time.monotonic() + PATIENCE_S
-    while not any(c.action == "fail" for c in routine_stack.calls_of(org)):
+    while not any(c.action == "public" for c in routine_stack.calls_of(org)):
         assert time.monotonic() < deadline
         await asyncio.sleep(0.02)
     api.popen.send_signal(signal.SIGKILL)  # the api that started the run dies mid-run...
@@ -160,9 +172,11 @@ outputs:
     try:
         mid = await routine_stack.read(org, run_id, url=url)
         assert mid["status"] == "running", mid
-        assert mid["steps"]["a"]["status"] == "succeeded"  # b1 to b6 still sleeping: 24 s for a restart
+        assert mid["steps"]["a"]["status"] == "succeeded"  # b1 to b6 still held: 24 s for a restart
+        released.set()
         run = await routine_stack.final(org, run_id, url=url)
     finally:
+        released.set()
         restarted.stop()
     assert run["status"] == "succeeded" and run["outputs"] == {"text": "one-three"}, run
     assert [s["attempts"] for s in run["steps"].values()] == [1] * 8

@@ -26,7 +26,7 @@ from workers import PATIENCE_S
 from engine.routine import Routine
 from engine.runs import RunRoutineInput, RunRoutineResult, routine_workflow_id
 from engine.stuck import STUCK_ATTEMPTS
-from engine.worker import EXIT_LOST_SLOT, SHUTDOWN_S
+from engine.worker import EXIT_LOST_SLOT
 from engine.workflow import RoutineWorkflow
 
 STALLING = (str(Path(__file__).with_name("stalling_worker.py")),)
@@ -122,17 +122,24 @@ async def test_a_workflow_task_stuck_in_c_ends_its_run_and_the_worker_restarts_t
     routine_stack: RoutineStack,
 ) -> None:
     queue = f"test-hung-{uuid.uuid4().hex[:8]}"
-    first = routine_stack.start_worker(queue=queue, name="hung-worker", program=STALLING)
+    # each waits 2 s for its tasks once stopping, not the 10 s of engine.worker.SHUTDOWN_S
+    first = routine_stack.start_worker(
+        queue=queue, name="hung-worker", program=STALLING, B3OS_TEMPORAL_SHUTDOWN_S="2"
+    )
     handle = await _start(routine_stack, queue, "inputs.block")
     await _logged(first, "Potential deadlock detected")
-    # SIGTERM stops a worker whose slot is stuck: it exits once SHUTDOWN_S is up
+    # SIGTERM stops a worker whose slot is stuck: it exits once its shutdown's time is up
     first.popen.send_signal(signal.SIGTERM)
     _exits_with(first, 1)
-    assert f"did not stop within {SHUTDOWN_S:g} s".encode() in first.log.read_bytes()
+    assert b"did not stop within 2 s" in first.log.read_bytes()
     # the next worker meets the same task: once it has run B3OS_TEMPORAL_HUNG_TASK_S, the run is ended
     # and the worker exits for its supervisor to start it again
     second = routine_stack.start_worker(
-        queue=queue, name="hung-worker", program=STALLING, B3OS_TEMPORAL_HUNG_TASK_S="3"
+        queue=queue,
+        name="hung-worker",
+        program=STALLING,
+        B3OS_TEMPORAL_HUNG_TASK_S="3",
+        B3OS_TEMPORAL_SHUTDOWN_S="2",
     )
     reason = await _ended_with(handle)
     assert reason.startswith("the run stopped: a workflow task of it still ran "), reason
