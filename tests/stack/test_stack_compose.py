@@ -103,6 +103,9 @@ def test_the_worker_services_run_the_worker_module(services: dict[str, Any]) -> 
         command = service["command"]
         assert command[:2] == ["python", "-m"]
         assert callable(importlib.import_module(command[2]).main)
+        # Docker kills a stopping worker only after the worker's own shutdown has had its time
+        grace = service["stop_grace_period"]
+        assert grace.endswith("s") and float(grace[:-1]) > TemporalSettings().shutdown_s
 
 
 def test_one_worker_polls_the_busy_lane_the_apis_start_busy_organizations_runs_on(
