@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from alembic.config import Config
 
 SCRIPT_DIR = Path(__file__).resolve().parent / "alembic"
-HEAD = "0015_sums_and_indexes"
+HEAD = "0016_usage_sums"
 """The newest revision in api/alembic/versions (tests/api/test_api_errors.py checks it)."""
 BASELINE = "0001_baseline"
 LEGACY_TABLE = "schema_version"

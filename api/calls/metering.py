@@ -22,9 +22,8 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import bindparam, func, insert, update
-from sqlalchemy import select as sa_select
-from sqlmodel import Session, col, select
+from sqlalchemy import bindparam, insert, update
+from sqlmodel import Session
 
 from api import rawsql
 from api.calls import spend
@@ -37,6 +36,15 @@ TOOL_CALL = "actions.tool_call"
 PUBLISHER_MICROUSD = "actions.publisher_microusd"
 ACTION_CALL = "actions.call"
 UNITS = (VCPU_MS, GIB_MS, TOOL_CALL, PUBLISHER_MICROUSD, ACTION_CALL)
+_SUM_OF = {
+    VCPU_MS: "vcpu_ms",
+    GIB_MS: "gib_ms",
+    TOOL_CALL: "tool_calls",
+    PUBLISHER_MICROUSD: "publisher_microusd",
+    ACTION_CALL: "action_calls",
+}
+"""Each unit's sum in a key's month (`api.calls.spend.SUMS`)."""
+_CHARGES = ("compute", "floor", "price", "total")
 
 
 @dataclass(frozen=True)
@@ -98,7 +106,10 @@ def record(session: Session, *, call: ActionCall, outcome: Outcome, now: dt.date
     ).rowcount
     if not ended:  # its lease ended and a sweep marked it lost: it stays unbilled, its units unmetered
         return
-    spend.add(session, call=call, price=cost.price, total=cost.total, now=now)
+    sums = {"compute": cost.compute, "floor": cost.floor, "price": cost.price, "total": cost.total}
+    for unit, quantity in outcome.units:  # (a unit may come more than once)
+        sums[_SUM_OF[unit]] = sums.get(_SUM_OF[unit], 0) + quantity
+    spend.add(session, call=call, sums=sums, now=now)
     namespace = call.pack.split("/", 1)[0]
     if outcome.units:  # one executemany
         rawsql.execute(
@@ -121,59 +132,21 @@ def record(session: Session, *, call: ActionCall, outcome: Outcome, now: dt.date
         )
 
 
-def usage(session: Session, *, org_id: str, start: dt.datetime, end: dt.datetime) -> dict[str, Any]:
-    """An organization's own usage between two moments: units in all and per key, calls and their cost."""
-    rows = session.exec(
-        select(MeterEvent.key_id, MeterEvent.unit, func.sum(MeterEvent.quantity))
-        .where(col(MeterEvent.org_id) == org_id, col(MeterEvent.at) >= start, col(MeterEvent.at) < end)
-        .group_by(col(MeterEvent.key_id), col(MeterEvent.unit))
-    ).all()
-    units = dict.fromkeys(UNITS, 0)
-    per_key: dict[str, dict[str, int]] = {}
-    for key_id, unit, quantity in rows:
-        units[unit] = units.get(unit, 0) + int(quantity)
-        per_key.setdefault(key_id, dict.fromkeys(UNITS, 0))[unit] = int(quantity)
-    cost_rows = session.execute(
-        sa_select(
-            col(ActionCall.key_id),
-            func.count(),
-            func.sum(col(ActionCall.compute)),
-            func.sum(col(ActionCall.floor)),
-            func.sum(col(ActionCall.price)),
-            func.sum(col(ActionCall.total)),
-        )
-        .where(
-            col(ActionCall.org_id) == org_id,
-            col(ActionCall.state) == DONE,
-            col(ActionCall.finished_at) >= start,
-            col(ActionCall.finished_at) < end,
-        )
-        .group_by(col(ActionCall.key_id))
-    ).all()
-    keys = []
-    totals = dict.fromkeys(("calls", "compute", "floor", "price", "total"), 0)
-    for key_id, calls, compute, floor, price, total in cost_rows:
-        cost = {
-            "compute": int(compute or 0),
-            "floor": int(floor or 0),
-            "price": int(price or 0),
-            "total": int(total or 0),
-        }
-        keys.append(
-            {
-                "key_id": key_id,
-                "calls": int(calls),
-                "units": per_key.pop(key_id, dict.fromkeys(UNITS, 0)),
-                "cost": cost,
-            }
-        )
-        totals["calls"] += int(calls)
-        for name, value in cost.items():
-            totals[name] += value
-    keys.sort(key=lambda k: k["key_id"])
+def usage(session: Session, *, org_id: str, month: str) -> dict[str, Any]:
+    """An organization's own usage in a month (`YYYY-MM`, UTC): the calls that ended in it, their cost and
+    units, in all and per key (`api.calls.spend`'s sums)."""
+    rows = spend.of_month(session, org_id=org_id, month=month)
     return {
-        "calls": totals["calls"],
-        "units": units,
-        "cost": {k: totals[k] for k in ("compute", "floor", "price", "total")},
-        "keys": keys,
+        "calls": sum(r.calls for r in rows),
+        "units": {unit: sum(getattr(r, column) for r in rows) for unit, column in _SUM_OF.items()},
+        "cost": {name: sum(getattr(r, name) for r in rows) for name in _CHARGES},
+        "keys": [
+            {
+                "key_id": r.key_id,
+                "calls": r.calls,
+                "units": {unit: getattr(r, column) for unit, column in _SUM_OF.items()},
+                "cost": {name: getattr(r, name) for name in _CHARGES},
+            }
+            for r in rows
+        ],
     }

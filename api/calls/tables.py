@@ -46,8 +46,6 @@ class ActionCall(SQLModel, table=True):
         Index("ix_action_calls_run_state", "run_id", "state"),
         # a refusal's Retry-After: an action version's last finished calls (api.calls.slot_ends)
         Index("ix_action_calls_action_finished", "pack", "version", "action", "state", "finished_at"),
-        # an organization's usage over a period (api.calls.metering.usage)
-        Index("ix_action_calls_org_finished", "org_id", "state", "finished_at"),
     )
     id: str = Field(primary_key=True, max_length=40)
     org_id: str = Field(max_length=40)
@@ -86,10 +84,7 @@ class MeterEvent(SQLModel, table=True):
     """A quantity of one unit metered for one call under the caller's key."""
 
     __tablename__ = "meter_events"
-    __table_args__ = (
-        Index("ix_meter_events_org_at", "org_id", "at"),
-        Index("ix_meter_events_publisher_unit_at", "publisher", "unit", "at"),
-    )
+    __table_args__ = (Index("ix_meter_events_publisher_unit_at", "publisher", "unit", "at"),)
     id: int | None = Field(default=None, primary_key=True)
     call_id: str = Field(max_length=40, index=True)
     org_id: str = Field(max_length=40)
@@ -131,7 +126,8 @@ class CallCancel(SQLModel, table=True):
 
 
 class KeySpend(SQLModel, table=True):
-    """What a key's calls that ended in one month were charged (their rows' sums)."""
+    """What a key's calls that ended in one month were charged and metered (their rows' and their meter
+    events' sums): the month's limits (`api.calls.limits`) and `GET /v1/usage` read it."""
 
     __tablename__ = "key_spend"
     __table_args__ = (Index("ix_key_spend_org_month", "org_id", "month"),)
@@ -140,6 +136,16 @@ class KeySpend(SQLModel, table=True):
     org_id: str = Field(max_length=40)
     price: int = Field(default=0, sa_type=BigInteger, description="publishers' prices, micro-USD")
     total: int = Field(default=0, sa_type=BigInteger, description="every charge, micro-USD")
+    calls: int = Field(default=0, sa_type=BigInteger, description="calls that ended done")
+    compute: int = Field(default=0, sa_type=BigInteger, description="their compute charges, micro-USD")
+    floor: int = Field(default=0, sa_type=BigInteger, description="their floors, micro-USD")
+    vcpu_ms: int = Field(default=0, sa_type=BigInteger, description="unit actions.vcpu_ms")
+    gib_ms: int = Field(default=0, sa_type=BigInteger, description="unit actions.gib_ms")
+    tool_calls: int = Field(default=0, sa_type=BigInteger, description="unit actions.tool_call")
+    publisher_microusd: int = Field(
+        default=0, sa_type=BigInteger, description="unit actions.publisher_microusd"
+    )
+    action_calls: int = Field(default=0, sa_type=BigInteger, description="unit actions.call")
 
 
 class RunCharge(SQLModel, table=True):

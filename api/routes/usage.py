@@ -40,11 +40,10 @@ async def usage(
 ) -> dict[str, Any]:
     """Your organization's units, calls and cost in micro-USD for a month (default: this month)."""
     month = month_or_now(request, month)
-    start, end = month_bounds(month)
 
     def read() -> dict[str, Any]:
         with Session(request.app.state.engine) as session:
-            return metering.usage(session, org_id=principal.org_id, start=start, end=end)
+            return metering.usage(session, org_id=principal.org_id, month=month)
 
     body = await anyio.to_thread.run_sync(read)
     return {"org_id": principal.org_id, "month": month, "unit": "micro-USD", **body}

@@ -23,6 +23,7 @@ from fastapi.testclient import TestClient
 from sqlmodel import Session, SQLModel, select
 
 import api.migrations
+from api.calls import metering
 from api.calls.tables import ActionCall, CallCancel, IdempotencyRecord, KeySpend, MeterEvent, RunCharge
 from api.config import Settings
 from api.connections.tables import ConnectionRecord
@@ -327,6 +328,69 @@ def test_calls_stored_before_the_spend_sums_are_added_up_per_key_and_month_and_p
         ("key_2", "2025-03", "org_1", 0, 4),
     }
     assert runs == {("run_9", 57)}
+
+
+def test_the_usage_sums_are_made_from_the_calls_and_meter_events_stored_before(engine: sa.Engine) -> None:
+    with engine.begin() as conn:
+        command.upgrade(alembic_config(conn), "0015_sums_and_indexes")
+    insert_rows(engine)  # call_1: key_1, ended in March 2025 (compute 3, floor 100, price 10), 12 vCPU ms
+    call, event = dict(ROWS["tool_calls"]), dict(ROWS["meter_events"])
+    april = T + dt.timedelta(days=30)
+    calls = [  # (id, key, ended at, state, compute, floor, price): a free call (total 0) counts too
+        ("call_2", "key_1", T, "done", 5, 100, 0),
+        ("call_3", "key_1", april, "done", 0, 10, 0),
+        ("call_4", "key_2", T, "done", 0, 0, 0),
+        ("call_5", "key_1", None, "running", 0, 0, 0),
+        ("call_6", "key_1", T, "lost", 0, 0, 0),
+    ]
+    events = [  # (call, key, unit, quantity, at)
+        ("call_1", "key_1", "actions.tool_call", 1, T),
+        ("call_1", "key_1", "actions.publisher_microusd", 10, T),
+        ("call_2", "key_1", "actions.vcpu_ms", 30, T),
+        ("call_2", "key_1", "actions.gib_ms", 7, T),
+        ("call_3", "key_1", "actions.call", 1, april),
+    ]
+    with engine.begin() as conn:
+        tables = sa.MetaData()
+        tables.reflect(conn, only=["action_calls", "meter_events"])
+        for id_, key, ended, state, compute, floor, price in calls:
+            conn.execute(
+                tables.tables["action_calls"].insert(),
+                {
+                    **call,
+                    "id": id_,
+                    "key_id": key,
+                    "finished_at": ended,
+                    "state": state,
+                    "compute": compute,
+                    "floor": floor,
+                    "price": price,
+                    "total": compute + floor + price,
+                },
+            )
+        for call_id, key, unit, quantity, at in events:
+            conn.execute(
+                tables.tables["meter_events"].insert(),
+                {**event, "call_id": call_id, "key_id": key, "unit": unit, "quantity": quantity, "at": at},
+            )
+    migrate(engine)
+    with Session(engine) as session:
+        march = metering.usage(session, org_id="org_1", month="2025-03")
+        april_usage = metering.usage(session, org_id="org_1", month="2025-04")
+    assert (march["calls"], march["cost"]) == (3, {"compute": 8, "floor": 200, "price": 10, "total": 218})
+    assert march["units"] == {
+        "actions.vcpu_ms": 42,
+        "actions.gib_ms": 7,
+        "actions.tool_call": 1,
+        "actions.publisher_microusd": 10,
+        "actions.call": 0,
+    }
+    assert [(k["key_id"], k["calls"], k["cost"]["total"]) for k in march["keys"]] == [
+        ("key_1", 2, 218),
+        ("key_2", 1, 0),
+    ]
+    assert (april_usage["calls"], april_usage["units"]["actions.call"]) == (1, 1)
+    assert april_usage["cost"] == {"compute": 0, "floor": 10, "price": 0, "total": 10}
 
 
 def test_the_blobs_of_versions_published_before_stay_readable_by_nodes(engine: sa.Engine) -> None:

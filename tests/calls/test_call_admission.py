@@ -350,9 +350,7 @@ def test_a_keys_cap_holds_what_its_calls_that_ended_this_month_were_charged(engi
     assert _admit(engine, "org-c", nodes, cap=150 + floor, clock=lambda: now).startswith("ok:")
     with Session(engine) as session:
         sums = {(s.key_id, s.month, s.total) for s in session.exec(select(KeySpend))}
-        usage = metering.usage(
-            session, org_id="org-c", start=limits.month_start(now), end=dt.datetime(2027, 1, 1, tzinfo=dt.UTC)
-        )
+        usage = metering.usage(session, org_id="org-c", month="2026-12")
     assert sums == {("key-org-c", "2026-11", 900), ("key-org-c", "2026-12", 150)}
     assert usage["cost"]["total"] == 150  # the usage of December says the same
 
@@ -386,3 +384,49 @@ def test_an_organizations_publisher_prices_add_up_over_its_keys_and_a_lost_call_
     # 10 micro-USD of the quota left: a price of 10 is admitted, 11 is not
     assert _admit(engine, "org-d", nodes, price=11).startswith("quota_exceeded::")
     assert _admit(engine, "org-d", nodes, price=10).startswith("ok:")
+
+
+def test_the_months_usage_is_its_ended_calls_and_their_units_per_key_free_ones_too(engine: Engine) -> None:
+    now = dt.datetime(2026, 12, 15, 12, tzinfo=dt.UTC)
+    nodes = _nodes(engine, "n1", "n2")
+    ended = [  # (key, ended at, floor, price, units)
+        (
+            "key-a",
+            now,
+            100,
+            7,
+            ((metering.VCPU_MS, 12), (metering.TOOL_CALL, 1), (metering.PUBLISHER_MICROUSD, 7)),
+        ),
+        ("key-a", now, 0, 0, ((metering.ACTION_CALL, 1), (metering.ACTION_CALL, 2))),  # free; a unit twice
+        ("key-b", now, 10, 0, ((metering.ACTION_CALL, 1),)),
+        ("key-b", dt.datetime(2026, 11, 30, 23, 59, tzinfo=dt.UTC), 5, 0, ()),  # November's
+    ]
+    for key, at, floor, price, units in ended:
+        adm = dataclasses.replace(_admission("org-u"), key_id=key)
+        with Session(engine) as session:
+            call = limits.admit(session, adm=adm, nodes=nodes, settings=SETTINGS, clock=lambda at=at: at)
+        _end(engine, call, at=at, floor=floor, price=price, units=units)
+    with Session(engine) as session:
+        lost = limits.admit(
+            session, adm=_admission("org-u"), nodes=nodes, settings=SETTINGS, clock=lambda: now
+        )
+    with Session(engine) as session:  # a call lost meanwhile counts nowhere
+        assert limits.mark_lost(session, now=lost.lease_expires_at) == 1
+    _end(engine, lost, at=now, floor=100, price=0, units=((metering.TOOL_CALL, 1),))
+    with Session(engine) as session:
+        usage = metering.usage(session, org_id="org-u", month="2026-12")
+    assert usage["calls"] == 3
+    assert usage["cost"] == {"compute": 0, "floor": 110, "price": 7, "total": 117}
+    assert usage["units"] == {
+        metering.VCPU_MS: 12,
+        metering.GIB_MS: 0,
+        metering.TOOL_CALL: 1,
+        metering.PUBLISHER_MICROUSD: 7,
+        metering.ACTION_CALL: 4,
+    }
+    assert [
+        (k["key_id"], k["calls"], k["cost"]["total"], k["units"][metering.ACTION_CALL]) for k in usage["keys"]
+    ] == [
+        ("key-a", 2, 107, 3),
+        ("key-b", 1, 10, 1),
+    ]
