@@ -106,7 +106,7 @@ def record(session: Session, *, call: ActionCall, outcome: Outcome, now: dt.date
     ).rowcount
     if not ended:  # its lease ended and a sweep marked it lost: it stays unbilled, its units unmetered
         return
-    sums = {"compute": cost.compute, "floor": cost.floor, "price": cost.price, "total": cost.total}
+    sums = {name: getattr(cost, name) for name in _CHARGES}
     for unit, quantity in outcome.units:  # (a unit may come more than once)
         sums[_SUM_OF[unit]] = sums.get(_SUM_OF[unit], 0) + quantity
     spend.add(session, call=call, sums=sums, now=now)
