@@ -2,9 +2,12 @@
 SHELL := /bin/bash
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
-DEB_PACKAGES := bubblewrap debootstrap postgresql iproute2 jq gcc libc6-dev chromium qemu-system-x86
-PYTHON ?= python3
+DEB_PACKAGES := bubblewrap debootstrap postgresql iproute2 jq gcc libc6-dev chromium qemu-system-x86 python3-venv
+# Debian's own Python: built with profile-guided and link-time optimisation, as the Docker image's
+# python:3.11-slim is. A self-built one (pyenv's default build, first on PATH on some machines) ran the
+# api and the node ~20% slower (docs/performance.md, "The interpreter").
+PYTHON ?= /usr/bin/python3
+STAMP := $(VENV)/.installed-with$(subst /,_,$(PYTHON))
 
 TS_SDK := sdk/typescript
 
@@ -40,7 +43,11 @@ deb:
 	fi
 
 # One pip command: the platform (b3os-platform) depends on the SDK (b3os), which only sdk/python provides.
+# The stamp names the interpreter: a virtualenv made from another one than $(PYTHON) is made again.
 $(STAMP): pyproject.toml sdk/python/pyproject.toml
+	@base="$$($(PYTHON) -c 'import sys; print(sys.base_prefix)')"; \
+	if [ -x $(BIN)/python ] && [ "$$($(BIN)/python -c 'import sys; print(sys.base_prefix)')" != "$$base" ]; then \
+	  echo "$(VENV) was made from another Python than $(PYTHON): making it again"; rm -rf $(VENV); fi
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e ./sdk/python -e '.[dev]'
