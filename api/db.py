@@ -4,12 +4,12 @@ SQLite (the default) runs in WAL mode with `synchronous=NORMAL` (a commit is dur
 synced at a checkpoint: a power cut may lose the last commits, never consistency), a busy timeout,
 foreign keys on, and every transaction begun with `BEGIN IMMEDIATE`, so concurrent writers queue
 instead of failing with "database is locked" when a read turns into a write; within a process they
-queue in order (`_WriterGate`) before they ask SQLite. The price: on SQLite an
+queue in order (`WritersTurn`) before they ask SQLite. The price: on SQLite an
 open transaction holds the write lock, so end transactions (commit or close the session) before any
 slow wait. A session that only reads (`read_session`) begins a deferred transaction instead and
-never waits for, nor holds, the write lock. A session of the `now_or_never` engine begins its write
-transaction only if the writers' turn is free at that moment, else raises `WriterBusy` having waited
-for nothing: a short write may run on the event loop, and waits in a worker thread only when it must.
+never waits for, nor holds, the write lock. The call path's short writes begin on the driver
+(`api.rawsql.Writes`), holding the same turn (`writers_turn`): at once or not at all on the event loop
+(else `WriterBusy`, having waited for nothing), in turn in a worker thread.
 PostgreSQL goes through psycopg 3 (`postgresql+psycopg://`).
 """
 
@@ -41,7 +41,7 @@ log = logging.getLogger("b3os.api")
 SQLITE_POOL_SIZE = 10
 SQLITE_POOL_OVERFLOW = 50
 """More SQLite connections than the threads that may use them (anyio's 40 worker threads, plus the event
-loop's own): a writer holds its connection while it waits for its turn at `_WriterGate`, and with
+loop's own): a writer holds its connection while it waits for its turn (`WritersTurn`), and with
 SQLAlchemy's default pool (5 + 10) a burst of writers took every connection, so reads and other writers
 waited 30 s for one and answered 500 (`QueuePool limit ... reached`). A SQLite connection costs a file
 handle and a page cache that fills only as it reads; waiting is now the gate's, in arrival order."""
@@ -68,7 +68,8 @@ def make_engine(url: str) -> Engine:
         pool_size=SQLITE_POOL_SIZE,
         max_overflow=SQLITE_POOL_OVERFLOW,
     )
-    gate = _WriterGate(Path(f"{database}-writer"))
+    gate = WritersTurn(Path(f"{database}-writer"))
+    _TURNS[engine] = gate
     weakref.finalize(engine, os.close, gate.file)
     event.listen(engine, "connect", _sqlite_connect)
     event.listen(engine, "begin", gate.begin)
@@ -146,11 +147,10 @@ def _switch_to_wal(cursor: Any) -> None:
 
 
 _READS_ONLY = "b3os_reads_only"
-_NOW_OR_NEVER = "b3os_now_or_never"
 
 
 class WriterBusy(Exception):
-    """The writers' turn was not free at that moment (a `now_or_never` engine's transaction did not begin)."""
+    """The writers' turn was not free at that moment (a write that was to begin at once did not)."""
 
 
 BUSY_TIMEOUT_MS = 30_000
@@ -162,11 +162,11 @@ FILE_POLL_MAX_S = 0.002
 """The longest pause between two tries of the file lock of the writers' turn between processes."""
 
 
-class _WriterGate:
+class WritersTurn:
     """One write transaction at a time per database file, in arrival order within a process, taking turns
     fairly between processes.
 
-    SQLite lets one writer in at a time anyway; without the gate every thread of the process would wait in
+    SQLite lets one writer in at a time anyway; without the turn every thread of the process would wait in
     SQLite's busy handler, which sleeps and polls (up to 100 ms between tries, first come not first
     served), while the writer that holds the lock waits for the GIL behind them. Queued here, a writer
     gets the lock as soon as the previous one commits.
@@ -177,7 +177,10 @@ class _WriterGate:
     dozens of its calls waited the 30 s busy timeout and answered 503). So the process's writer in turn
     also takes an advisory lock (`flock`) on a file beside the database (`<file>-writer`) before `BEGIN
     IMMEDIATE`, polling it every millisecond or so: the kernel, not a 100 ms sleep, tells the other process
-    it is free. Read-only transactions (`read_session`) never pass the gate.
+    it is free. Read-only transactions (`read_session`) never take it.
+
+    A session's write transaction takes it as it begins (the engine's `begin` event) and gives it back as
+    it ends; a write begun on the driver (`api.rawsql.Writes`) calls `take` and `give` itself.
     """
 
     def __init__(self, lock_file: Path) -> None:
@@ -186,48 +189,35 @@ class _WriterGate:
         self.file = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o600)
 
     def begin(self, connection: Any) -> None:
-        options = connection.get_execution_options()
-        if options.get(_READS_ONLY, False):
+        if connection.get_execution_options().get(_READS_ONLY, False):
             connection.exec_driver_sql("BEGIN")
             return
-        if options.get(_NOW_OR_NEVER, False):
-            self._begin_now(connection)
-            return
-        if self._lock.acquire(timeout=GATE_WAIT_S):
-            self._holder = connection
-            self._take_file()
+        self.take(connection)
         try:
             connection.exec_driver_sql("BEGIN IMMEDIATE")
         except BaseException:
-            self._release(connection)
+            self.give(connection)
             raise
 
-    def _begin_now(self, connection: Any) -> None:
-        """Begin at once holding the writers' turn, or raise `WriterBusy` having waited for nothing."""
-        if not self._lock.acquire(blocking=False):
-            raise WriterBusy
-        self._holder = connection
-        try:
-            fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self._holder = None
-            self._lock.release()
-            raise WriterBusy from None
-        driver = connection.connection.driver_connection
-        try:
-            driver.execute("PRAGMA busy_timeout=0")  # a writer outside the turn (a migration): no wait
+    def take(self, holder: object, *, now: bool = False) -> None:
+        """Take the turn for `holder`: in arrival order, waiting up to `GATE_WAIT_S` in the process and as
+        long again for the other processes (then SQLite's busy timeout decides); with `now`, at once or
+        not at all (`WriterBusy`, having waited for nothing)."""
+        if now:
+            if not self._lock.acquire(blocking=False):
+                raise WriterBusy
             try:
-                driver.execute("BEGIN IMMEDIATE")
-            finally:
-                driver.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-        except BaseException as exc:
-            self._release(connection)
-            if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
+                fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                self._lock.release()
                 raise WriterBusy from None
-            raise
+            self._holder = holder
+        elif self._lock.acquire(timeout=GATE_WAIT_S):
+            self._holder = holder
+            self._take_file()
 
     def end(self, connection: Any) -> None:
-        self._release(connection)
+        self.give(connection)
 
     def _take_file(self) -> None:
         give_up, pause = time.monotonic() + GATE_WAIT_S, 0.0005
@@ -241,27 +231,28 @@ class _WriterGate:
             time.sleep(pause)
             pause = min(2 * pause, FILE_POLL_MAX_S)
 
-    def _release(self, connection: Any) -> None:
-        if self._holder is connection:  # a read-only one, or one let in after a timeout, holds nothing
+    def give(self, holder: object) -> None:
+        """Give the turn back, if `holder` holds it (a reader, or a writer let in after a timeout, holds
+        nothing)."""
+        if self._holder is holder:
             self._holder = None
             fcntl.flock(self.file, fcntl.LOCK_UN)
             self._lock.release()
 
 
+_TURNS: weakref.WeakKeyDictionary[Engine, WritersTurn] = weakref.WeakKeyDictionary()
+
+
+def writers_turn(engine: Engine) -> WritersTurn | None:
+    """The writers' turn of a SQLite engine's database file (None for PostgreSQL, whose writers wait on
+    their rows' locks): a write transaction begun on the driver (`api.rawsql.Writes`) takes it as a
+    session's does."""
+    return _TURNS.get(engine)
+
+
 @functools.lru_cache(maxsize=32)
 def _reader(engine: Engine) -> Engine:
     return engine.execution_options(**{_READS_ONLY: True})
-
-
-@functools.lru_cache(maxsize=32)
-def now_or_never(engine: Engine) -> Engine | None:
-    """On SQLite, the engine whose write transactions begin only when the writers' turn is free at that
-    moment (else `WriterBusy`, before anything ran): a short write may then run where it is (the event
-    loop) rather than wait for its turn in a worker thread. None elsewhere: a PostgreSQL write is a
-    network round trip and stays off the loop."""
-    if engine.dialect.name != "sqlite":
-        return None
-    return engine.execution_options(**{_NOW_OR_NEVER: True})
 
 
 def read_session(engine: Engine) -> Session:
@@ -302,7 +293,7 @@ def is_postgres(engine: Engine) -> bool:
 async def get_session(request: Request) -> AsyncIterator[Session]:
     """A session on the app's engine for one request (a dependency), closed once the answer is made.
 
-    On SQLite a transaction holds the process's writers' turn (`_WriterGate`) until it ends, so a route
+    On SQLite a transaction holds the process's writers' turn (`WritersTurn`) until it ends, so a route
     on this session commits its writes before it returns, and a route that only reads takes
     `get_read_session`. Beside 20 runs of 60 calls each, a node's registry poll read in this session and
     held the turn while FastAPI serialized its answer in a worker thread, and all 40 worker threads were

@@ -9,11 +9,13 @@ and each type's conversion: `UTCDateTime`, JSON, booleans, exactly as SQLAlchemy
 and runs on the connection's DBAPI cursor. Driver errors come out as SQLAlchemy's (`IntegrityError`,
 `OperationalError`, ...), and a connection the database dropped is invalidated as SQLAlchemy would.
 
-Transactions stay SQLAlchemy's: `execute` runs a statement inside a session's transaction (on SQLite
-`BEGIN IMMEDIATE` after the writers' turn, `api.db`), and `Reads` runs single-statement reads on a
-pooled driver connection without a transaction of their own (on SQLite each statement reads one
-consistent snapshot; a version, once published, never changes, so reads that span statements need no
-common one).
+`execute` runs a statement inside a `Transaction`: a session's (on SQLite `BEGIN IMMEDIATE` after the
+writers' turn, `api.db`), or, on SQLite, one of `Writes`, which begins and commits on the driver
+holding the same turn: the call path's short writes, whose ORM session (its transaction's state, the
+pool's events, the engine's `begin` and `commit`) cost as much as their statements, 12-16% of the
+api's CPU a call. `Reads` runs single-statement reads on a pooled driver connection without a
+transaction of their own (on SQLite each statement reads one consistent snapshot; a version, once
+published, never changes, so reads that span statements need no common one).
 
 Statements with Python-side column defaults or expanding (`IN`) parameters are refused when first
 compiled: their SQL depends on each execution's values.
@@ -22,19 +24,20 @@ compiled: their SQL depends on each execution's values.
 from __future__ import annotations
 
 import collections
+import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import Engine
 from sqlalchemy.engine import Dialect
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.sql import Executable
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.dml import Insert, Update
 from sqlmodel import Session
 
-from api.db import read_session
+from api.db import BUSY_TIMEOUT_MS, WriterBusy, read_session, writers_turn
 
 Params = Mapping[str, Any]
 
@@ -152,11 +155,131 @@ def run(
     )
 
 
-def execute(session: Session, stmt: Executable, params: Params | Sequence[Params] | None = None) -> Outcome:
-    """Run `stmt` in the session's transaction (which begins now if it has not: on SQLite the writers'
-    turn and `BEGIN IMMEDIATE`, `api.db`)."""
-    connection = session.connection()
+class Transaction(Protocol):
+    """What the call path's writes ask of their transaction: a `Session`'s, or a `Writes`'."""
+
+    def connection(self) -> Any:
+        """The transaction's connection (begun now if it was not): its `.connection` is the pooled DBAPI
+        connection, its `.dialect` the engine's."""
+
+    def commit(self) -> None: ...
+
+    def rollback(self) -> None: ...
+
+    def get_bind(self) -> Any:
+        """The engine."""
+
+
+def execute(tx: Transaction, stmt: Executable, params: Params | Sequence[Params] | None = None) -> Outcome:
+    """Run `stmt` in the transaction (which begins now if it has not: on SQLite the writers' turn and
+    `BEGIN IMMEDIATE`, `api.db`)."""
+    connection = tx.connection()
     return run(connection.connection, connection.dialect, stmt, params)
+
+
+@dataclass(frozen=True)
+class _Bound:
+    connection: Any  # the pooled DBAPI connection
+    dialect: Dialect
+
+
+class Writes:
+    """Write transactions on one pooled SQLite driver connection, holding the database's writers' turn
+    (`api.db.writers_turn`) from start to end: a `Transaction` for the call path's short writes.
+
+    With `now` the turn is taken at once or not at all (`WriterBusy`, before anything ran), and so is
+    the write lock itself: a writer outside the turn (a migration, a tool) makes it `WriterBusy` too,
+    never a wait. A function run in one may be run again, from its start, elsewhere (the call path runs
+    it in a worker thread then): it must have no effect but its transactions'. Without `now` (in a
+    worker thread) the turn is waited for, as a session's write waits.
+
+    A transaction begins at once, and again at the first statement after a commit or a rollback; the
+    turn is given back when the `with` block ends (rolling back what was not committed).
+    """
+
+    def __init__(self, engine: Engine, *, now: bool) -> None:
+        turn = writers_turn(engine)
+        if turn is None:
+            raise ValueError(f"{engine.dialect.name}: driver transactions are SQLite's only")
+        self.engine = engine
+        self._turn = turn
+        self._now = now
+        self._bound: _Bound | None = None
+        self._begun = False
+
+    def __enter__(self) -> Writes:
+        self._turn.take(self, now=self._now)
+        dialect = self.engine.dialect
+        try:
+            try:
+                raw = self.engine.raw_connection()
+            except dialect.loaded_dbapi.Error as exc:  # the database cannot be reached
+                raise _wrapped(exc, dialect, None, True) from exc
+            self._bound = _Bound(raw, dialect)
+            self.connection()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        try:
+            if self._bound is not None:
+                try:
+                    with contextlib.suppress(DBAPIError):  # a lost connection: the pool drops it
+                        self.rollback()
+                finally:
+                    self._bound.connection.close()  # back to the pool
+        finally:
+            self._bound = None
+            self._turn.give(self)
+
+    def connection(self) -> _Bound:
+        """The connection, its transaction begun (`BEGIN IMMEDIATE`)."""
+        assert self._bound is not None, "a Writes is used inside its with block"
+        if not self._begun:
+            driver = self._bound.connection.driver_connection
+            if not self._now:
+                self._driver("BEGIN IMMEDIATE")
+            else:
+                driver.execute("PRAGMA busy_timeout=0")  # a writer outside the turn: no wait
+                try:
+                    self._driver("BEGIN IMMEDIATE")
+                except OperationalError as exc:
+                    if "locked" in str(exc.orig):
+                        raise WriterBusy from None
+                    raise
+                finally:
+                    driver.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            self._begun = True
+        return self._bound
+
+    def commit(self) -> None:
+        """Commit the transaction under way, if any."""
+        if self._begun:
+            self._begun = False
+            self._driver("COMMIT")
+
+    def rollback(self) -> None:
+        """Roll back the transaction under way, if any."""
+        if self._begun:
+            self._begun = False
+            self._driver("ROLLBACK")
+
+    def get_bind(self) -> Engine:
+        """The engine."""
+        return self.engine
+
+    def _driver(self, sql: str) -> None:
+        assert self._bound is not None
+        raw, dialect = self._bound.connection, self._bound.dialect
+        try:
+            raw.driver_connection.execute(sql)
+        except dialect.loaded_dbapi.Error as exc:
+            invalidated = dialect.is_disconnect(exc, raw.driver_connection, None)
+            if invalidated:
+                raw.invalidate(exc)
+            raise _wrapped(exc, dialect, sql, invalidated) from exc
 
 
 class Reads:

@@ -30,6 +30,7 @@ from api.calls.errors import ConcurrencyLimited, ToolUnavailable
 from api.calls.sessions import CallSessions
 from api.calls.tables import ActionCall
 from api.errors import RateLimited
+from api.rawsql import Transaction
 
 ADMISSION_POLL_S = 0.5
 """About how often an organization's waiting routine calls try admission again, together, without a
@@ -60,7 +61,7 @@ class Admissions:
     async def admit(
         self,
         org: str,
-        admit: Callable[[Session], ActionCall],
+        admit: Callable[[Transaction], ActionCall],
         refusal: Callable[[Session], None],
         *,
         wait_s: float,

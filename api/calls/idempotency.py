@@ -27,12 +27,14 @@ from typing import Any
 
 import rfc8785
 from sqlalchemy import bindparam, delete, insert, update
+from sqlalchemy import select as sa_select
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col
 
 from api import rawsql
 from api.calls.errors import CallInvalid, IdempotencyKeyReused
 from api.calls.tables import DONE, RUNNING, IdempotencyRecord
+from api.rawsql import Transaction
 
 MAX_KEY_LENGTH = 255
 NOT_STORED = frozenset({429, 503})
@@ -76,6 +78,21 @@ _STORE = (
 )
 _LINK = update(_RECORDS).where(*_THIS, _RECORDS.c.state == RUNNING).values(call_id=bindparam("b_call"))
 _RELEASE = delete(_RECORDS).where(*_THIS, _RECORDS.c.state == RUNNING)
+# when a claim is refused: the key's row, then either its expired row dropped or its lapsed claim taken over
+_FIND = sa_select(
+    _RECORDS.c.request_hash,
+    _RECORDS.c.state,
+    _RECORDS.c.status,
+    _RECORDS.c.body,
+    _RECORDS.c.claimed_until,
+    _RECORDS.c.expires_at,
+).where(*_THIS)
+_DROP_EXPIRED = delete(_RECORDS).where(*_THIS, _RECORDS.c.expires_at <= bindparam("b_now"))
+_TAKE_OVER = (
+    update(_RECORDS)
+    .where(*_THIS, _RECORDS.c.state == RUNNING, _RECORDS.c.claimed_until == bindparam("b_lapsed"))
+    .values(claimed_until=bindparam("b_until"))
+)
 
 
 def check_key(key: str) -> str:
@@ -97,7 +114,7 @@ def request_hash(payload: dict[str, Any]) -> str:
 
 
 def try_claim(
-    session: Session, *, org_id: str, key: str, digest: str, now: dt.datetime, hold_s: float, ttl_s: int
+    session: Transaction, *, org_id: str, key: str, digest: str, now: dt.datetime, hold_s: float, ttl_s: int
 ) -> Claim:
     """Claim a key, or learn its stored answer or how long its holder may still run (commits).
 
@@ -111,7 +128,7 @@ def try_claim(
 
 
 def _attempt(
-    session: Session, *, org_id: str, key: str, digest: str, now: dt.datetime, hold_s: float, ttl_s: int
+    session: Transaction, *, org_id: str, key: str, digest: str, now: dt.datetime, hold_s: float, ttl_s: int
 ) -> Claim | None:
     claim = {
         "org_id": org_id,
@@ -128,14 +145,13 @@ def _attempt(
         return Claim(owner=True)
     except IntegrityError:
         session.rollback()
+    this = {"b_org": org_id, "b_key": key}
     try:
-        found = session.get(IdempotencyRecord, (org_id, key))
+        found = rawsql.execute(session, _FIND, this).first()
         if found is None:
             return None
         if found.expires_at <= now:
-            session.execute(
-                delete(IdempotencyRecord).where(*_is(org_id, key), col(IdempotencyRecord.expires_at) <= now)
-            )
+            rawsql.execute(session, _DROP_EXPIRED, {**this, "b_now": now})
             session.commit()
             return None
         if found.request_hash != digest:
@@ -148,40 +164,31 @@ def _attempt(
             return Claim(replay=(found.status, found.body))
         if found.claimed_until > now:
             return Claim(wait_until=found.claimed_until)
-        taken = session.execute(
-            update(IdempotencyRecord)
-            .where(
-                *_is(org_id, key),
-                col(IdempotencyRecord.state) == RUNNING,
-                col(IdempotencyRecord.claimed_until) == found.claimed_until,
-            )
-            .values(claimed_until=now + dt.timedelta(seconds=hold_s))
+        until = now + dt.timedelta(seconds=hold_s)
+        taken = rawsql.execute(
+            session, _TAKE_OVER, {**this, "b_lapsed": found.claimed_until, "b_until": until}
         )
         session.commit()
-        return Claim(owner=True) if taken.rowcount == 1 else Claim(wait_until=now)  # type: ignore[attr-defined]
+        return Claim(owner=True) if taken.rowcount == 1 else Claim(wait_until=now)
     except BaseException:
         session.rollback()
         raise
 
 
-def _is(org_id: str, key: str) -> tuple[Any, Any]:
-    return (col(IdempotencyRecord.org_id) == org_id, col(IdempotencyRecord.key) == key)
-
-
 def store(
-    session: Session, *, org_id: str, key: str, status: int, body: dict[str, Any], call_id: str | None
+    session: Transaction, *, org_id: str, key: str, status: int, body: dict[str, Any], call_id: str | None
 ) -> None:
     """Store the answer of a claimed key in the caller's transaction (which commits)."""
     params = {"b_org": org_id, "b_key": key, "b_status": status, "b_body": body, "b_call": call_id}
     rawsql.execute(session, _STORE, params)
 
 
-def link_call(session: Session, *, org_id: str, key: str, call_id: str) -> None:
+def link_call(session: Transaction, *, org_id: str, key: str, call_id: str) -> None:
     """Name the admitted call of a running claim (in the caller's transaction), so a cancel finds it."""
     rawsql.execute(session, _LINK, {"b_org": org_id, "b_key": key, "b_call": call_id})
 
 
-def release(session: Session, *, org_id: str, key: str) -> None:
+def release(session: Transaction, *, org_id: str, key: str) -> None:
     """Drop the claim of a key whose answer is not stored (429, 503) in the caller's transaction."""
     rawsql.execute(session, _RELEASE, {"b_org": org_id, "b_key": key})
 

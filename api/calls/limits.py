@@ -36,9 +36,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from sqlalchemy import Select, bindparam, func, insert, or_, text, update
+from sqlalchemy import Integer, Select, bindparam, func, insert, or_, text, update
 from sqlalchemy import select as sa_select
-from sqlmodel import Session, col, select
+from sqlmodel import Session, col
 
 from api import rawsql
 from api.calls import spend
@@ -49,6 +49,7 @@ from api.calls.settings import CallSettings
 from api.calls.slot_ends import expected_end, soonest_end
 from api.calls.tables import LOST, RUNNING, ActionCall
 from api.errors import RateLimited
+from api.rawsql import Transaction
 
 WINDOW = dt.timedelta(seconds=60)
 
@@ -89,6 +90,24 @@ def _load_of(nodes: int) -> Select[Any]:
 _STARTS = sa_select(func.count(), func.max(_CALLS.c.started_at)).where(
     _CALLS.c.org_id == bindparam("org"), _CALLS.c.started_at > bindparam("since")
 )
+# the nth oldest start of the window, for a refusal's Retry-After
+_NTH_START = (
+    sa_select(_CALLS.c.started_at)
+    .where(_CALLS.c.org_id == bindparam("org"), _CALLS.c.started_at > bindparam("since"))
+    .order_by(_CALLS.c.started_at)
+    .offset(bindparam("skip", type_=Integer))
+    .limit(1)
+)
+_RUNNING = sa_select(_CALLS).where(_CALLS.c.state == RUNNING, _CALLS.c.lease_expires_at > bindparam("now"))
+_RUNNING_OF_ORG = _RUNNING.where(_CALLS.c.org_id == bindparam("org"))
+
+
+@functools.cache  # one per count of nodes
+def _running_on(nodes: int) -> Select[Any]:
+    return _RUNNING.where(or_(*(_CALLS.c.node_id == bindparam(f"node_{i}") for i in range(nodes))))
+
+
+_ADVISORY_LOCK = text("SELECT pg_advisory_xact_lock(:k)")
 
 
 @dataclass(frozen=True)
@@ -120,18 +139,23 @@ def month_start(now: dt.datetime) -> dt.datetime:
     return now.astimezone(dt.UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
 
 
-def _lock(session: Session, names: Sequence[str]) -> None:
+def _lock(session: Transaction, names: Sequence[str]) -> None:
     if session.get_bind().dialect.name != "postgresql":
         return  # SQLite: the transaction already holds the database's write lock (BEGIN IMMEDIATE)
     for name in names:
-        session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": zlib.crc32(name.encode()) - 2**31})
+        rawsql.execute(session, _ADVISORY_LOCK, {"k": zlib.crc32(name.encode()) - 2**31})
 
 
-def _running(session: Session, now: dt.datetime, *where: Any) -> list[ActionCall]:
-    stmt = select(ActionCall).where(
-        col(ActionCall.state) == RUNNING, col(ActionCall.lease_expires_at) > now, *where
-    )
-    return list(session.exec(stmt).all())
+def _running(
+    session: Transaction, now: dt.datetime, *, org_id: str | None = None, node_ids: Sequence[str] = ()
+) -> list[ActionCall]:
+    """The running calls of an organization, or on some nodes (read-only rows, as `admit` returns)."""
+    if org_id is not None:
+        rows = rawsql.execute(session, _RUNNING_OF_ORG, {"now": now, "org": org_id}).rows
+    else:
+        params = {"now": now, **{f"node_{i}": node_id for i, node_id in enumerate(node_ids)}}
+        rows = rawsql.execute(session, _running_on(len(node_ids)), params).rows
+    return [ActionCall.model_construct(**row._asdict()) for row in rows]
 
 
 def _in_lane(adm: Admission, node_id: str) -> bool:
@@ -140,7 +164,7 @@ def _in_lane(adm: Admission, node_id: str) -> bool:
 
 
 def _load(
-    session: Session, adm: Admission, nodes: Sequence[Candidate], now: dt.datetime
+    session: Transaction, adm: Admission, nodes: Sequence[Candidate], now: dt.datetime
 ) -> tuple[int, dict[str, int]]:
     """In one statement: how many running calls hold the call's lane of its organization, and each
     candidate node's running calls (no rows loaded: a refusal reads them again for its Retry-After)."""
@@ -158,14 +182,14 @@ def _load(
 
 
 def _check_org(
-    session: Session, adm: Admission, settings: CallSettings, now: dt.datetime, lane_count: int
+    session: Transaction, adm: Admission, settings: CallSettings, now: dt.datetime, lane_count: int
 ) -> None:
     if adm.lane is None:
         limit, what = settings.calls_per_org, "calls"
     else:
         limit, what = settings.http_calls_per_org, "HTTP action calls"
     if lane_count >= limit:
-        running = _running(session, now, col(ActionCall.org_id) == adm.org_id)
+        running = _running(session, now, org_id=adm.org_id)
         lane = [c for c in running if _in_lane(adm, c.node_id)]
         raise ConcurrencyLimited(
             f"this organization already runs {len(lane)} {what} at once, the most it may",
@@ -174,13 +198,10 @@ def _check_org(
         )
     starts, latest = rawsql.execute(session, _STARTS, {"org": adm.org_id, "since": now - WINDOW}).first()
     if starts >= settings.starts_per_minute:
-        oldest_counted = session.execute(
-            sa_select(col(ActionCall.started_at))
-            .where(col(ActionCall.org_id) == adm.org_id, col(ActionCall.started_at) > now - WINDOW)
-            .order_by(col(ActionCall.started_at))
-            .offset(starts - settings.starts_per_minute)
-            .limit(1)
-        ).scalar_one()
+        skip = starts - settings.starts_per_minute
+        oldest_counted = rawsql.execute(
+            session, _NTH_START, {"org": adm.org_id, "since": now - WINDOW, "skip": skip}
+        ).scalar()
         raise RateLimited(
             f"this organization started {starts} calls in the last 60 seconds, the most it may",
             retry_after=(oldest_counted + WINDOW - now).total_seconds(),
@@ -197,7 +218,7 @@ def _check_org(
             )
     if adm.price <= 0 and adm.spend_cap_microusd is None:
         return
-    running = _running(session, now, col(ActionCall.org_id) == adm.org_id)
+    running = _running(session, now, org_id=adm.org_id)
     month_end = add_months(month_start(now), 1)
     to_month_end = (month_end - now).total_seconds()
     if adm.price > 0:
@@ -233,7 +254,7 @@ def _check_org(
 
 
 def _pick_node(
-    session: Session,
+    session: Transaction,
     nodes: Sequence[Candidate],
     per_node: dict[str, int],
     settings: CallSettings,
@@ -245,7 +266,7 @@ def _pick_node(
         if per_node[node.node_id] < capacity:  # (a node's own count of free slots counts up to its capacity)
             loads.append((per_node[node.node_id], -min(node.slots_free, capacity), node.node_id, node))
     if not loads:
-        busy = _running(session, now, col(ActionCall.node_id).in_([n.node_id for n in nodes]))
+        busy = _running(session, now, node_ids=[n.node_id for n in nodes])
         raise ToolUnavailable(
             "every node that has this tool already runs as many calls as it may; nothing was billed",
             reason="node_busy",
@@ -255,7 +276,12 @@ def _pick_node(
 
 
 def refusal(
-    session: Session, *, adm: Admission, nodes: Sequence[Candidate], settings: CallSettings, now: dt.datetime
+    session: Transaction,
+    *,
+    adm: Admission,
+    nodes: Sequence[Candidate],
+    settings: CallSettings,
+    now: dt.datetime,
 ) -> None:
     """Raise what `admit` would refuse now, read without taking the write lock (nothing is written).
 
@@ -273,13 +299,13 @@ def refusal(
 
 
 def admit(
-    session: Session,
+    session: Transaction,
     *,
     adm: Admission,
     nodes: Sequence[Candidate],
     settings: CallSettings,
     clock: Callable[[], dt.datetime],
-    also: Callable[[Session], None] | None = None,
+    also: Callable[[Transaction], None] | None = None,
 ) -> ActionCall:
     """Check every limit and take the call's lease on the least loaded node, in one transaction.
 

@@ -29,6 +29,7 @@ from api import rawsql
 from api.calls import spend
 from api.calls.costs import Cost
 from api.calls.tables import DONE, RUNNING, ActionCall, MeterEvent
+from api.rawsql import Transaction
 
 VCPU_MS = "actions.vcpu_ms"
 GIB_MS = "actions.gib_ms"
@@ -80,7 +81,7 @@ _FINISH = (
 _ADD_EVENTS = insert(_EVENTS)
 
 
-def record(session: Session, *, call: ActionCall, outcome: Outcome, now: dt.datetime) -> None:
+def record(session: Transaction, *, call: ActionCall, outcome: Outcome, now: dt.datetime) -> None:
     """Finish a call's row (freeing its slots), add its charges to its key's and its run's sums
     (`api.calls.spend`) and its meter events, in the caller's transaction. A row a sweep has marked lost
     meanwhile (`limits.mark_lost`) stays as it is, and nothing is metered: a lost call is never billed,

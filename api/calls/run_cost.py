@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from sqlalchemy import bindparam, func
 from sqlalchemy import select as sa_select
-from sqlmodel import Session
 
 from api import rawsql
 from api.calls import spend
 from api.calls.errors import RunMaxCost
 from api.calls.tables import RUNNING, ActionCall
+from api.rawsql import Transaction
 
 _CALLS = ActionCall.__table__  # type: ignore[attr-defined]
 _HELD = (
@@ -33,7 +33,7 @@ _HELD = (
 _RUN_COST = sa_select(spend.run_total_of(bindparam("run")), _HELD)
 
 
-def check(session: Session, *, run_id: str, step: str, most: int, ceiling: int) -> None:
+def check(session: Transaction, *, run_id: str, step: str, most: int, ceiling: int) -> None:
     """Refuse the call just admitted (its row written, `ceiling` its own) when the run could pass `most`.
 
     Args:

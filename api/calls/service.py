@@ -62,7 +62,7 @@ from api.calls.vm import VmExecutor
 from api.db import run_reading
 from api.errors import CallError
 from api.models import utcnow
-from api.rawsql import Reads
+from api.rawsql import Reads, Transaction
 from api.registry import catalog
 from packs.resolve import Resolved, ResolveError
 
@@ -225,7 +225,7 @@ class CallService:
 
     def _finish(
         self,
-        session: Session,
+        session: Transaction,
         caller: Caller,
         key: str | None,
         answer: Answer | None,
@@ -309,7 +309,7 @@ class CallService:
             ceiling=None if caller.run_id is None else self._ceiling(prepared),
         )
 
-        def link(session: Session) -> None:
+        def link(session: Transaction) -> None:
             if key is not None:  # a cancel by key finds the running call
                 idempotency.link_call(session, org_id=caller.org_id, key=key, call_id=adm.call_id)
             if caller.run_id is not None and caller.run_max_cost is not None:  # its run's max holds
@@ -321,7 +321,7 @@ class CallService:
                     ceiling=adm.ceiling or 0,
                 )
 
-        def admit(session: Session) -> ActionCall:
+        def admit(session: Transaction) -> ActionCall:
             return limits.admit(
                 session, adm=adm, nodes=prepared.nodes, settings=self.settings, clock=self.clock, also=link
             )

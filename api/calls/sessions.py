@@ -3,9 +3,11 @@
 - `run`: a transaction in a worker thread (a session that does not expire its objects on commit);
 - `read`: reads only, in a read session (on SQLite deferred: it neither waits for nor holds the write
   lock), on the loop on SQLite (`api.db.run_reading`);
-- `write`: a call's short write transactions (its key's claim, its admission, its finish): on SQLite at
-  once on the event loop when the writers' turn is free at that moment (api.db.now_or_never), else in a
-  worker thread as `run`. The two thread hops a call made for them were a tenth of the api's CPU a call;
+- `write`: a call's short write transactions (its key's claim, its admission, its finish). On SQLite they
+  begin on the driver (`api.rawsql.Writes`, no ORM session: 12-16% of the api's CPU a call): at once on
+  the event loop when the writers' turn is free at that moment, else in a worker thread, waiting for it
+  (the two thread hops a call made for them were a tenth of the api's CPU a call). Elsewhere a session
+  in a worker thread, as `run`;
 - `record`: a write that must not be lost (a call's outcome, a claim's release): while the database
   cannot be reached, tried again every `RECORD_RETRY_S`, up to `lease_grace_s`. Otherwise a call that ran
   would keep its lease and its key's claim until they expired, and its retry would wait that long.
@@ -23,7 +25,8 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlmodel import Session
 
-from api.db import WriterBusy, now_or_never, read_session, run_reading
+from api.db import WriterBusy, read_session, run_reading, writers_turn
+from api.rawsql import Transaction, Writes
 
 RECORD_RETRY_S = 1.0
 
@@ -33,7 +36,7 @@ class CallSessions:
 
     def __init__(self, engine: Engine, *, lease_grace_s: float) -> None:
         self.engine = engine
-        self._now = now_or_never(engine)  # SQLite: short writes on the loop when their turn is free
+        self._sqlite = writers_turn(engine) is not None
         self._lease_grace_s = lease_grace_s
 
     async def run(self, fn: Callable[[Session], Any]) -> Any:
@@ -54,17 +57,24 @@ class CallSessions:
 
         return await run_reading(self.engine, read)
 
-    async def write(self, fn: Callable[[Session], Any]) -> Any:
-        """`run` for a short write transaction: on the loop when SQLite's writers' turn is free now."""
-        if self._now is not None:
-            try:
-                with Session(self._now, expire_on_commit=False) as session:
-                    return fn(session)
-            except WriterBusy:
-                pass  # nothing ran: its transaction did not begin
-        return await self.run(fn)
+    async def write(self, fn: Callable[[Transaction], Any]) -> Any:
+        """A short write transaction `fn(tx)`: on SQLite on the loop when the writers' turn is free now,
+        else in a worker thread (`fn` may be run again there from its start: `api.rawsql.Writes`)."""
+        if not self._sqlite:
+            return await self.run(fn)
+        try:
+            with Writes(self.engine, now=True) as tx:
+                return fn(tx)
+        except WriterBusy:
+            pass  # its transactions were rolled back, or did not begin
 
-    async def record(self, fn: Callable[[Session], Any]) -> Any:
+        def in_turn() -> Any:
+            with Writes(self.engine, now=False) as tx:
+                return fn(tx)
+
+        return await anyio.to_thread.run_sync(in_turn)
+
+    async def record(self, fn: Callable[[Transaction], Any]) -> Any:
         """`write` for a write that must not be lost: tried again while the database cannot be reached."""
         give_up = time.monotonic() + self._lease_grace_s
         while True:

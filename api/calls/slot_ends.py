@@ -15,9 +15,11 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 
-from sqlmodel import Session, col, select
+from sqlalchemy import bindparam, select
 
+from api import rawsql
 from api.calls.tables import DONE, ActionCall
+from api.rawsql import Transaction
 
 TYPICAL_OF = 20
 """Finished calls of an action version whose times predict when its running calls end (the longest)."""
@@ -28,25 +30,29 @@ def soonest_end(calls: Sequence[ActionCall], now: dt.datetime) -> float:
     return min((c.deadline_at - now).total_seconds() for c in calls) if calls else 1.0
 
 
-def _longest_s(session: Session, pack: str, version: str, action: str) -> float | None:
+_CALLS = ActionCall.__table__  # type: ignore[attr-defined]
+_LAST_TIMES = (
+    select(_CALLS.c.started_at, _CALLS.c.finished_at)
+    .where(
+        _CALLS.c.pack == bindparam("pack"),
+        _CALLS.c.version == bindparam("version"),
+        _CALLS.c.action == bindparam("action"),
+        _CALLS.c.state == DONE,
+    )
+    .order_by(_CALLS.c.finished_at.desc())
+    .limit(TYPICAL_OF)
+)
+
+
+def _longest_s(session: Transaction, pack: str, version: str, action: str) -> float | None:
     """The longest time of the last `TYPICAL_OF` finished calls of an action version, started to finished
     (None before its first)."""
-    rows = session.exec(
-        select(ActionCall.started_at, ActionCall.finished_at)
-        .where(
-            col(ActionCall.pack) == pack,
-            col(ActionCall.version) == version,
-            col(ActionCall.action) == action,
-            col(ActionCall.state) == DONE,
-        )
-        .order_by(col(ActionCall.finished_at).desc())
-        .limit(TYPICAL_OF)
-    ).all()
+    rows = rawsql.execute(session, _LAST_TIMES, {"pack": pack, "version": version, "action": action}).rows
     times = [(end - start).total_seconds() for start, end in rows if end is not None]
     return max(times) if times else None
 
 
-def expected_end(session: Session, calls: Sequence[ActionCall], now: dt.datetime) -> float:
+def expected_end(session: Transaction, calls: Sequence[ActionCall], now: dt.datetime) -> float:
     """Seconds until the soonest of `calls` is expected to end (see the module's docstring); 1 with none."""
     if not calls:
         return 1.0

@@ -32,6 +32,7 @@ from sqlmodel import Session, col, select
 
 from api import rawsql
 from api.calls.tables import ActionCall, KeySpend, RunCharge
+from api.rawsql import Transaction
 
 _KEYS = KeySpend.__table__  # type: ignore[attr-defined]
 _RUNS = RunCharge.__table__  # type: ignore[attr-defined]
@@ -81,7 +82,7 @@ def month_of(at: dt.datetime) -> str:
     return at.astimezone(dt.UTC).strftime("%Y-%m")
 
 
-def add(session: Session, *, call: ActionCall, sums: Mapping[str, int], now: dt.datetime) -> None:
+def add(session: Transaction, *, call: ActionCall, sums: Mapping[str, int], now: dt.datetime) -> None:
     """Add an ended call to its key's month (`now`'s, when it ended): one call, and its `sums` (charges
     and units by their names in `SUMS`; a name left out adds 0); and its total to its run's. In the
     transaction that ended it."""
@@ -103,12 +104,12 @@ def of_month(session: Session, *, org_id: str, month: str) -> list[KeySpend]:
     return list(rows)
 
 
-def org_prices(session: Session, *, org_id: str, now: dt.datetime) -> int:
+def org_prices(session: Transaction, *, org_id: str, now: dt.datetime) -> int:
     """The publishers' prices an organization's calls that ended in `now`'s month were charged."""
     return int(rawsql.execute(session, _ORG_PRICES, {"org": org_id, "month": month_of(now)}).scalar() or 0)
 
 
-def key_total(session: Session, *, key_id: str, now: dt.datetime) -> int:
+def key_total(session: Transaction, *, key_id: str, now: dt.datetime) -> int:
     """What a key's calls that ended in `now`'s month were charged, in all."""
     return int(rawsql.execute(session, _KEY_TOTAL, {"key": key_id, "month": month_of(now)}).scalar() or 0)
 

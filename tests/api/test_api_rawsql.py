@@ -1,5 +1,5 @@
-"""The call path's statements on the driver (api.rawsql) on SQLite and PostgreSQL, and its short writes on
-the event loop only when the writers' turn is free (api.db.now_or_never)."""
+"""The call path's statements on the driver (api.rawsql) on SQLite and PostgreSQL, and its short writes
+begun on the driver (api.rawsql.Writes): on the event loop only when the writers' turn is free."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from api.calls.costs import Cost
 from api.calls.service import CallService
 from api.calls.settings import CallSettings
 from api.calls.tables import DONE, ActionCall
-from api.db import WriterBusy, make_engine, now_or_never
+from api.db import WriterBusy, make_engine
 from api.deps import ReadSessionDep
 from api.migrations import migrate
 from api.models import Node, NodeCredential
@@ -130,7 +130,7 @@ def sqlite_engine(tmp_path: Path) -> Iterator[Engine]:
     engine.dispose()
 
 
-def _add(session: Session, call_id: str) -> str:
+def _add(session: rawsql.Transaction, call_id: str) -> str:
     rawsql.execute(session, limits._ADD_CALL, _call(call_id).model_dump())
     session.commit()
     return call_id
@@ -144,8 +144,6 @@ def _ids(engine: Engine) -> list[str]:
 def test_a_write_begins_now_only_when_no_writer_of_this_process_holds_the_turn(
     sqlite_engine: Engine,
 ) -> None:
-    now = now_or_never(sqlite_engine)
-    assert now is not None
     holding, release = threading.Event(), threading.Event()
 
     def hold() -> None:
@@ -160,14 +158,14 @@ def test_a_write_begins_now_only_when_no_writer_of_this_process_holds_the_turn(
     holding.wait(10)
     try:
         started = time.monotonic()
-        with pytest.raises(WriterBusy), Session(now) as session:
-            _add(session, "tcall_busy")
+        with pytest.raises(WriterBusy), rawsql.Writes(sqlite_engine, now=True) as tx:
+            _add(tx, "tcall_busy")
         assert time.monotonic() - started < 1.0  # it waited for nothing
     finally:
         release.set()
         holder.join()
-    with Session(now) as session:
-        _add(session, "tcall_now")
+    with rawsql.Writes(sqlite_engine, now=True) as tx:
+        _add(tx, "tcall_now")
     assert _ids(sqlite_engine) == ["tcall_now"]
 
 
@@ -187,30 +185,28 @@ with Session(engine) as session:
 def test_a_write_does_not_begin_now_while_another_process_or_a_writer_outside_the_turn_writes(
     sqlite_engine: Engine, tmp_path: Path
 ) -> None:
-    now = now_or_never(sqlite_engine)
-    assert now is not None
     url = str(sqlite_engine.url)
     other = subprocess.Popen(
         [sys.executable, "-c", _OTHER_PROCESS, url], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
     try:
         assert other.stdout is not None and other.stdout.readline() == "holding\n"
-        with pytest.raises(WriterBusy), Session(now) as session:
-            _add(session, "tcall_1")
+        with pytest.raises(WriterBusy), rawsql.Writes(sqlite_engine, now=True) as tx:
+            _add(tx, "tcall_1")
     finally:
         other.communicate("\n", timeout=30)
     outside = sqlite3.connect(tmp_path / "b3os.db", isolation_level=None)
     try:
         outside.execute("BEGIN IMMEDIATE")  # a writer that does not take the turn (a migration, a tool)
         started = time.monotonic()
-        with pytest.raises(WriterBusy), Session(now) as session:
-            _add(session, "tcall_1")
+        with pytest.raises(WriterBusy), rawsql.Writes(sqlite_engine, now=True) as tx:
+            _add(tx, "tcall_1")
         assert time.monotonic() - started < 1.0  # SQLite's busy wait was off for it
         outside.execute("ROLLBACK")
     finally:
         outside.close()
-    with Session(now) as session:
-        _add(session, "tcall_1")
+    with rawsql.Writes(sqlite_engine, now=True) as tx:
+        _add(tx, "tcall_1")
     with Session(sqlite_engine) as session:  # the busy wait is back for every other transaction
         assert session.connection().exec_driver_sql("PRAGMA busy_timeout").scalar() == 30_000
 
@@ -288,3 +284,39 @@ async def test_a_read_route_keeps_no_writer_waiting_when_every_worker_thread_is_
         )
     assert [a.status_code for a in answers] == [200, 200, 200]
     assert sorted(_ids(sqlite_engine)) == ["tcall_0", "tcall_1"]
+
+
+def test_a_writes_failed_statement_rolls_back_and_gives_the_turn_back(sqlite_engine: Engine) -> None:
+    with rawsql.Writes(sqlite_engine, now=True) as tx:
+        _add(tx, "tcall_1")
+    with pytest.raises(IntegrityError), rawsql.Writes(sqlite_engine, now=True) as tx:
+        rawsql.execute(tx, limits._ADD_CALL, _call("tcall_2").model_dump())
+        rawsql.execute(tx, limits._ADD_CALL, _call("tcall_1").model_dump())  # its id is taken
+    with rawsql.Writes(sqlite_engine, now=True) as tx:  # the turn is free at once: it was given back
+        _add(tx, "tcall_3")
+    assert _ids(sqlite_engine) == ["tcall_1", "tcall_3"]  # tcall_2 went with its transaction
+
+
+def test_writes_begin_again_after_a_commit_and_roll_back_what_was_not_committed(
+    sqlite_engine: Engine,
+) -> None:
+    with rawsql.Writes(sqlite_engine, now=False) as tx:
+        _add(tx, "tcall_1")  # commits
+        tx.rollback()  # nothing under way: nothing to roll back
+        rawsql.execute(tx, limits._ADD_CALL, _call("tcall_2").model_dump())  # a second transaction
+        tx.rollback()
+        rawsql.execute(tx, limits._ADD_CALL, _call("tcall_3").model_dump())  # a third, never committed
+    assert _ids(sqlite_engine) == ["tcall_1"]
+    with Session(sqlite_engine) as session:  # the database's write lock went with the block
+        _add(session, "tcall_4")
+    assert _ids(sqlite_engine) == ["tcall_1", "tcall_4"]
+
+
+def test_driver_transactions_are_sqlites_only(engine: Engine) -> None:
+    if engine.dialect.name == "postgresql":  # its writers wait on their rows' locks, in a session
+        with pytest.raises(ValueError, match="SQLite's only"):
+            rawsql.Writes(engine, now=True)
+        return
+    with rawsql.Writes(engine, now=True) as tx:
+        _add(tx, "tcall_1")
+    assert _ids(engine) == ["tcall_1"]
