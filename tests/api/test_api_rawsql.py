@@ -258,19 +258,25 @@ async def test_a_read_route_keeps_no_writer_waiting_when_every_worker_thread_is_
     app = FastAPI()
     app.state.engine = sqlite_engine
     reading_began, writing = threading.Event(), threading.Event()
+    first_writer = threading.Lock()
+
+    def until_a_writer_waits_for_a_thread() -> None:
+        while limiter.statistics().tasks_waiting < 1:
+            time.sleep(0.001)
 
     @app.get("/read")
     def read(session: ReadSessionDep) -> int:
         reading_began.set()
         count = len(session.exec(select(ActionCall)).all())
         writing.wait()
-        while limiter.statistics().tasks_waiting < 1:  # the second writer waits for this thread
-            time.sleep(0.001)
+        until_a_writer_waits_for_a_thread()  # the second writer waits for this thread
         return count  # this thread goes to that writer; the answer is serialized in a thread too
 
     @app.post("/write/{call_id}")
     def write(call_id: str) -> str:
         writing.set()
+        if first_writer.acquire(blocking=False):  # it keeps its thread until the second writer waits for one
+            until_a_writer_waits_for_a_thread()  # (else both may end before the read looks: a busy machine)
         with Session(sqlite_engine, expire_on_commit=False) as session:
             return _add(session, call_id)
 
