@@ -102,6 +102,14 @@ def _wrapped(exc: Exception, dialect: Dialect, sql: str | None, invalidated: boo
     )
 
 
+def _failed(exc: Any, raw: Any, dialect: Dialect, sql: str, cursor: Any) -> BaseException:
+    """A statement's driver error as SQLAlchemy's, its connection invalidated if the database dropped it."""
+    invalidated = dialect.is_disconnect(exc, raw.driver_connection, cursor)
+    if invalidated:
+        raw.invalidate(exc)
+    return _wrapped(exc, dialect, sql, invalidated)
+
+
 @dataclass(frozen=True)
 class Outcome:
     """What a statement gave: its rows (named tuples of the selected columns) and the rows it changed."""
@@ -138,10 +146,7 @@ def run(
                 cursor.execute(plan.sql, plan.args(sets[0]))
             fetched = cursor.fetchall() if plan.row is not None and cursor.description else []
         except dialect.loaded_dbapi.Error as exc:
-            invalidated = dialect.is_disconnect(exc, raw.driver_connection, cursor)
-            if invalidated:
-                raw.invalidate(exc)
-            raise _wrapped(exc, dialect, plan.sql, invalidated) from exc
+            raise _failed(exc, raw, dialect, plan.sql, cursor) from exc
         rowcount = cursor.rowcount
     finally:
         cursor.close()
@@ -276,10 +281,7 @@ class Writes:
         try:
             raw.driver_connection.execute(sql)
         except dialect.loaded_dbapi.Error as exc:
-            invalidated = dialect.is_disconnect(exc, raw.driver_connection, None)
-            if invalidated:
-                raw.invalidate(exc)
-            raise _wrapped(exc, dialect, sql, invalidated) from exc
+            raise _failed(exc, raw, dialect, sql, None) from exc
 
 
 class Reads:
