@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -282,6 +282,18 @@ class Writes:
             raw.driver_connection.execute(sql)
         except dialect.loaded_dbapi.Error as exc:
             raise _failed(exc, raw, dialect, sql, None) from exc
+
+
+@contextlib.contextmanager
+def transaction(engine: Engine) -> Iterator[Transaction]:
+    """A write transaction for a worker thread, rolled back unless committed: on SQLite a `Writes`
+    (waiting for the writers' turn), elsewhere an ORM session."""
+    if writers_turn(engine) is None:
+        with Session(engine) as session:
+            yield session
+    else:
+        with Writes(engine, now=False) as tx:
+            yield tx
 
 
 class Reads:

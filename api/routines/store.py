@@ -26,6 +26,7 @@ from api.checker import Checkers
 from api.db import in_thread, read_session
 from api.errors import NotFound
 from api.models import utcnow
+from api.rawsql import Reads
 from api.routines.models import RoutineVersionPublic
 from api.routines.tables import RoutineRecord, RoutineVersion
 from engine.routine import Routine
@@ -40,7 +41,7 @@ VersionKey = tuple[str, str, str]
 
 _CURRENT_SOURCE = select(RoutineRecord.version, RoutineRecord.source).where(
     col(RoutineRecord.org_id) == bindparam("org_id"), col(RoutineRecord.name) == bindparam("name")
-)  # built once: every run start reads it
+)  # built once, run on the driver (api.rawsql): every run start reads it
 
 
 def routine_hash(source: str) -> str:
@@ -165,8 +166,8 @@ class RoutineStore:
         no further query, another is kept in `routine_versions` if it was not yet (a routine stored before
         versions were kept).
         """
-        with read_session(self._engine) as session:
-            found = session.exec(_CURRENT_SOURCE, params={"org_id": org_id, "name": name}).first()
+        with Reads(self._engine) as reads:
+            found = reads.run(_CURRENT_SOURCE, {"org_id": org_id, "name": name}).first()
         if found is None:
             raise no_routine(name)
         number, source = found

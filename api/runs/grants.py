@@ -42,15 +42,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Engine, bindparam
+from sqlalchemy import Engine, bindparam, delete, insert
 from sqlalchemy import select as select_columns
 from sqlmodel import Session, col, update
 
 from activities.idempotency import step_idempotency_key
+from api import rawsql
 from api.accounts.organizations import FOUND_KEY_COLUMNS, FoundKey, found_key, hash_secret
 from api.errors import Forbidden, Unauthorized
 from api.models import ApiKey, Organization, utcnow
-from api.rawsql import Reads
+from api.rawsql import Reads, Transaction
 from api.runs.tables import RunGrant
 from engine.runs import FOREACH_MAX_ITEMS, is_foreach_workflow_id
 
@@ -65,8 +66,18 @@ CLEANUP_TIME = dt.timedelta(minutes=5)
 """How long after a cancel a run's cleanup steps may still start calls."""
 
 
+# built once, run on the driver (api.rawsql): every run start writes them
+_MINT = insert(RunGrant)
+_BIND = (
+    update(RunGrant)
+    .where(col(RunGrant.run_id) == bindparam("b_run"), col(RunGrant.execution_id).is_(None))
+    .values(execution_id=bindparam("b_execution"))
+)
+_FORGET = delete(RunGrant).where(col(RunGrant.grant_hash) == bindparam("b_hash"))
+
+
 def mint(
-    session: Session,
+    tx: Transaction,
     *,
     run_id: str,
     org_id: str,
@@ -82,32 +93,27 @@ def mint(
     bound); `cleanup_steps`: the steps that may still call for
     `CLEANUP_TIME` after a cancel; `max_cost_microusd`: the most the run's calls may cost in all."""
     secret = GRANT_PREFIX + secrets.token_urlsafe(32)
-    session.add(
-        RunGrant(
-            grant_hash=hash_secret(secret),
-            run_id=run_id,
-            org_id=org_id,
-            key_id=key_id,
-            workflow_id=workflow_id,
-            expires_at=utcnow() + lasts + EXPIRY_SLACK,
-            cleanup_steps=list(cleanup_steps),
-            max_cost_microusd=max_cost_microusd,
-            steps={
-                step_id: {"ref": step.ref, "foreach": step.foreach} for step_id, step in (steps or {}).items()
-            },
-        )
+    grant = RunGrant(
+        grant_hash=hash_secret(secret),
+        run_id=run_id,
+        org_id=org_id,
+        key_id=key_id,
+        workflow_id=workflow_id,
+        expires_at=utcnow() + lasts + EXPIRY_SLACK,
+        cleanup_steps=list(cleanup_steps),
+        max_cost_microusd=max_cost_microusd,
+        steps={
+            step_id: {"ref": step.ref, "foreach": step.foreach} for step_id, step in (steps or {}).items()
+        },
     )
+    rawsql.execute(tx, _MINT, grant.model_dump())  # every column's value, made here
     return secret
 
 
-def bind(session: Session, run_id: str, execution_id: str) -> None:
+def bind(tx: Transaction, run_id: str, execution_id: str) -> None:
     """The workflow of the run was started as Temporal run `execution_id`: its grant serves that execution
     only (unless a first call bound it already; the caller commits)."""
-    session.exec(  # type: ignore[call-overload]
-        update(RunGrant)
-        .where(col(RunGrant.run_id) == run_id, col(RunGrant.execution_id).is_(None))
-        .values(execution_id=execution_id)
-    )
+    rawsql.execute(tx, _BIND, {"b_run": run_id, "b_execution": execution_id})
 
 
 def bind_first(engine: Engine, grant_hash: str, execution_id: str) -> bool:
@@ -124,11 +130,9 @@ def bind_first(engine: Engine, grant_hash: str, execution_id: str) -> bool:
     return grant is not None and grant.execution_id == execution_id
 
 
-def forget(session: Session, secret: str) -> None:
+def forget(tx: Transaction, secret: str) -> None:
     """Delete a grant whose run did not start (the caller commits)."""
-    grant = session.get(RunGrant, hash_secret(secret))
-    if grant is not None:
-        session.delete(grant)
+    rawsql.execute(tx, _FORGET, {"b_hash": hash_secret(secret)})
 
 
 def end(session: Session, run_id: str) -> None:

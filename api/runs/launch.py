@@ -13,12 +13,13 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, insert
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import Session, select
+from sqlmodel import select
 from temporalio.api.common.v1 import Payload
 from temporalio.contrib.pydantic import pydantic_data_converter
 
+from api import rawsql
 from api.calls import idempotency
 from api.db import read_session
 from api.errors import InvalidRequest
@@ -35,6 +36,8 @@ from engine.routine import Routine
 from engine.run_inputs import RoutineInputError, resolve_inputs
 from engine.runs import RunRoutineInput, StepResult, routine_workflow_id
 from packs.resolve import ResolveError, parse_ref
+
+_INSERT_RUN = insert(RunRecord)  # built once, run on the driver (api.rawsql): every run start writes it
 
 
 @dataclass(frozen=True)
@@ -230,9 +233,9 @@ class Launches:
     def _mint_grant(
         self, row: RunRecord, lasts: timedelta, steps: dict[str, grants.GrantStep], cleanup_steps: list[str]
     ) -> str:
-        with Session(self._engine) as session:
+        with rawsql.transaction(self._engine) as tx:
             secret = grants.mint(
-                session,
+                tx,
                 run_id=row.id,
                 org_id=row.org_id,
                 key_id=row.key_id,
@@ -242,13 +245,13 @@ class Launches:
                 cleanup_steps=cleanup_steps,
                 max_cost_microusd=row.max_cost_microusd,
             )
-            session.commit()
+            tx.commit()
             return secret
 
     def forget_grant(self, secret: str) -> None:
-        with Session(self._engine) as session:
-            grants.forget(session, secret)
-            session.commit()
+        with rawsql.transaction(self._engine) as tx:
+            grants.forget(tx, secret)
+            tx.commit()
 
     def _run_by_key(self, org_id: str, key: str) -> RunRecord | None:
         with read_session(self._engine) as session:
@@ -260,19 +263,20 @@ class Launches:
         """Write the started run's row and bind its grant to the Temporal run the api started (in one
         transaction); the stored row, and whether this call wrote it."""
         # every column's value is made here, not by the database: the row is not read back
-        with Session(self._engine, expire_on_commit=False) as session:
-            session.add(row)
-            if execution_id is not None:
-                grants.bind(session, row.id, execution_id)
+        with rawsql.transaction(self._engine) as tx:
             try:
-                session.commit()
-            except IntegrityError:
-                session.rollback()
-                existing = session.get(RunRecord, row.id)
-                if existing is None:
-                    raise
-                return existing, False
-            return row, True
+                rawsql.execute(tx, _INSERT_RUN, row.model_dump())
+                if execution_id is not None:
+                    grants.bind(tx, row.id, execution_id)
+                tx.commit()
+                return row, True
+            except IntegrityError as exc:
+                lost = exc
+        with read_session(self._engine) as session:  # the same run id or key, written first
+            existing = session.get(RunRecord, row.id)
+        if existing is None:
+            raise lost
+        return existing, False
 
 
 def _checked_inputs(

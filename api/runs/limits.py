@@ -27,9 +27,9 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from api.calls.errors import ConcurrencyLimited
-from api.db import read_session
 from api.errors import RateLimited, ServiceUnavailable
 from api.models import utcnow
+from api.rawsql import Reads
 from api.runs.reads import quoted
 from api.runs.tables import RunRecord
 from api.turns import Gates, org_turn
@@ -63,7 +63,7 @@ _STARTS_SINCE = (
     select(RunRecord.created_at)
     .where(col(RunRecord.org_id) == bindparam("org_id"), col(RunRecord.created_at) > bindparam("since"))
     .order_by(col(RunRecord.created_at))
-)  # built once: every start reads it
+)  # built once, run on the driver (api.rawsql): every start reads it
 
 
 def run_priority(running: int) -> int:
@@ -110,8 +110,9 @@ class RunLimits:
         when the oldest start of the minute leaves it, plus up to `spread_s` at random)."""
         limit = self._starts_per_minute
         since = utcnow() - timedelta(seconds=60)
-        with read_session(self._engine) as session:
-            started = session.exec(_STARTS_SINCE, params={"org_id": org_id, "since": since}).all()
+        with Reads(self._engine) as reads:
+            rows = reads.run(_STARTS_SINCE, {"org_id": org_id, "since": since}).rows
+        started = [row.created_at for row in rows]
         if len(started) >= limit:
             frees_at = started[len(started) - limit] + timedelta(seconds=60)
             raise RateLimited(

@@ -603,3 +603,68 @@ def test_a_tick_past_its_organizations_starts_a_minute_comes_back_spread(migrate
         waits.append(refused.value.retry_after)
     assert all(59 <= w <= 90 for w in waits) and len(set(waits)) > 5, waits
     engine.dispose()
+
+
+def test_a_runs_row_is_written_once_and_binds_its_grant_to_the_first_execution(
+    migrated_database_url: str,
+) -> None:
+    """A start's grant and row are written on the driver (SQLite) or in a session (PostgreSQL): the row
+    written again under the same run id (a repeated start that lost the race) gives back the first, the
+    grant stays bound to the first execution, and a row that clashes otherwise is refused."""
+    from datetime import timedelta
+
+    from sqlalchemy.exc import IntegrityError
+    from sqlmodel import Session
+
+    from api import rawsql
+    from api.db import make_engine
+    from api.runs import grants
+    from api.runs.launch import Launches
+    from api.runs.tables import RunGrant, RunRecord
+
+    engine = make_engine(migrated_database_url)
+
+    def row(run_id: str, key: str | None = "k1") -> RunRecord:
+        return RunRecord(
+            id=run_id,
+            org_id="org_w",
+            key_id="key_w",
+            routine_name="r",
+            routine_version=1,
+            workflow_id=f"routine-r-{run_id}",
+            idempotency_key=key,
+            request_hash="h",
+            inputs={"n": 1, "deep": {"list": [1, "two"]}},
+            pins={"a/b/c@1": "a/b/c@1.0.0"},
+        )
+
+    launches = Launches(engine, Any, Any, Any, lasts=timedelta(hours=1))  # type: ignore[arg-type]
+    with rawsql.transaction(engine) as tx:
+        secret = grants.mint(
+            tx,
+            run_id="run_w",
+            org_id="org_w",
+            key_id="key_w",
+            workflow_id="routine-r-run_w",
+            lasts=timedelta(hours=1),
+            steps={"a": grants.GrantStep(ref="a/b/c@1.0.0", foreach=True)},
+            cleanup_steps=["a"],
+        )
+        tx.commit()
+    first, created = launches.insert_run(row("run_w"), "exec-1")
+    assert created and first.id == "run_w"
+    again, created = launches.insert_run(row("run_w"), "exec-2")
+    assert not created and again.inputs == {"n": 1, "deep": {"list": [1, "two"]}}
+    assert again.pins == {"a/b/c@1": "a/b/c@1.0.0"} and again.created_at == first.created_at
+    with Session(engine) as session:
+        grant = session.get(RunGrant, grants.hash_secret(secret))
+        assert grant is not None and grant.execution_id == "exec-1"  # the first execution's, kept
+        assert grant.steps == {"a": {"ref": "a/b/c@1.0.0", "foreach": True}} and grant.cleanup_steps == ["a"]
+        assert grant.expires_at > grant.created_at + timedelta(minutes=59)
+    with pytest.raises(IntegrityError):  # another run id under the same Idempotency-Key
+        launches.insert_run(row("run_other"), "exec-3")
+    launches.forget_grant(secret)
+    with Session(engine) as session:
+        assert session.get(RunGrant, grants.hash_secret(secret)) is None
+        assert session.get(RunRecord, "run_other") is None
+    engine.dispose()
