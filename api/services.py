@@ -46,8 +46,10 @@ class RoutineServices:
     estimates: Estimates
 
 
-def routine_services(request: Request) -> RoutineServices:
-    """The app's routine services (`app.state.routine_services`), made on first use."""
+async def routine_services(request: Request) -> RoutineServices:
+    """The app's routine services (`app.state.routine_services`), made on first use (on the event loop,
+    as are the accessors below: a dependency that is a plain function runs in a worker thread, a hop
+    each, three for a run start)."""
     return services_of(request.app.state)
 
 
@@ -82,35 +84,35 @@ def services_of(state: State) -> RoutineServices:
 Services = Annotated[RoutineServices, Depends(routine_services)]
 
 
-def _routines(services: Services) -> RoutineStore:
+async def _routines(services: Services) -> RoutineStore:
     return services.routines
 
 
-def _reads(services: Services) -> RunReads:
+async def _reads(services: Services) -> RunReads:
     return services.reads
 
 
-def _starts(services: Services) -> RunStarts:
+async def _starts(services: Services) -> RunStarts:
     return services.starts
 
 
-def _schedules(services: Services) -> SchedulesService:
+async def _schedules(services: Services) -> SchedulesService:
     return services.schedules
 
 
-def _subscriptions(services: Services) -> Subscriptions:
+async def _subscriptions(services: Services) -> Subscriptions:
     return services.subscriptions
 
 
-def _deliveries(services: Services) -> Deliveries:
+async def _deliveries(services: Services) -> Deliveries:
     return services.deliveries
 
 
-def _polls(services: Services) -> Polls:
+async def _polls(services: Services) -> Polls:
     return services.polls
 
 
-def _estimates(services: Services) -> Estimates:
+async def _estimates(services: Services) -> Estimates:
     return services.estimates
 
 

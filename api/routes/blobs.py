@@ -27,7 +27,7 @@ class BlobStored(BaseModel):
     bytes: int
 
 
-def blob_store(request: Request) -> BlobStore:
+async def blob_store(request: Request) -> BlobStore:
     """The app's blob store (a dependency)."""
     store: BlobStore = request.app.state.blobs
     return store

@@ -16,14 +16,14 @@ from api.db import run_reading
 from api.errors import CallError, error_responses
 from api.jsonbody import request_json
 from api.params import IdempotencyKey
-from api.services import routine_services
+from api.services import services_of
 
 router = APIRouter(prefix="/v1/actions", tags=["calls"])
 
 
 async def http_caller(request: Request) -> Caller:
     """The key calling over HTTP (or a routine step, for the key that started its run)."""
-    linked = await routine_services(request).links.parent(request)
+    linked = await services_of(request.app.state).links.parent(request)
     return await run_reading(
         request.app.state.engine, lambda: caller_for(request, surface="http", linked=linked)
     )
@@ -31,7 +31,7 @@ async def http_caller(request: Request) -> Caller:
 
 async def http_canceller(request: Request) -> Caller:
     """The key cancelling a call over HTTP (or a routine step cancelling its own call)."""
-    linked = await routine_services(request).links.parent(request)
+    linked = await services_of(request.app.state).links.parent(request)
     return await run_reading(
         request.app.state.engine,
         lambda: caller_for(request, surface="http", cancelling=True, linked=linked),
