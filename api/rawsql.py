@@ -287,9 +287,9 @@ class Writes:
 @contextlib.contextmanager
 def transaction(engine: Engine) -> Iterator[Transaction]:
     """A write transaction for a worker thread, rolled back unless committed: on SQLite a `Writes`
-    (waiting for the writers' turn), elsewhere an ORM session."""
+    (waiting for the writers' turn), elsewhere an ORM session (its objects kept readable after commit)."""
     if writers_turn(engine) is None:
-        with Session(engine) as session:
+        with Session(engine, expire_on_commit=False) as session:
             yield session
     else:
         with Writes(engine, now=False) as tx:

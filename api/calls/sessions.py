@@ -26,7 +26,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlmodel import Session
 
 from api.db import WriterBusy, read_session, run_reading, writers_turn
-from api.rawsql import Transaction, Writes
+from api.rawsql import Transaction, Writes, transaction
 
 RECORD_RETRY_S = 1.0
 
@@ -60,19 +60,18 @@ class CallSessions:
     async def write(self, fn: Callable[[Transaction], Any]) -> Any:
         """A short write transaction `fn(tx)`: on SQLite on the loop when the writers' turn is free now,
         else in a worker thread (`fn` may be run again there from its start: `api.rawsql.Writes`)."""
-        if not self._sqlite:
-            return await self.run(fn)
-        try:
-            with Writes(self.engine, now=True) as tx:
-                return fn(tx)
-        except WriterBusy:
-            pass  # its transactions were rolled back, or did not begin
+        if self._sqlite:
+            try:
+                with Writes(self.engine, now=True) as tx:
+                    return fn(tx)
+            except WriterBusy:
+                pass  # its transactions were rolled back, or did not begin
 
-        def in_turn() -> Any:
-            with Writes(self.engine, now=False) as tx:
+        def in_thread() -> Any:
+            with transaction(self.engine) as tx:
                 return fn(tx)
 
-        return await anyio.to_thread.run_sync(in_turn)
+        return await anyio.to_thread.run_sync(in_thread)
 
     async def record(self, fn: Callable[[Transaction], Any]) -> Any:
         """`write` for a write that must not be lost: tried again while the database cannot be reached."""
