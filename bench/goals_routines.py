@@ -205,8 +205,11 @@ async def bench_routines(
         where: dict[str, Any] = {}
         bursts.append(await _burst(stack, orgs, "one", 4, starts, refused, where))
         out["burst_100_where"] = where  # the last round's
-        floor_bursts.append(await floor.burst(100))
-        node_bursts.append(await floor.burst(100, node=True))
+        for name, runs, node in (("floor", floor_bursts, False), ("floor_node", node_bursts, True)):
+            cpu_before = burst.cpu_seconds()
+            runs.append(await floor.burst(100, node=node))
+            out[f"{name}_burst_100_cpu_s"] = burst.cpu_used(cpu_before)  # the last round's
+            out[f"{name}_burst_100_wall_s"] = runs[-1]
         memory_bursts.append(await floors["floor_memory"].burst(100))
     out["burst_100_s"] = p50(bursts)
     out["burst_100_started_s"] = p50(starts)

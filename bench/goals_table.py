@@ -103,6 +103,14 @@ def rows_of(r: dict[str, Any]) -> list[tuple[str, str, str, str, bool | None]]:
         tasks, floor_tasks = r["step_workflow_tasks_ms"], r["floor_step_workflow_tasks_ms"]
         add("  of which workflow tasks", f"{tasks:.2f} ms", f"bare SDK {floor_tasks:.2f} ms", "", None)
         add("  the step's activity", f"{r['step_activity_ms']:.2f} ms", "", "", None)
+
+    def floor_cpu(floor: str) -> None:  # a floor's burst: its CPU by kind of process
+        if f"{floor}_burst_100_cpu_s" in r:
+            label, value = burst.cpu_row(
+                "    its CPU s", r[f"{floor}_burst_100_wall_s"], r[f"{floor}_burst_100_cpu_s"]
+            )
+            add(label, value, "", "", None)
+
     if "burst_100_s" in r:
         lost = r.get("runs_not_started", 0)
         ratio = r["burst_100_s"] / r["floor_burst_100_s"]
@@ -113,11 +121,13 @@ def rows_of(r: dict[str, Any]) -> list[tuple[str, str, str, str, bool | None]]:
             "<= 1.3x bare",
             ratio <= 1.3 and not lost,
         )
+        floor_cpu("floor")
         add("  bare SDK, in-memory server", f"{r['floor_memory_burst_100_s']:.2f} s", "", "", None)
         if "floor_node_burst_100_s" in r:
             ratio = r["floor_node_burst_100_s"] / r["floor_burst_100_s"]
             value = f"{r['floor_node_burst_100_s']:.2f} s = {ratio:.2f}x bare"
             add("  bare SDK, its activity the noop on the node", value, "", "", None)
+        floor_cpu("floor_node")
         add("  all started", f"{r['burst_100_started_s']:.2f} s", "", "", None)
         for label, value in burst.rows(r.get("burst_100_where") or {}):
             add(label, value, "", "", None)
