@@ -44,19 +44,20 @@ def _step_times(events: list[Any]) -> tuple[float, float, float]:
 
 
 async def _step_share(
-    stack: Any, org: Any, name: str, runs: int, floors: dict[str, Floor], out: dict[str, Any]
+    stack: Any, org: Any, name: str, runs: int, floors: dict[str, tuple[Floor, bool]], out: dict[str, Any]
 ) -> None:
     """`runs` one-step runs of routine `name`, one after the other, each waited for by Temporal's long poll
     of its result (a client polling `GET /v1/runs/{id}` adds its reads to the run: `bench step_calls`),
-    each followed by one workflow of each floor."""
+    each followed by one workflow of each floor (`floors`: a floor, and whether its activity calls the
+    node)."""
     from engine.runs import routine_workflow_id
 
     rows: dict[str, list[float]] = {
         k: [] for k in ("run", "activity", "share", "tasks", *floors, *(f"{f}_tasks" for f in floors))
     }
     for i in range(runs + 2):
-        for floor_name, floor in floors.items():
-            ms, task_ms = await floor.share()
+        for floor_name, (floor, node) in floors.items():
+            ms, task_ms = await floor.share(node=node)
             if i >= 2:
                 rows[floor_name].append(ms)
                 rows[f"{floor_name}_tasks"].append(task_ms)
@@ -105,10 +106,10 @@ class Floor:
             run, self.count, id=f"floor-{self.queue}-{self.count}", task_queue=self.queue
         )
 
-    async def share(self) -> tuple[float, float]:
+    async def share(self, *, node: bool = False) -> tuple[float, float]:
         """The Temporal share (ms) of one workflow, waited for, as `_step_share` takes a run's, and its
         workflow tasks' time (ms)."""
-        handle = await self.start()
+        handle = await self.start(node=node)
         await handle.result()
         total, act_ms, task_ms = _step_times([e async for e in handle.fetch_history_events()])
         return total - act_ms, task_ms
@@ -187,7 +188,12 @@ async def bench_routines(
         pids = {p.name: p.popen.pid for p in stack.procs if p.name.startswith(("api-", "worker"))}
         profiler = Profiler(REPO / "bench" / "profiles", pids, "step")
     floors = {"floor": Floor(stack), "floor_memory": Floor(stack, memory_client, "floor-memory")}
-    await _step_share(stack, org, "one", args.routine_runs, floors, out)
+    shares = {
+        "floor": (floors["floor"], False),
+        "floor_memory": (floors["floor_memory"], False),
+        "floor_node": (floors["floor"], True),  # its activity the routine's noop call, straight to the node
+    }
+    await _step_share(stack, org, "one", args.routine_runs, shares, out)
     if profiler is not None:
         profiler.stop()
         profiler.summary()

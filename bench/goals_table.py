@@ -100,6 +100,10 @@ def rows_of(r: dict[str, Any]) -> list[tuple[str, str, str, str, bool | None]]:
             ratio <= 1.15,
         )
         add("  bare SDK, in-memory server", f"{r['floor_memory_step_temporal_ms']:.2f} ms", "", "", None)
+        if "floor_node_step_temporal_ms" in r:
+            same = r["floor_node_step_temporal_ms"]
+            value = f"{same:.2f} ms; the step {r['step_temporal_ms'] / same:.2f}x it"
+            add("  bare SDK, its activity the noop on the node", value, "", "", None)
         tasks, floor_tasks = r["step_workflow_tasks_ms"], r["floor_step_workflow_tasks_ms"]
         add("  of which workflow tasks", f"{tasks:.2f} ms", f"bare SDK {floor_tasks:.2f} ms", "", None)
         add("  the step's activity", f"{r['step_activity_ms']:.2f} ms", "", "", None)
