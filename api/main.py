@@ -89,7 +89,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # trigger events stored before (this api restarted, a start past the limits) start from here on
         deliveries = services_of(started.state).deliveries
         starter = asyncio.create_task(deliveries.run_forever())
+        trimming = asyncio.create_task(arenas.giving_back())  # a burst's freed memory back to the system
         yield
+        trimming.cancel()
         # its round ends first: cancelled, a round's thread would hold a connection past the engine's end
         deliveries.stop()
         with contextlib.suppress(asyncio.CancelledError, TimeoutError):

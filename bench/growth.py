@@ -36,6 +36,7 @@ from typing import Any
 from bench.burst import cpu_seconds
 from bench.procstats import rss_mib
 from bench.routinestack import REPO, routine_stack
+from telemetry.arenas import GIVE_BACK_EVERY_S
 
 GROWTH_SETTINGS = {
     "B3OS_RUNS_PER_ORG": "1000",
@@ -58,6 +59,9 @@ MEMORY_SLACK_MIB = 2
 """Memory is flat when the last large round leaves each process (each api process on its own) within this
 of the round before it (the first large rounds may raise it: bounded caches fill, such as the worker's
 1,000 cached runs)."""
+SETTLE_S = GIVE_BACK_EVERY_S + 2
+"""After each round, before its RSS is read: the processes settle (their last calls' answers sent, runs
+forgotten) and give back what the round freed (`telemetry.arenas.giving_back`)."""
 
 
 def _one_step(free: str) -> str:
@@ -154,12 +158,12 @@ async def _bench(stack: Any, only: set[str], large_rounds: int, results: dict[st
             count = SIZES["steps"][size]
             took, events, size_b = await _one_run(stack, _steps(FREE, count), f"long-{count}", {})
             _add(results, "steps", count, took / count, (events, size_b))
-        await asyncio.sleep(5)  # the processes settle (their last calls' answers sent, runs forgotten)
+        await asyncio.sleep(SETTLE_S)
         rss[round_name] = _rss(stack)
         print(f"{round_name} round done", flush=True)
     if "foreach" in only:
         took, events, size_b = await _one_run(stack, _foreach(FREE), "many", {"items": list(range(10_000))})
-        await asyncio.sleep(5)
+        await asyncio.sleep(SETTLE_S)
         rss[f"after {MOST_ITEMS:,} items"] = _rss(stack)
         _add(results, "foreach", MOST_ITEMS, took / MOST_ITEMS, (events, size_b))
 

@@ -44,7 +44,7 @@ from engine.runs import ROUTINES_TASK_QUEUE, SEARCH_ATTRIBUTES
 from engine.schedule_workflow import ScheduleTickWorkflow
 from engine.stuck import HUNG_S, GuardedRunner, StuckRuns
 from engine.workflow import RoutineWorkflow
-from telemetry import interpreter, logs, tracing
+from telemetry import arenas, interpreter, logs, tracing
 from telemetry.config import TelemetrySettings
 
 __all__ = [
@@ -320,11 +320,13 @@ async def main() -> int:
         log.info("Temporal SDK metrics at http://%s/metrics", telemetry.worker_metrics_address)
     log.info("polling %s on %s, namespace %s", settings.task_queue, settings.address, settings.namespace)
     watching = loop.create_task(stuck.watch())
+    trimming = loop.create_task(arenas.giving_back())  # memory freed after a burst back to the system
     async with worker:
         await stop.wait()
         code = EXIT_LOST_SLOT if gave_up else 0
         deadline = _exit_after(settings.shutdown_s, code, stuck.holding)
         watching.cancel()
+        trimming.cancel()
     await activities.aclose()
     deadline.cancel()
     return code
