@@ -9,8 +9,8 @@ below Python. With two arenas (glibc's `M_ARENA_MAX`, as the `MALLOC_ARENA_MAX` 
 would set it) it rose ~2 MiB a round, still with no more Python objects (tracemalloc: the same ~95 MiB
 traced after each round). glibc gives back on its own only the free memory at the top of a heap; what
 was freed below the top stays in the process until `malloc_trim` gives its pages back. Done every
-`GIVE_BACK_EVERY_S`, the api's RSS stayed within 1 MiB over four rounds of 1,000 runs
-(docs/performance.md, "Memory").
+`GIVE_BACK_EVERY_S`, the api's RSS stayed flat after the first of four rounds of 1,000 runs (207,
+210, 210, 210 MiB; docs/performance.md, "Memory").
 
 Set in the process itself, not in each launcher's environment (`b3os dev`, compose, a test's stack,
 uvicorn by hand): before its threads allocate. Not glibc (musl has no `mallopt` nor `malloc_trim`):
@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import functools
 import os
+from typing import Any
 
 ARENAS = 2
 """Arenas a process may have: the event loop's and one the worker threads share."""
@@ -30,14 +32,18 @@ GIVE_BACK_EVERY_S = 10.0
 """How often `giving_back` gives the allocator's free memory back: a trim takes ~1 ms, up to ~20 ms
 when a burst has just freed ~200 MiB."""
 
-_LIBC = ctypes.CDLL(None)  # the C library this process runs on
+
+@functools.cache
+def _libc() -> Any:
+    """The C library this process runs on."""
+    return ctypes.CDLL(None)
 
 
 def few_arenas() -> bool:
     """Keep this process to `ARENAS` malloc arenas unless `MALLOC_ARENA_MAX` says otherwise; whether set."""
     if "MALLOC_ARENA_MAX" in os.environ:  # an operator's own setting, read by glibc at the start
         return False
-    mallopt = getattr(_LIBC, "mallopt", None)
+    mallopt = getattr(_libc(), "mallopt", None)
     if mallopt is None:
         return False
     return bool(mallopt(_M_ARENA_MAX, ARENAS))
@@ -46,7 +52,7 @@ def few_arenas() -> bool:
 def give_back() -> bool:
     """Give the pages the allocator holds free, in every arena, back to the system (glibc's
     `malloc_trim(0)`); whether any were given back."""
-    trim = getattr(_LIBC, "malloc_trim", None)
+    trim = getattr(_libc(), "malloc_trim", None)
     return bool(trim(0)) if trim is not None else False
 
 
